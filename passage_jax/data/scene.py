@@ -1,0 +1,115 @@
+"""In-memory scene and task types (SPEC §1)."""
+from __future__ import annotations
+
+import dataclasses
+import numpy as np
+
+from passage_jax.graph.spec import OBJECTIVE_COLUMN, OBJECTIVES, VARIANTS
+
+SPLITS = ("train", "validation", "calibration", "test")
+SPLIT_ALIASES = {"val": "validation", "calib": "calibration"}
+#: PASSAGE's global calibration in metres.
+PASSAGE_CALIBRATION = {"min": -430.0, "max": 8767.0}
+DEFAULT_MARKERS = {"start": 1, "goal": -1}
+
+
+def canonical_split(split: str) -> str:
+    """``val`` -> ``validation``, ``calib`` -> ``calibration``; ValueError if unknown."""
+    s = SPLIT_ALIASES.get(split, split)
+    if s not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; known: {list(SPLITS)} (aliases {SPLIT_ALIASES})")
+    return s
+
+
+def route_column(objective: str, variant: str) -> str:
+    """Column name of a released route, e.g. ``path_astar_slope_obstacles``."""
+    if objective not in OBJECTIVE_COLUMN:
+        raise ValueError(f"unknown objective {objective!r}; known: {list(OBJECTIVES)}")
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown task variant {variant!r}; known: {list(VARIANTS)}")
+    return f"path_astar_{OBJECTIVE_COLUMN[objective]}_{variant}"
+
+
+ROUTE_COLUMNS = {(o, v): route_column(o, v) for o in OBJECTIVES for v in VARIANTS}
+
+
+def elevation_metres(e: np.ndarray, calibration: dict) -> np.ndarray:
+    """z = cal_min + e * (cal_max - cal_min), in float64 from the float32 ``e``."""
+    lo = np.float64(calibration["min"])
+    hi = np.float64(calibration["max"])
+    return lo + np.asarray(e, np.float32).astype(np.float64) * (hi - lo)
+
+
+def normalise_elevation(z: np.ndarray, calibration: dict) -> np.ndarray:
+    """Inverse of :func:`elevation_metres`, rounded to float32."""
+    lo = np.float64(calibration["min"])
+    hi = np.float64(calibration["max"])
+    return ((np.asarray(z, np.float64) - lo) / (hi - lo)).astype(np.float32)
+
+
+@dataclasses.dataclass
+class Scene:
+    """One validated released scene (a shard row)."""
+
+    id: str
+    resolution: int
+    split: str
+    elevation_norm: np.ndarray  # (N, N) float32, ch0
+    elevation_m: np.ndarray  # (N, N) float64 metres
+    obstacles: np.ndarray  # (N, N) bool, as stored (ch2)
+    start: tuple[int, int]
+    goal: tuple[int, int]
+    routes: dict  # (objective, variant) -> (L, 2) int32 released route
+    metadata: dict
+    file: str = ""
+    row: int = -1
+
+    @property
+    def where(self) -> str:
+        """'file row R scene ID' for error messages."""
+        return f"{self.file} row {self.row} scene {self.id}"
+
+    def weight(self, objective: str) -> float:
+        return float(self.metadata["solvers"][objective]["weight"])
+
+    def task(self, objective: str, variant: str = "obstacles") -> "Task":
+        if variant not in VARIANTS:
+            raise ValueError(f"unknown task variant {variant!r}; known: {list(VARIANTS)}")
+        obst = self.obstacles if variant == "obstacles" else np.zeros_like(self.obstacles)
+        return Task(scene=self, objective=objective, variant=variant, obstacles=obst,
+                    route=self.routes[(objective, variant)], weight=self.weight(objective))
+
+    def input_tensor(self, variant: str = "obstacles") -> np.ndarray:
+        """The normalised (N, N, 3) float32 input; obstacles cleared for ``free``."""
+        markers = np.zeros_like(self.elevation_norm)
+        sgn = self.metadata.get("markers", DEFAULT_MARKERS)
+        markers[self.start] = sgn["start"]
+        markers[self.goal] = sgn["goal"]
+        obst = self.obstacles if variant == "obstacles" else np.zeros_like(self.obstacles)
+        return np.stack([self.elevation_norm, markers, obst.astype(np.float32)], axis=-1)
+
+    @property
+    def blocks(self) -> dict:
+        """Main-tile and tile list from ``metadata.tile`` (None when absent)."""
+        return self.metadata.get("tile")
+
+
+@dataclasses.dataclass
+class Task:
+    """A scene under one objective and task variant."""
+
+    scene: Scene
+    objective: str
+    variant: str
+    obstacles: np.ndarray  # bool (N, N), cleared for `free`
+    route: np.ndarray  # released route (L, 2) int32
+    weight: float
+
+    @property
+    def id(self) -> str:
+        return self.scene.id
+
+    @property
+    def elevation_m(self) -> np.ndarray:
+        return self.scene.elevation_m
+
