@@ -1,0 +1,401 @@
+"""Streaming reader for the PASSAGE v1.0 shard layout (SPEC §1).
+
+``<root>/<N>x<N>/<split>/*.parquet``; shards in sorted file-name order, rows in
+file order, a cap of ``n_samples`` takes that deterministic prefix. Parquet
+record batches are read lazily (only the required columns); each row is decoded
+and validated on a small thread pool, at most ``prefetch`` rows ahead of the
+consumer, and scenes come out in file order. Memory therefore stays bounded by
+the window and one batch, whatever the split size.
+"""
+from __future__ import annotations
+
+import collections
+import concurrent.futures as cf
+import dataclasses
+import math
+from pathlib import Path
+from typing import Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from passage_jax.data.scene import SPLITS, Scene, Task, canonical_split
+from passage_jax.data.validate import (
+    REQUIRED_COLUMNS, DataError, RowRef, duplicate_id_problem, validate_row,
+)
+from passage_jax.graph import OBJECTIVES, VARIANTS
+
+DEFAULT_N_SAMPLES = 1024
+#: Rows per pyarrow record batch read from a shard.
+READ_BATCH_ROWS = 16
+
+
+@dataclasses.dataclass
+class RawRow:
+    """One undecoded shard row with its location."""
+
+    file: str
+    row: int
+    values: dict
+
+    @property
+    def ref(self) -> RowRef:
+        return RowRef(self.file, self.row, self.values.get("id"))
+
+
+# --------------------------------------------------------------------------- #
+# layout
+# --------------------------------------------------------------------------- #
+
+def _check_resolution(resolution) -> int:
+    if isinstance(resolution, bool) or not isinstance(resolution, int) or resolution <= 0:
+        raise DataError(f"resolution must be a positive integer, got {resolution!r}")
+    return resolution
+
+
+def _check_n_samples(n_samples):
+    if n_samples is None:
+        return None
+    if isinstance(n_samples, bool) or not isinstance(n_samples, int) or n_samples < 0:
+        raise DataError(f"n_samples must be a non-negative integer or None, got {n_samples!r}")
+    return n_samples
+
+
+def _split(split: str) -> str:
+    try:
+        return canonical_split(split)
+    except ValueError as e:
+        raise DataError(str(e)) from None
+
+
+def dataset_root(root) -> Path:
+    """The local dataset root; DataError if it does not exist (never a fallback)."""
+    if root is None:
+        raise DataError("no dataset root given")
+    p = Path(root).expanduser()
+    if not p.exists():
+        raise DataError(f"dataset root {p} does not exist")
+    if not p.is_dir():
+        raise DataError(f"dataset root {p} is not a directory")
+    return p
+
+
+def resolution_folder(root, resolution: int) -> Path:
+    r = _check_resolution(resolution)
+    folder = dataset_root(root) / f"{r}x{r}"
+    if not folder.is_dir():
+        have = sorted(p.name for p in dataset_root(root).iterdir() if p.is_dir())
+        raise DataError(f"resolution folder {folder} does not exist (the root holds {have})")
+    return folder
+
+
+def split_folder(root, resolution: int, split: str) -> Path:
+    """``<root>/<N>x<N>/<split>`` (split aliases accepted); DataError if missing."""
+    s = _split(split)
+    folder = resolution_folder(root, resolution) / s
+    if not folder.is_dir():
+        raise DataError(f"split folder {folder} does not exist "
+                        f"(present: {present_splits(root, resolution)})")
+    return folder
+
+
+def present_splits(root, resolution: int) -> list[str]:
+    """Canonical split folders present under ``<root>/<N>x<N>``, in SPEC order."""
+    folder = resolution_folder(root, resolution)
+    return [s for s in SPLITS if (folder / s).is_dir()]
+
+
+def shard_files(root, resolution: int, split: str) -> list[Path]:
+    """The split's ``*.parquet`` shards in sorted file-name order; DataError if none."""
+    folder = split_folder(root, resolution, split)
+    files = sorted((p for p in folder.glob("*.parquet") if p.is_file()), key=lambda p: p.name)
+    if not files:
+        raise DataError(f"split folder {folder} holds no *.parquet shards")
+    return files
+
+
+# --------------------------------------------------------------------------- #
+# raw rows
+# --------------------------------------------------------------------------- #
+
+def _open(path: Path) -> pq.ParquetFile:
+    try:
+        return pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as e:
+        raise DataError(f"{path}: not a readable Parquet file: {e}") from None
+
+
+def iter_raw_rows(root, resolution: int, split: str, n_samples=None) -> Iterator[RawRow]:
+    """Undecoded rows (required columns only) in file order, capped at ``n_samples``."""
+    n_samples = _check_n_samples(n_samples)
+    files = shard_files(root, resolution, split)
+    if n_samples == 0:
+        return
+    count = 0
+    for path in files:
+        pf = _open(path)
+        names = pf.schema_arrow.names
+        missing = [c for c in REQUIRED_COLUMNS if c not in names]
+        if missing:
+            raise DataError(f"{path}: every row: missing required column(s) {missing} "
+                            f"(columns: {names})")
+        row = 0
+        try:
+            for batch in pf.iter_batches(batch_size=READ_BATCH_ROWS, columns=list(REQUIRED_COLUMNS)):
+                for values in batch.to_pylist():
+                    yield RawRow(str(path), row, values)
+                    row += 1
+                    count += 1
+                    if n_samples is not None and count >= n_samples:
+                        return
+        except pa.ArrowException as e:
+            raise DataError(f"{path} row {row}: cannot read the shard: {e}") from None
+
+
+def id_places(root, resolution: int, splits=None) -> dict[str, list[tuple[str, str, int]]]:
+    """id -> every (split, file, row) holding it, over the resolution's split folders.
+
+    Only the ``id`` column is read. Files without a string ``id`` column (and null
+    ids) are left out of this index; they fail validation when their split is read.
+    """
+    places: dict[str, list] = collections.defaultdict(list)
+    for s in (present_splits(root, resolution) if splits is None else splits):
+        for path in shard_files(root, resolution, s):
+            try:
+                pf = pq.ParquetFile(path)
+                if "id" not in pf.schema_arrow.names:
+                    continue
+                ids = pf.read(columns=["id"]).column("id").to_pylist()
+            except (pa.ArrowException, OSError):
+                continue
+            for i, sid in enumerate(ids):
+                if isinstance(sid, str):
+                    places[sid].append((s, str(path), i))
+    return dict(places)
+
+
+# --------------------------------------------------------------------------- #
+# scenes
+# --------------------------------------------------------------------------- #
+
+class _ReadFailure:
+    """A reading error kept in row order, so earlier rows report first."""
+
+    def __init__(self, error: Exception):
+        self.error = error
+
+
+def _in_order(rows):
+    try:
+        yield from rows
+    except DataError as e:
+        yield _ReadFailure(e)
+
+
+def _validate_raw(raw, resolution: int, split: str) -> Scene:
+    if isinstance(raw, _ReadFailure):
+        raise raw.error
+    return validate_row(raw.values, resolution, split, raw.file, raw.row)
+
+
+def map_rows(fn, rows, workers: int = 4, prefetch: int | None = None):
+    """Apply ``fn`` to ``rows`` on a thread pool, yielding results in input order.
+
+    At most ``prefetch`` rows are in flight (a bounded queue); an exception raised
+    by ``fn`` surfaces when its row's turn comes. ``workers=0`` runs inline.
+    """
+    if workers <= 0:
+        for r in rows:
+            yield fn(r)
+        return
+    prefetch = max(1, prefetch if prefetch is not None else 2 * workers)
+    pending: collections.deque = collections.deque()
+    ex = cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="passage-decode")
+    try:
+        for r in rows:
+            pending.append(ex.submit(fn, r))
+            if len(pending) >= prefetch:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    finally:
+        for f in pending:
+            f.cancel()
+        ex.shutdown(wait=True, cancel_futures=True)
+
+
+def iter_scenes(root, resolution: int, split: str, n_samples=DEFAULT_N_SAMPLES,
+                workers: int = 4, check_unique_ids: bool = True) -> Iterator[Scene]:
+    """Validated scenes in file order (the first ``n_samples``; None = whole split).
+
+    Raises :class:`DataError` at the first invalid row, naming file, row and id.
+    """
+    resolution = _check_resolution(resolution)
+    split = _split(split)
+    n_samples = _check_n_samples(n_samples)
+    shard_files(root, resolution, split)  # layout errors before anything else
+    places = id_places(root, resolution) if check_unique_ids else None
+    rows = _in_order(iter_raw_rows(root, resolution, split, n_samples))
+    for scene in map_rows(lambda r: _validate_raw(r, resolution, split), rows, workers):
+        if places is not None:
+            msg = duplicate_id_problem(scene.id, (split, scene.file, scene.row),
+                                       places.get(scene.id, []))
+            if msg:
+                raise DataError(f"{scene.where}: {msg}")
+        yield scene
+
+
+def iter_scene_batches(root, resolution: int, split: str, n_samples=DEFAULT_N_SAMPLES,
+                       batch_size: int = 32, workers: int = 4) -> Iterator[list[Scene]]:
+    """Lists of up to ``batch_size`` validated scenes, in file order."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise DataError(f"batch_size must be a positive integer, got {batch_size!r}")
+    batch: list[Scene] = []
+    for scene in iter_scenes(root, resolution, split, n_samples, workers):
+        batch.append(scene)
+        if len(batch) == batch_size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def load_scenes(root, resolution: int, split: str, n_samples=DEFAULT_N_SAMPLES,
+                workers: int = 4) -> list[Scene]:
+    """All validated scenes of the capped split prefix, in file order."""
+    return list(iter_scenes(root, resolution, split, n_samples, workers))
+
+
+def check_weight(scene: Scene, objective: str, weight) -> float:
+    """The released weight of ``objective``; a stated ``weight`` must equal it exactly."""
+    released = scene.weight(objective)
+    if weight is not None:
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)):
+            raise DataError(f"{scene.where}: weight must be a number, got {weight!r}")
+        if not (math.isfinite(float(weight)) and float(weight) == released):
+            raise DataError(
+                f"{scene.where}: requested weight {weight!r} for objective {objective!r} differs "
+                f"from the released weight {released!r}; the released route was solved with the "
+                f"released weight, so a different weight is refused")
+    return released
+
+
+def load_tasks(root, resolution: int, split: str, objective: str, variant: str = "obstacles",
+               n_samples=DEFAULT_N_SAMPLES, weight=None, workers: int = 4) -> list[Task]:
+    """Tasks of the capped split for one objective and task variant.
+
+    ``obstacles``: obstacle channel as stored, ``*_obstacles`` routes; ``free``:
+    obstacles cleared to zeros, ``*_free`` routes. ``weight`` (optional) only
+    confirms ``metadata.solvers[objective].weight``; any difference is an error.
+    """
+    if objective not in OBJECTIVES:
+        raise DataError(f"unknown objective {objective!r}; known: {list(OBJECTIVES)}")
+    if variant not in VARIANTS:
+        raise DataError(f"unknown task variant {variant!r}; known: {list(VARIANTS)}")
+    tasks = []
+    for scene in iter_scenes(root, resolution, split, n_samples, workers):
+        check_weight(scene, objective, weight)
+        tasks.append(scene.task(objective, variant))
+    return tasks
+
+
+def shipped_cohort_root() -> Path:
+    """Root of the small real-terrain cohort shipped inside the package
+    (resolutions 64, 128, 256; splits validation, calibration, test)."""
+    return Path(__file__).resolve().parent / "cohort"
+
+
+# --------------------------------------------------------------------------- #
+# whole-split scan (audit): every row, the first error of each failing scene
+# --------------------------------------------------------------------------- #
+
+@dataclasses.dataclass
+class RowReport:
+    """Validation outcome of one shard row."""
+
+    id: object
+    resolution: int
+    split: str
+    file: str
+    row: int
+    valid: bool
+    error: str | None
+    info: dict | None = None  # ``on_scene(scene)`` for a valid scene
+
+
+def scene_summary(scene: Scene) -> dict:
+    """Small per-scene facts for audits: obstacle coverage, route lengths, tile."""
+    return {
+        "obstacle_coverage": float(scene.obstacles.mean()),
+        "route_cells": {f"{o}/{v}": int(len(r)) for (o, v), r in scene.routes.items()},
+        "tile": scene.metadata.get("tile"),
+        "start": list(scene.start),
+        "goal": list(scene.goal),
+        "markers": scene.metadata.get("markers"),
+    }
+
+
+def _file_rows(path: Path, resolution: int, split: str):
+    """RawRows of one shard, or RowReports for rows that cannot even be read."""
+    try:
+        pf = pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as e:
+        yield RowReport(None, resolution, split, str(path), -1, False,
+                        f"{path}: not a readable Parquet file: {e}")
+        return
+    names = pf.schema_arrow.names
+    missing = [c for c in REQUIRED_COLUMNS if c not in names]
+    if missing:
+        try:
+            ids = (pf.read(columns=["id"]).column("id").to_pylist() if "id" in names
+                   else [None] * pf.metadata.num_rows)
+        except pa.ArrowException:
+            ids = [None] * pf.metadata.num_rows
+        for i, sid in enumerate(ids):
+            ref = RowRef(str(path), i, sid)
+            yield RowReport(sid, resolution, split, str(path), i, False,
+                            f"{ref}: missing required column(s) {missing}")
+        return
+    row = 0
+    try:
+        for batch in pf.iter_batches(batch_size=READ_BATCH_ROWS, columns=list(REQUIRED_COLUMNS)):
+            for values in batch.to_pylist():
+                yield RawRow(str(path), row, values)
+                row += 1
+    except pa.ArrowException as e:
+        yield RowReport(None, resolution, split, str(path), row, False,
+                        f"{path} row {row}: cannot read the shard: {e}")
+
+
+def scan_split(root, resolution: int, split: str, on_scene=scene_summary, workers: int = 4,
+               id_index: dict | None = None) -> list[RowReport]:
+    """Validate every row of a split; collect (rather than raise) the first error of
+    each failing row. Duplicate ids within the resolution (``id_index``, default
+    :func:`id_places` over all split folders) fail every row that holds them.
+    """
+    resolution = _check_resolution(resolution)
+    split = _split(split)
+    files = shard_files(root, resolution, split)
+    places = id_places(root, resolution) if id_index is None else id_index
+
+    def rows():
+        for path in files:
+            yield from _file_rows(path, resolution, split)
+
+    def check(item):
+        if isinstance(item, RowReport):
+            return item
+        ref = item.ref
+        sid = item.values.get("id")
+        try:
+            scene = validate_row(item.values, resolution, split, item.file, item.row)
+        except DataError as e:
+            return RowReport(sid, resolution, split, item.file, item.row, False, str(e))
+        msg = duplicate_id_problem(scene.id, (split, item.file, item.row),
+                                   places.get(scene.id, []))
+        if msg:
+            return RowReport(sid, resolution, split, item.file, item.row, False, f"{ref}: {msg}")
+        info = on_scene(scene) if on_scene is not None else None
+        return RowReport(scene.id, resolution, split, item.file, item.row, True, None, info)
+
+    return list(map_rows(check, rows(), workers))

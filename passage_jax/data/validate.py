@@ -1,0 +1,336 @@
+"""Validation of released scenes (SPEC §1).
+
+Every check of SPEC §1 for one shard row lives in :func:`validate_row`, which turns
+a raw row into a :class:`~passage_jax.data.scene.Scene` or raises
+:class:`DataError` naming the file, row and scene id. Nothing is skipped,
+repaired or replaced.
+
+Order of the checks (the first failing one is reported):
+
+1. ``id``: a string of exactly 10 ASCII digits;
+2. ``metadata``: JSON object with ``index``, ``resolution`` (= N), ``split``
+   (= the split folder, aliases allowed), ``calibration {min, max}`` and
+   ``solvers {elevation|slope_uphill|energy: {weight, solver, heuristic}}``;
+   optional ``markers`` and ``tile`` are checked when present;
+3. ``tensor``: one Zstandard frame of exactly N*N*3 float32 (declared and actual
+   size), all values finite, ``e`` in [0, 1], obstacles in {0, 1};
+4. markers: only 0/+1/-1, exactly one +1 and one -1; the sign convention from
+   ``metadata.markers`` or else detected from the released routes; neither marker
+   on an obstacle;
+5. the six released routes, in column order (objectives × free, obstacles): in
+   bounds, 8-connected, no repeated consecutive cell, start → goal, and an
+   ``*_obstacles`` route never on an obstacle.
+
+Uniqueness of ids within a resolution needs more than one row and is checked by
+the reader (:func:`duplicate_id_problem`) after the row itself validated.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from typing import Any
+
+import numpy as np
+
+from passage_jax.data.codec import TensorError, decode_tensor
+from passage_jax.data.scene import (
+    ROUTE_COLUMNS, Scene, canonical_split, elevation_metres,
+)
+from passage_jax.graph import OBJECTIVES, route_problem
+
+#: Columns every shard must have (extra columns such as ``image_astar_*`` are ignored).
+REQUIRED_COLUMNS = ("id", "tensor", *ROUTE_COLUMNS.values(), "metadata")
+REQUIRED_METADATA = ("index", "resolution", "split", "calibration", "solvers")
+SOLVER_KEYS = ("weight", "solver", "heuristic")
+STANDARD_MARKERS = {"start": 1, "goal": -1}
+FLIPPED_MARKERS = {"start": -1, "goal": 1}
+_ID_RE = re.compile(r"[0-9]{10}")
+
+
+class DataError(ValueError):
+    """A dataset root, shard or scene is missing or malformed."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RowRef:
+    """Where a row lives, for error messages."""
+
+    file: str
+    row: int
+    id: Any = None
+
+    def __str__(self) -> str:
+        sid = self.id if isinstance(self.id, str) else repr(self.id)
+        return f"{self.file} row {self.row} scene {sid}"
+
+
+def _fail(ref: RowRef, msg: str) -> DataError:
+    return DataError(f"{ref}: {msg}")
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+# --------------------------------------------------------------------------- #
+# metadata
+# --------------------------------------------------------------------------- #
+
+def parse_metadata(raw, resolution: int, split: str, ref: RowRef) -> dict:
+    """Parse and check the ``metadata`` JSON string; returns the dict."""
+    if raw is None:
+        raise _fail(ref, "metadata is null")
+    if isinstance(raw, (bytes, bytearray)):
+        try:
+            raw = bytes(raw).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise _fail(ref, f"metadata is not UTF-8 text: {e}") from None
+    if not isinstance(raw, str):
+        raise _fail(ref, f"metadata must be a JSON string, got {type(raw).__name__}")
+    try:
+        md = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise _fail(ref, f"metadata is not valid JSON: {e}") from None
+    if not isinstance(md, dict):
+        raise _fail(ref, f"metadata must be a JSON object, got {type(md).__name__}")
+    missing = [k for k in REQUIRED_METADATA if k not in md]
+    if missing:
+        raise _fail(ref, f"metadata lacks required key(s) {missing}")
+    if not _is_int(md["index"]):
+        raise _fail(ref, f"metadata.index must be an integer, got {md['index']!r}")
+    if not _is_int(md["resolution"]) or md["resolution"] != resolution:
+        raise _fail(ref, f"metadata.resolution is {md['resolution']!r}, but the shard lies in "
+                         f"the {resolution}x{resolution} folder")
+    try:
+        md_split = canonical_split(md["split"]) if isinstance(md["split"], str) else None
+    except ValueError:
+        md_split = None
+    if md_split != split:
+        raise _fail(ref, f"metadata.split is {md['split']!r}, but the shard lies in the "
+                         f"{split!r} split folder")
+    cal = md["calibration"]
+    if not isinstance(cal, dict) or not {"min", "max"} <= set(cal):
+        raise _fail(ref, f"metadata.calibration must be {{min, max}}, got {cal!r}")
+    if not (_is_number(cal["min"]) and _is_number(cal["max"])) or not cal["max"] > cal["min"]:
+        raise _fail(ref, f"metadata.calibration needs finite numbers with max > min, got {cal!r}")
+    solvers = md["solvers"]
+    if not isinstance(solvers, dict):
+        raise _fail(ref, f"metadata.solvers must be an object, got {solvers!r}")
+    for obj in OBJECTIVES:
+        s = solvers.get(obj)
+        if not isinstance(s, dict):
+            raise _fail(ref, f"metadata.solvers lacks the objective {obj!r}")
+        miss = [k for k in SOLVER_KEYS if k not in s]
+        if miss:
+            raise _fail(ref, f"metadata.solvers.{obj} lacks key(s) {miss}")
+        w = s["weight"]
+        if not _is_number(w) or w < 0:
+            raise _fail(ref, f"metadata.solvers.{obj}.weight must be a finite number >= 0, got {w!r}")
+    if "markers" in md:
+        m = md["markers"]
+        if m != STANDARD_MARKERS and m != FLIPPED_MARKERS:
+            raise _fail(ref, f"metadata.markers must be {STANDARD_MARKERS} or {FLIPPED_MARKERS}, "
+                             f"got {m!r}")
+    if md.get("tile") is not None:
+        _check_tile(md["tile"], ref)
+    return md
+
+
+def _check_tile(tile, ref: RowRef) -> None:
+    if not isinstance(tile, dict):
+        raise _fail(ref, f"metadata.tile must be an object, got {tile!r}")
+    for key, bound in (("lat", 90), ("lon", 180)):
+        v = tile.get(key)
+        if not _is_number(v) or abs(v) > bound:
+            raise _fail(ref, f"metadata.tile.{key} must be a coordinate, got {v!r}")
+    tiles = tile.get("tiles")
+    if tiles is None:
+        return
+    if not isinstance(tiles, list):
+        raise _fail(ref, f"metadata.tile.tiles must be a list of [lat, lon], got {tiles!r}")
+    for j, p in enumerate(tiles):
+        if (not isinstance(p, list) or len(p) != 2 or not all(_is_number(x) for x in p)
+                or abs(p[0]) > 90 or abs(p[1]) > 180):
+            raise _fail(ref, f"metadata.tile.tiles[{j}] must be [lat, lon], got {p!r}")
+
+
+# --------------------------------------------------------------------------- #
+# tensor and markers
+# --------------------------------------------------------------------------- #
+
+def decode_checked(blob, resolution: int, ref: RowRef) -> np.ndarray:
+    """Decode the tensor and check finite values, e in [0, 1], obstacles in {0, 1}."""
+    if blob is None:
+        raise _fail(ref, "tensor is null")
+    try:
+        t = decode_tensor(blob, resolution)
+    except TensorError as e:
+        raise _fail(ref, str(e)) from None
+    bad = ~np.isfinite(t)
+    if bad.any():
+        r, c, ch = (int(x) for x in np.argwhere(bad)[0])
+        raise _fail(ref, f"tensor has {int(bad.sum())} non-finite value(s); first at "
+                         f"(row {r}, col {c}, channel {ch}): {t[r, c, ch]}")
+    e = t[..., 0]
+    out = (e < 0) | (e > 1)
+    if out.any():
+        r, c = (int(x) for x in np.argwhere(out)[0])
+        raise _fail(ref, f"normalised elevation e must be in [0, 1]; {int(out.sum())} cell(s) "
+                         f"outside, first at ({r}, {c}): {float(e[r, c])!r}")
+    o = t[..., 2]
+    bad_o = (o != 0) & (o != 1)
+    if bad_o.any():
+        r, c = (int(x) for x in np.argwhere(bad_o)[0])
+        raise _fail(ref, f"obstacle channel must be 0 or 1; first other value at ({r}, {c}): "
+                         f"{float(o[r, c])!r}")
+    m = t[..., 1]
+    bad_m = (m != 0) & (m != 1) & (m != -1)
+    if bad_m.any():
+        r, c = (int(x) for x in np.argwhere(bad_m)[0])
+        raise _fail(ref, f"marker channel must hold only 0, +1, -1; found {float(m[r, c])!r} "
+                         f"at ({r}, {c})")
+    return t
+
+
+def marker_cells(markers: np.ndarray, ref: RowRef) -> tuple[tuple[int, int], tuple[int, int]]:
+    """Cells of the +1 and the -1 marker; exactly one of each is required."""
+    cells = {}
+    for sign, name in ((1, "+1"), (-1, "-1")):
+        where = np.argwhere(markers == sign)
+        if len(where) != 1:
+            what = "missing" if len(where) == 0 else (
+                f"marked {len(where)} times, at {[tuple(map(int, w)) for w in where[:4]]}")
+            raise _fail(ref, f"marker {name} is {what}; exactly one start and one goal "
+                             f"marker are required")
+        cells[sign] = (int(where[0][0]), int(where[0][1]))
+    return cells[1], cells[-1]
+
+
+def detect_marker_convention(plus, minus, routes: dict, ref: RowRef) -> dict:
+    """Sign convention implied by the released routes (first cell start, last cell goal).
+
+    Each route endpoint votes for the assignment it agrees with; the one with more
+    votes wins. No votes for either, or a tie, is an error: the markers and the
+    routes cannot both be right.
+    """
+    votes = {"standard": 0, "flipped": 0}
+    for r in routes.values():
+        if len(r) == 0:
+            continue
+        first, last = tuple(int(x) for x in r[0]), tuple(int(x) for x in r[-1])
+        votes["standard"] += (first == plus) + (last == minus)
+        votes["flipped"] += (first == minus) + (last == plus)
+    if votes["standard"] > votes["flipped"]:
+        return dict(STANDARD_MARKERS)
+    if votes["flipped"] > votes["standard"]:
+        return dict(FLIPPED_MARKERS)
+    raise _fail(ref, f"marker convention: the +1 marker at {plus} and the -1 marker at {minus} "
+                     f"match the released routes' endpoints under neither sign assignment "
+                     f"(votes {votes})")
+
+
+# --------------------------------------------------------------------------- #
+# routes
+# --------------------------------------------------------------------------- #
+
+def route_array(value, column: str, ref: RowRef) -> np.ndarray:
+    """A released route cell list as an (L, 2) int64 array (no rounding, no repair)."""
+    if value is None:
+        raise _fail(ref, f"route {column} is null")
+    try:
+        cells = list(value)
+        if any(c is None for c in cells):
+            raise ValueError("a cell is null")
+        rows = [list(c) for c in cells]
+        if any(len(c) != 2 for c in rows):
+            raise ValueError("every cell must be [row, col]")
+        if any(not _is_int(x) for c in rows for x in c):
+            bad = next(x for c in rows for x in c if not _is_int(x))
+            raise ValueError(f"coordinates must be integers, found {bad!r}")
+        a = np.array(rows, dtype=np.int64).reshape(len(rows), 2)
+    except (TypeError, ValueError) as e:
+        raise _fail(ref, f"route {column} is malformed: {e}") from None
+    return a
+
+
+def _route_from_any(value, column: str, ref: RowRef) -> np.ndarray:
+    if isinstance(value, np.ndarray) and value.ndim == 2 and value.dtype.kind in "iu":
+        return value.astype(np.int64)
+    return route_array(value, column, ref)
+
+
+# --------------------------------------------------------------------------- #
+# the row
+# --------------------------------------------------------------------------- #
+
+def check_id(value, ref: RowRef) -> str:
+    if not isinstance(value, str):
+        raise _fail(ref, f"id must be a string, got {type(value).__name__} {value!r}")
+    if not _ID_RE.fullmatch(value):
+        raise _fail(ref, f"id {value!r} is not a 10-digit zero-padded string")
+    return value
+
+
+def validate_row(row: dict, resolution: int, split: str, file: str = "<memory>",
+                 row_index: int = -1) -> Scene:
+    """Validate one raw shard row and build its :class:`Scene`.
+
+    ``row`` maps column names to Python values as pyarrow gives them (``id`` str,
+    ``tensor`` bytes, route columns lists of ``[row, col]``, ``metadata`` JSON str).
+    Raises :class:`DataError` naming ``file``, ``row_index`` and the scene id.
+    """
+    split = canonical_split(split)
+    ref = RowRef(str(file), int(row_index), row.get("id"))
+    missing = [c for c in REQUIRED_COLUMNS if c not in row]
+    if missing:
+        raise _fail(ref, f"missing column(s) {missing}")
+    sid = check_id(row["id"], ref)
+    md = parse_metadata(row["metadata"], resolution, split, ref)
+    t = decode_checked(row["tensor"], resolution, ref)
+    plus, minus = marker_cells(t[..., 1], ref)
+    routes = {key: _route_from_any(row[col], col, ref) for key, col in ROUTE_COLUMNS.items()}
+    if "markers" in md:
+        conv = md["markers"]
+    else:
+        conv = detect_marker_convention(plus, minus, routes, ref)
+    start, goal = (plus, minus) if conv["start"] == 1 else (minus, plus)
+    obstacles = t[..., 2] == 1
+    for name, cell in (("start", start), ("goal", goal)):
+        if obstacles[cell]:
+            raise _fail(ref, f"the {name} marker at {cell} lies on an obstacle")
+    shape = (resolution, resolution)
+    for (obj, var), col in ROUTE_COLUMNS.items():
+        prob = route_problem(routes[(obj, var)], start, goal,
+                             obstacles if var == "obstacles" else None, shape=shape)
+        if prob is not None:
+            raise _fail(ref, f"route {col}: {prob}")
+    md = dict(md)
+    md.setdefault("markers", dict(conv))
+    e = np.array(t[..., 0], dtype=np.float32)
+    return Scene(
+        id=sid, resolution=resolution, split=split, elevation_norm=e,
+        elevation_m=elevation_metres(e, md["calibration"]), obstacles=obstacles.copy(),
+        start=start, goal=goal,
+        routes={k: r.astype(np.int32) for k, r in routes.items()},
+        metadata=md, file=str(file), row=int(row_index),
+    )
+
+
+def duplicate_id_problem(sid: str, here: tuple, places: list) -> str | None:
+    """Message if ``sid`` occurs at another place in the resolution, else None.
+
+    ``places`` lists every (split, file, row) holding the id; ``here`` is this row's.
+    """
+    others = [p for p in places if tuple(p) != tuple(here)]
+    if not others:
+        return None
+    s, f, r = others[0]
+    more = f" (and {len(others) - 1} more)" if len(others) > 1 else ""
+    return (f"id {sid} is not unique within the resolution: it also occurs in split {s!r}, "
+            f"{f} row {r}{more}")
