@@ -1,0 +1,3 @@
+"""Planners: the baselines (exact, bounded, bfs, greedy), each importable as
+``passage_jax.planners.<name>:make_planner`` (a factory taking ``inference_kwargs``)."""
+BASELINES = ("exact", "bounded", "bfs", "greedy")

@@ -1,0 +1,322 @@
+"""Planner protocol: requests, results, budgets, statuses and work counters (SPEC §6).
+
+A :class:`PlanRequest` holds the ordinary input of one task and nothing the
+evaluator owns: no reference route, optimal cost, reachability or anything
+derived from them. Its arrays are private read-only copies, so a planner cannot
+change the runner's data. A :class:`PlanResult` is what a planner returns.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+import types
+from typing import Any, Mapping
+
+import numpy as np
+
+from passage_jax.graph.spec import GraphSpec
+
+#: Terminal statuses of a request.
+STATUSES = ("ok", "no_path", "invalid_path", "budget_exhausted", "timeout", "oom",
+            "runtime_error", "cancelled")
+#: Work counters a planner reports (``PlanResult.work`` keys).
+WORK_KEYS = ("expansions", "queue_operations", "live_states")
+#: Stages a planner may break its work into (``PlanResult.stage_work`` keys).
+STAGES = ("primary", "repair", "fallback")
+#: BudgetSpec limit -> the work counter it requires.
+LIMIT_COUNTER = {
+    "max_expansions": "expansions",
+    "max_queue_operations": "queue_operations",
+    "max_live_states": "live_states",
+}
+#: Counters that accumulate over stages by summation; the others (``live_states``,
+#: the number of states alive at once) by maximum.
+SUMMED_COUNTERS = ("expansions", "queue_operations")
+
+#: Scene metadata keys a request may carry. Everything else (``solvers``,
+#: ``index``, free-form ``source`` ...) stays with the evaluator.
+METADATA_ALLOWLIST = ("resolution", "split", "calibration", "markers", "tile", "crop",
+                      "obstacles")
+
+#: The fields of a request, in order (tests assert nothing else is ever added).
+REQUEST_FIELDS = ("sample_id", "elevation", "obstacles", "start", "goal", "cost_model",
+                  "cost_weight", "graph", "budget", "metadata", "input_tensor",
+                  "deadline_monotonic")
+
+
+class ProtocolError(ValueError):
+    """A planner result (or a request/budget) violates the protocol."""
+
+
+def _frozen_array(a, dtype, name: str, ndim: int | None = None) -> np.ndarray:
+    arr = np.array(a, dtype=dtype, copy=True, order="C")
+    if ndim is not None and arr.ndim != ndim:
+        raise ProtocolError(f"PlanRequest.{name} must have {ndim} dimensions, got shape {arr.shape}")
+    arr.setflags(write=False)
+    return arr
+
+
+def _deep_freeze(value):
+    """JSON-like value -> read-only mapping proxies and tuples (deep copy)."""
+    if isinstance(value, Mapping):
+        return types.MappingProxyType({str(k): _deep_freeze(v) for k, v in value.items()})
+    if isinstance(value, (list, tuple)):
+        return tuple(_deep_freeze(v) for v in value)
+    if isinstance(value, np.ndarray):
+        return _frozen_array(value, value.dtype, "metadata")
+    return value
+
+
+def _thaw(value):
+    if isinstance(value, Mapping):
+        return {k: _thaw(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return [_thaw(v) for v in value]
+    return value
+
+
+def filter_metadata(metadata: Mapping | None) -> types.MappingProxyType:
+    """The allowlisted part of a scene's metadata, deep-copied and read-only."""
+    metadata = metadata or {}
+    return _deep_freeze({k: metadata[k] for k in METADATA_ALLOWLIST if k in metadata})
+
+
+def _opt_positive_int(name, v):
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or int(v) <= 0:
+        raise ProtocolError(f"BudgetSpec.{name}={v!r} must be a positive integer or null")
+    return int(v)
+
+
+@dataclasses.dataclass(frozen=True)
+class BudgetSpec:
+    """Declared limits of one request; ``None`` means no limit."""
+
+    wall_time_ms: float | None = None
+    max_expansions: int | None = None
+    max_queue_operations: int | None = None
+    max_live_states: int | None = None
+
+    def __post_init__(self):
+        w = self.wall_time_ms
+        if w is not None:
+            if isinstance(w, bool) or not isinstance(w, (int, float, np.number)) \
+                    or not math.isfinite(float(w)) or float(w) <= 0:
+                raise ProtocolError(f"BudgetSpec.wall_time_ms={w!r} must be a positive number or null")
+            object.__setattr__(self, "wall_time_ms", float(w))
+        for name in LIMIT_COUNTER:
+            object.__setattr__(self, name, _opt_positive_int(name, getattr(self, name)))
+
+    @classmethod
+    def from_dict(cls, d: Mapping | None) -> "BudgetSpec":
+        d = dict(d or {})
+        unknown = sorted(set(d) - {f.name for f in dataclasses.fields(cls)})
+        if unknown:
+            raise ProtocolError(f"budget: unknown key(s) {unknown}; known: "
+                                f"{[f.name for f in dataclasses.fields(cls)]}")
+        return cls(**d)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def limits(self) -> dict:
+        """The configured work limits, {limit name: value}."""
+        return {k: getattr(self, k) for k in LIMIT_COUNTER if getattr(self, k) is not None}
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanRequest:
+    """One complete request: the ordinary input of a task and its budget.
+
+    ``elevation`` is float64 metres, ``obstacles`` bool (cleared for the ``free``
+    variant), ``start``/``goal`` ``(row, col)``, ``input_tensor`` the optional
+    normalised (H, W, 3) float32 tensor, ``deadline_monotonic`` an absolute
+    ``time.monotonic()`` instant (``None``: no wall-time limit).
+    """
+
+    sample_id: str
+    elevation: np.ndarray
+    obstacles: np.ndarray
+    start: tuple
+    goal: tuple
+    cost_model: str
+    cost_weight: float
+    graph: GraphSpec
+    budget: BudgetSpec = BudgetSpec()
+    metadata: Mapping = dataclasses.field(default_factory=dict)
+    input_tensor: np.ndarray | None = None
+    deadline_monotonic: float | None = None
+
+    def __post_init__(self):
+        z = _frozen_array(self.elevation, np.float64, "elevation", 2)
+        o = np.asarray(self.obstacles)
+        if o.dtype != bool:
+            if not np.isin(o, (0, 1)).all():
+                raise ProtocolError("PlanRequest.obstacles must be boolean (or 0/1)")
+        o = _frozen_array(o, bool, "obstacles", 2)
+        if o.shape != z.shape:
+            raise ProtocolError(f"PlanRequest.obstacles shape {o.shape} != elevation shape {z.shape}")
+        object.__setattr__(self, "elevation", z)
+        object.__setattr__(self, "obstacles", o)
+        for name in ("start", "goal"):
+            p = tuple(int(v) for v in getattr(self, name))
+            if len(p) != 2 or not (0 <= p[0] < z.shape[0] and 0 <= p[1] < z.shape[1]):
+                raise ProtocolError(f"PlanRequest.{name}={p} is not a cell of a {z.shape} grid")
+            object.__setattr__(self, name, p)
+        if self.input_tensor is not None:
+            t = _frozen_array(self.input_tensor, np.float32, "input_tensor", 3)
+            if t.shape != z.shape + (3,):
+                raise ProtocolError(f"PlanRequest.input_tensor shape {t.shape} != {z.shape + (3,)}")
+            object.__setattr__(self, "input_tensor", t)
+        if not isinstance(self.graph, GraphSpec):
+            raise ProtocolError("PlanRequest.graph must be a GraphSpec")
+        if self.graph.cost_model != self.cost_model or \
+                float(self.graph.cost_weight) != float(self.cost_weight):
+            raise ProtocolError("PlanRequest.cost_model/cost_weight disagree with its graph")
+        if not isinstance(self.budget, BudgetSpec):
+            raise ProtocolError("PlanRequest.budget must be a BudgetSpec")
+        md = dict(self.metadata)
+        bad = sorted(set(md) - set(METADATA_ALLOWLIST))
+        if bad:
+            raise ProtocolError(f"PlanRequest.metadata key(s) {bad} are not allowlisted "
+                                f"({list(METADATA_ALLOWLIST)})")
+        object.__setattr__(self, "metadata", _deep_freeze(md))
+        object.__setattr__(self, "sample_id", str(self.sample_id))
+        object.__setattr__(self, "cost_weight", float(self.cost_weight))
+
+    def remaining_wall_ms(self) -> float:
+        """Milliseconds left before the absolute deadline (``inf`` without one;
+        negative once it has passed)."""
+        if self.deadline_monotonic is None:
+            return math.inf
+        return (self.deadline_monotonic - time.monotonic()) * 1000.0
+
+    @property
+    def shape(self) -> tuple:
+        return self.elevation.shape
+
+    def as_scene(self) -> dict:
+        """The request fields as a plain dict (what a legacy ``predict_path(scene)``
+        receives); arrays stay read-only, metadata becomes plain dicts/lists."""
+        d = {name: getattr(self, name) for name in REQUEST_FIELDS}
+        d["metadata"] = _thaw(self.metadata)
+        d["remaining_wall_ms"] = self.remaining_wall_ms
+        return d
+
+
+@dataclasses.dataclass
+class PlanResult:
+    """What a planner returns for one request.
+
+    ``path``: ordered integer ``(row, col)`` cells, start to goal, as produced
+    (never rounded or clipped). ``work``: total counters (``WORK_KEYS``);
+    ``stage_work``: ``{stage: {counter: value}}`` for ``STAGES``; ``precision``:
+    e.g. ``"fp32"``; ``resource_peaks``: maxima such as ``{"host_bytes": ...}``.
+    """
+
+    path: Any = None
+    status: str = "ok"
+    work: dict = dataclasses.field(default_factory=dict)
+    stage_work: dict = dataclasses.field(default_factory=dict)
+    precision: str | None = None
+    resource_peaks: dict = dataclasses.field(default_factory=dict)
+    message: str | None = None
+
+
+def _counter_value(where: str, v) -> int:
+    try:
+        v = np.asarray(v)
+    except Exception:  # noqa: BLE001
+        raise ProtocolError(f"{where} is not a number") from None
+    if v.shape != () or v.dtype.kind not in "iuf" or not np.isfinite(v) or float(v) < 0 \
+            or float(v) != int(v):
+        raise ProtocolError(f"{where}={v!r} must be a non-negative integer")
+    return int(v)
+
+
+def _check_counters(where: str, d) -> dict:
+    if not isinstance(d, Mapping):
+        raise ProtocolError(f"{where} must be a mapping of {list(WORK_KEYS)}, got {type(d).__name__}")
+    bad = sorted(set(map(str, d)) - set(WORK_KEYS))
+    if bad:
+        raise ProtocolError(f"{where}: unknown counter(s) {bad}; known: {list(WORK_KEYS)}")
+    return {str(k): _counter_value(f"{where}.{k}", v) for k, v in d.items() if v is not None}
+
+
+def accumulate_stages(stage_work: Mapping) -> dict:
+    """Totals implied by per-stage work: sums for expansions/queue operations,
+    maximum for live states."""
+    total: dict = {}
+    for counters in stage_work.values():
+        for k, v in counters.items():
+            if k in SUMMED_COUNTERS:
+                total[k] = total.get(k, 0) + v
+            else:
+                total[k] = max(total.get(k, 0), v)
+    return total
+
+
+def normalise_result(raw) -> PlanResult:
+    """Coerce what a planner returned into a checked :class:`PlanResult`.
+
+    Accepts a ``PlanResult``, a mapping with a ``path`` key (and optional result
+    fields), or a bare route. Raises :class:`ProtocolError` on an unknown status,
+    unknown/negative counters or stage names, or totals below the accumulated
+    stage work. The path itself is not inspected here (the runner snapshots it).
+    """
+    if isinstance(raw, PlanResult):
+        res = dataclasses.replace(raw)
+    elif isinstance(raw, Mapping):
+        names = {f.name for f in dataclasses.fields(PlanResult)}
+        bad = sorted(set(raw) - names)
+        if bad:
+            raise ProtocolError(f"result mapping has unknown key(s) {bad}; known: {sorted(names)}")
+        res = PlanResult(**raw)
+    else:
+        res = PlanResult(path=raw)
+    if res.status not in STATUSES:
+        raise ProtocolError(f"status {res.status!r} is not one of {list(STATUSES)}")
+    res.work = _check_counters("work", res.work or {})
+    sw = res.stage_work or {}
+    if not isinstance(sw, Mapping):
+        raise ProtocolError("stage_work must be a mapping {stage: {counter: value}}")
+    bad = sorted(set(map(str, sw)) - set(STAGES))
+    if bad:
+        raise ProtocolError(f"stage_work: unknown stage(s) {bad}; known: {list(STAGES)}")
+    res.stage_work = {str(s): _check_counters(f"stage_work.{s}", c) for s, c in sw.items()}
+    acc = accumulate_stages(res.stage_work)
+    for k, v in acc.items():
+        if k not in res.work:
+            res.work[k] = v  # totals derived from the stages
+        elif res.work[k] < v:
+            raise ProtocolError(f"work.{k}={res.work[k]} is below the accumulated stage work {v} "
+                                f"(fallback and repair consume the same budget)")
+    peaks = res.resource_peaks or {}
+    if not isinstance(peaks, Mapping):
+        raise ProtocolError("resource_peaks must be a mapping {name: maximum}")
+    res.resource_peaks = {str(k): float(np.asarray(v)) for k, v in peaks.items()}
+    if res.precision is not None:
+        res.precision = str(res.precision)
+    if res.message is not None:
+        res.message = str(res.message)
+    return res
+
+
+def budget_problem(result: PlanResult, budget: BudgetSpec) -> tuple[str, str] | None:
+    """``(status, reason)`` when the result breaks a configured work limit:
+    ``runtime_error`` if the required counter is missing, ``budget_exhausted`` if a
+    counter exceeds its limit; ``None`` otherwise."""
+    for limit, value in budget.limits().items():
+        counter = LIMIT_COUNTER[limit]
+        if counter not in result.work:
+            return ("runtime_error",
+                    f"protocol: budget.{limit}={value} is configured but the result reports "
+                    f"no work.{counter}")
+    for limit, value in budget.limits().items():
+        counter = LIMIT_COUNTER[limit]
+        if result.work[counter] > value:
+            return ("budget_exhausted",
+                    f"work.{counter}={result.work[counter]} exceeds budget.{limit}={value}")
+    return None
