@@ -1,0 +1,379 @@
+"""Paired and seed-mean block bootstrap (host entry points around the JAX kernels).
+
+Every draw is a row of one multiplicity matrix: K blocks drawn with replacement (K = number
+of observed blocks; without blocks every task is its own block). The same matrix serves every
+method, seed and metric of a call. Draws are never dropped: a draw in which a method's
+retained subset is empty has an undefined value (NaN), and an interval over draws containing
+an undefined one is unavailable.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import jax
+import numpy as np
+
+from .kernels import block_mean_draws, coarse_counts, weighted_quantile_draws
+
+DEFAULT_SEEDS = (1234, 2026, 3407)
+NAN_POLICIES = ("raise", "omit")
+_CHUNK_ELEMENTS = 1 << 23
+
+__all__ = [
+    "DEFAULT_SEEDS",
+    "BootstrapResult",
+    "SeedMeanResult",
+    "multiplicity_matrix",
+    "encode_blocks",
+    "parse_statistic",
+    "paired_bootstrap",
+    "seed_mean_bootstrap",
+    "percentile_interval",
+    "resample_draws",
+]
+
+
+# ----------------------------------------------------------------------------- draws
+
+class MultiplicityStream:
+    """Rows of the multiplicity matrix, generated chunk by chunk from one NumPy Generator.
+
+    A row is ``bincount(rng.integers(0, K, size=K), minlength=K)``: K blocks drawn uniformly
+    with replacement. Splitting the draws into chunks does not change the rows.
+    """
+
+    def __init__(self, n_blocks: int, seed: int):
+        if n_blocks < 1:
+            raise ValueError("need at least one block to resample")
+        self.n_blocks = int(n_blocks)
+        self.rng = np.random.default_rng(seed)
+
+    def next(self, n_draws: int) -> np.ndarray:
+        K = self.n_blocks
+        idx = self.rng.integers(0, K, size=(n_draws, K))
+        idx += (np.arange(n_draws) * K)[:, None]
+        return np.bincount(idx.ravel(), minlength=n_draws * K).reshape(n_draws, K).astype(np.int32)
+
+
+def multiplicity_matrix(n_blocks: int, n_draws: int, seed: int) -> np.ndarray:
+    """The (n_draws, n_blocks) int32 multiplicity matrix the bootstrap functions use for ``seed``."""
+    return MultiplicityStream(n_blocks, seed).next(n_draws)
+
+
+def encode_blocks(blocks: Sequence[Any] | None, n: int, name: str = "blocks"):
+    """Block labels -> (index (n,) int32, labels). ``None`` blocks: every task is its own block.
+
+    A missing label (``None``) raises: unknown blocks are never replaced by task identities.
+    """
+    if blocks is None:
+        return np.arange(n, dtype=np.int32), None
+    blocks = list(np.asarray(blocks, dtype=object).ravel()) if not isinstance(blocks, list) else blocks
+    if len(blocks) != n:
+        raise ValueError(f"{name}: {len(blocks)} labels for {n} tasks")
+    for i, b in enumerate(blocks):
+        if b is None or (isinstance(b, float) and math.isnan(b)):
+            raise ValueError(f"{name}: task {i} has no block label")
+    keys = [str(b) for b in blocks]
+    labels = sorted(set(keys))
+    lookup = {lab: k for k, lab in enumerate(labels)}
+    return np.array([lookup[k] for k in keys], dtype=np.int32), labels
+
+
+def parse_statistic(statistic) -> float | None:
+    """'mean' -> None; 'median' -> 0.5; 'pNN' -> NN/100; a float in [0, 1] -> itself."""
+    if isinstance(statistic, str):
+        s = statistic.strip().lower()
+        if s == "mean":
+            return None
+        if s == "median":
+            return 0.5
+        if s.startswith("p"):
+            try:
+                v = float(s[1:]) / 100.0
+            except ValueError:
+                v = -1.0
+            if 0.0 <= v <= 1.0:
+                return v
+        raise ValueError(f"unknown statistic {statistic!r}; use 'mean', 'median', 'pNN' or a quantile in [0, 1]")
+    if isinstance(statistic, (int, float)) and not isinstance(statistic, bool):
+        v = float(statistic)
+        if 0.0 <= v <= 1.0:
+            return v
+    raise ValueError(f"statistic must be 'mean', 'median', 'pNN' or a quantile in [0, 1], got {statistic!r}")
+
+
+def _segment_for(m: int, n_blocks: int, n_targets: int) -> int | None:
+    if m < 64:
+        return None
+    s = int(2 ** round(math.log2(max(1.0, math.sqrt((n_blocks + 1) * m / n_targets)))))
+    s = max(32, min(s, m))
+    G = -(-m // s)
+    return s if (n_blocks + 1) * G + n_targets * s < m else None
+
+
+def resample_draws(block_index: np.ndarray, n_blocks: int, mean_series: Sequence[np.ndarray],
+                   quantile_series: Sequence[np.ndarray], qs: Sequence[float], n_draws: int,
+                   seed: int | None = None, mult: np.ndarray | None = None,
+                   chunk: int | None = None, segment: int | None | str = "auto"):
+    """Draws of means and quantiles for many series under one multiplicity matrix.
+
+    ``mean_series`` / ``quantile_series`` are (n,) float arrays over the same tasks; a
+    non-finite entry is left out of that series (callers enforce their NaN policy first).
+    The matrix comes from ``seed`` (streamed in chunks) or is given as ``mult``.
+    Returns ``(mean_draws (D, Jm), quantile_draws (D, Jq, len(qs)))`` as float64 NumPy.
+    """
+    block_index = np.asarray(block_index, dtype=np.int32)
+    n = block_index.shape[0]
+    K = int(n_blocks)
+    qs = tuple(float(q) for q in qs)
+    if mult is not None:
+        mult = np.asarray(mult)
+        if mult.shape != (n_draws, K):
+            raise ValueError(f"multiplicity matrix has shape {mult.shape}, expected {(n_draws, K)}")
+        stream = None
+    else:
+        stream = MultiplicityStream(K, seed)
+
+    with jax.enable_x64(True):
+        # per-block sums and counts of the retained values
+        Jm = len(mean_series)
+        sums = np.zeros((K, Jm))
+        counts = np.zeros((K, Jm))
+        for j, x in enumerate(mean_series):
+            x = np.asarray(x, dtype=np.float64)
+            keep = np.isfinite(x)
+            sums[:, j] = np.bincount(block_index[keep], weights=x[keep], minlength=K)
+            counts[:, j] = np.bincount(block_index[keep], minlength=K)
+
+        # sorted retained values per quantile series, padded with block id K
+        Jq = len(quantile_series)
+        seg = None
+        if Jq:
+            kept = []
+            for x in quantile_series:
+                x = np.asarray(x, dtype=np.float64)
+                keep = np.flatnonzero(np.isfinite(x))
+                order = keep[np.argsort(x[keep], kind="stable")]
+                kept.append((x[order], block_index[order]))
+            m = max(1, max(len(v) for v, _ in kept))
+            seg = _segment_for(m, K, 2 * len(qs)) if segment == "auto" else segment
+            P = m if seg is None else -(-m // seg) * seg
+            vals = np.zeros((Jq, P))
+            blk = np.full((Jq, P), K, dtype=np.int32)
+            for j, (v, b) in enumerate(kept):
+                vals[j, :len(v)] = v
+                if len(v):
+                    vals[j, len(v):] = v[-1]
+                blk[j, :len(b)] = b
+            coarse = coarse_counts(blk, K, seg) if seg is not None else np.zeros((Jq, 1, K + 1))
+
+        # chunk size bounding the per-chunk working set
+        if Jq:
+            per_draw = Jq * (P if seg is None else (2 * len(qs) * seg + coarse.shape[1])) + K
+        else:
+            per_draw = K + Jm
+        if chunk is None:
+            chunk = max(1, min(n_draws, _CHUNK_ELEMENTS // max(1, per_draw)))
+        chunk = max(1, min(int(chunk), max(1, n_draws)))
+
+        mean_out = np.empty((n_draws, Jm))
+        q_out = np.empty((n_draws, Jq, len(qs)))
+        j_sums = jax.numpy.asarray(sums)
+        j_counts = jax.numpy.asarray(counts)
+        if Jq:
+            j_vals, j_blk, j_coarse = map(jax.numpy.asarray, (vals, blk, coarse))
+        for start in range(0, n_draws, chunk):
+            stop = min(n_draws, start + chunk)
+            rows = stream.next(stop - start) if stream is not None else mult[start:stop]
+            block = np.zeros((chunk, K), dtype=np.float64)
+            block[: stop - start] = rows
+            jm = jax.numpy.asarray(block)
+            if Jm:
+                mean_out[start:stop] = np.asarray(block_mean_draws(jm, j_sums, j_counts))[: stop - start]
+            if Jq:
+                r = weighted_quantile_draws(jm, j_vals, j_blk, j_coarse, qs, seg)
+                q_out[start:stop] = np.asarray(r)[: stop - start]
+    return mean_out, q_out
+
+
+# ----------------------------------------------------------------------------- results
+
+def percentile_interval(draws: np.ndarray, alpha: float):
+    """(low, high, available, n_undefined): NumPy linear percentiles of the draws at alpha/2,
+    1-alpha/2; unavailable (NaN, NaN) if any draw is undefined."""
+    draws = np.asarray(draws, dtype=np.float64)
+    bad = int(np.count_nonzero(~np.isfinite(draws)))
+    if bad or draws.size == 0:
+        return float("nan"), float("nan"), False, bad
+    lo, hi = np.quantile(draws, [alpha / 2, 1 - alpha / 2])
+    return float(lo), float(hi), True, 0
+
+
+@dataclass
+class BootstrapResult:
+    """T(A) - T(B) on the observed tasks, its percentile interval and retained counts."""
+    delta: float
+    ci_low: float
+    ci_high: float
+    ci_available: bool
+    n_undefined_draws: int
+    n_a: int
+    n_b: int
+    statistic: str
+    n_bootstrap: int
+    alpha: float
+    draws: np.ndarray | None = None
+
+    def to_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in ("delta", "ci_low", "ci_high", "ci_available",
+                                            "n_undefined_draws", "n_a", "n_b", "statistic",
+                                            "n_bootstrap", "alpha")}
+        return d
+
+
+@dataclass
+class SeedMeanResult(BootstrapResult):
+    """Mean over seeds of the per-seed contrasts; ``per_seed`` holds each seed's result."""
+    per_seed: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        d = super().to_dict()
+        d["per_seed"] = {str(s): r.to_dict() for s, r in self.per_seed.items()}
+        return d
+
+
+def _check_alpha(alpha):
+    if not (isinstance(alpha, (int, float)) and 0.0 < float(alpha) < 1.0):
+        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+
+
+def _check_draws(n_bootstrap):
+    if isinstance(n_bootstrap, bool) or not isinstance(n_bootstrap, (int, np.integer)) or n_bootstrap < 1:
+        raise ValueError(f"n_bootstrap must be a positive integer, got {n_bootstrap!r}")
+
+
+def _prepare(x, n, nan_policy, name):
+    if nan_policy not in NAN_POLICIES:
+        raise ValueError(f"nan_policy must be one of {NAN_POLICIES}, got {nan_policy!r}")
+    x = np.asarray(x)
+    if x.ndim != 1:
+        raise ValueError(f"{name}: expected a 1-D per-task array, got shape {x.shape}")
+    if n is not None and x.shape[0] != n:
+        raise ValueError(f"{name}: {x.shape[0]} tasks, expected {n}")
+    if x.dtype.kind not in "biuf":
+        raise ValueError(f"{name}: expected numbers, got dtype {x.dtype}")
+    x = x.astype(np.float64)
+    bad = np.flatnonzero(~np.isfinite(x))
+    if nan_policy == "raise" and bad.size:
+        raise ValueError(f"{name}: task {int(bad[0])} is {x[bad[0]]} ({bad.size} non-finite values); "
+                         "pass nan_policy='omit' to reduce each method's finite subset")
+    return x
+
+
+def observed_statistic(x: np.ndarray, q: float | None) -> float:
+    v = x[np.isfinite(x)]
+    if v.size == 0:
+        return float("nan")
+    return float(np.mean(v)) if q is None else float(np.quantile(v, q))
+
+
+def _stat_name(q):
+    return "mean" if q is None else ("median" if q == 0.5 else f"quantile({q:g})")
+
+
+def _result(cls, delta, draws, alpha, n_a, n_b, q, n_bootstrap, return_draws, **extra):
+    lo, hi, ok, bad = percentile_interval(draws, alpha)
+    return cls(delta=float(delta), ci_low=lo, ci_high=hi, ci_available=ok, n_undefined_draws=bad,
+               n_a=int(n_a), n_b=int(n_b), statistic=_stat_name(q), n_bootstrap=int(n_bootstrap),
+               alpha=float(alpha), draws=np.asarray(draws) if return_draws else None, **extra)
+
+
+def paired_bootstrap(a, b, statistic="mean", blocks=None, n_bootstrap: int = 10000,
+                     alpha: float = 0.05, seed: int = 0, nan_policy: str = "raise",
+                     return_draws: bool = False) -> BootstrapResult:
+    """Paired bootstrap of ``T(a) - T(b)`` over tasks paired by index.
+
+    ``statistic``: 'mean', 'median', 'pNN' or a quantile level. With ``blocks`` (one label per
+    task) each draw takes as many whole blocks as observed, with replacement, the same for both
+    methods; without, tasks are resampled. ``nan_policy='omit'`` reduces each method's finite
+    subset; a draw leaving a subset empty is undefined and makes the interval unavailable.
+    """
+    _check_alpha(alpha)
+    _check_draws(n_bootstrap)
+    q = parse_statistic(statistic)
+    a = _prepare(a, None, nan_policy, "a")
+    b = _prepare(b, a.shape[0], nan_policy, "b")
+    if a.shape[0] == 0:
+        raise ValueError("no tasks to resample")
+    idx, labels = encode_blocks(blocks, a.shape[0])
+    K = a.shape[0] if labels is None else len(labels)
+    if q is None:
+        m, _ = resample_draws(idx, K, [a, b], [], (), n_bootstrap, seed)
+        da, db = m[:, 0], m[:, 1]
+    else:
+        _, qd = resample_draws(idx, K, [], [a, b], (q,), n_bootstrap, seed)
+        da, db = qd[:, 0, 0], qd[:, 1, 0]
+    delta = observed_statistic(a, q) - observed_statistic(b, q)
+    return _result(BootstrapResult, delta, da - db, alpha, np.isfinite(a).sum(),
+                   np.isfinite(b).sum(), q, n_bootstrap, return_draws)
+
+
+def _seed_arrays(X, seeds, name):
+    if isinstance(X, Mapping):
+        keys = set(X)
+        if keys != set(seeds):
+            raise ValueError(f"{name}: seeds {sorted(keys, key=str)} differ from the required {list(seeds)}")
+        return [X[s] for s in seeds]
+    X = list(X)
+    if len(X) != len(seeds):
+        raise ValueError(f"{name}: {len(X)} seed arrays, expected {len(seeds)} ({list(seeds)})")
+    return X
+
+
+def seed_mean_bootstrap(A, B, statistic="mean", blocks=None, seeds: Sequence[int] = DEFAULT_SEEDS,
+                        n_bootstrap: int = 10000, alpha: float = 0.05, seed: int = 0,
+                        nan_policy: str = "raise", return_draws: bool = False) -> SeedMeanResult:
+    """Bootstrap of the mean over training seeds of ``T(A_s) - T(B_s)``.
+
+    ``A``/``B`` map each training seed to a per-task array (or are sequences in ``seeds``
+    order) over the identical ordered task roster. Every draw uses the same block
+    multiplicities for every seed and both methods; its value is the mean of the per-seed
+    contrasts. ``per_seed`` holds each seed's own estimate and interval from the same draws.
+    """
+    _check_alpha(alpha)
+    _check_draws(n_bootstrap)
+    q = parse_statistic(statistic)
+    seeds = tuple(seeds)
+    xa = _seed_arrays(A, seeds, "A")
+    xb = _seed_arrays(B, seeds, "B")
+    n = np.asarray(xa[0]).shape[0] if np.ndim(xa[0]) == 1 else None
+    xa = [_prepare(x, n, nan_policy, f"A[{s}]") for s, x in zip(seeds, xa)]
+    xb = [_prepare(x, n, nan_policy, f"B[{s}]") for s, x in zip(seeds, xb)]
+    if not n:
+        raise ValueError("no tasks to resample")
+    idx, labels = encode_blocks(blocks, n)
+    K = n if labels is None else len(labels)
+    series = [x for pair in zip(xa, xb) for x in pair]
+    if q is None:
+        m, _ = resample_draws(idx, K, series, [], (), n_bootstrap, seed)
+        d = m
+    else:
+        _, qd = resample_draws(idx, K, [], series, (q,), n_bootstrap, seed)
+        d = qd[:, :, 0]
+    per_seed = {}
+    contrasts = []
+    deltas = []
+    for i, s in enumerate(seeds):
+        c = d[:, 2 * i] - d[:, 2 * i + 1]
+        contrasts.append(c)
+        delta = observed_statistic(xa[i], q) - observed_statistic(xb[i], q)
+        deltas.append(delta)
+        per_seed[s] = _result(BootstrapResult, delta, c, alpha, np.isfinite(xa[i]).sum(),
+                              np.isfinite(xb[i]).sum(), q, n_bootstrap, return_draws)
+    draws = np.mean(np.stack(contrasts, axis=1), axis=1)
+    return _result(SeedMeanResult, np.mean(deltas), draws, alpha,
+                   sum(r.n_a for r in per_seed.values()), sum(r.n_b for r in per_seed.values()),
+                   q, n_bootstrap, return_draws, per_seed=per_seed)
