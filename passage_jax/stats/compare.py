@@ -1,0 +1,233 @@
+"""Holm–Bonferroni, per-metric votes, the verdict, and ``compare_primary_metrics``."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from .bootstrap import (DEFAULT_SEEDS, BootstrapResult, SeedMeanResult, _check_alpha, _check_draws,
+                        _result, observed_statistic, resample_draws)
+from .primary import DIRECTIONS, MEAN_FIELDS, METRIC_SPEC, PRIMARY_METRICS, validate_primary
+
+FAMILY_ALPHA = 0.05
+
+__all__ = ["Decision", "HolmRecord", "Comparison", "holm_bonferroni", "metric_vote", "decide",
+           "compare_primary_metrics", "FAMILY_ALPHA"]
+
+
+class Decision(str, Enum):
+    PARETO_DOMINANT = "pareto_dominant"
+    TRADEOFF = "tradeoff"
+    PARTIAL = "partial"
+    INDISTINGUISHABLE = "indistinguishable"
+
+
+@dataclass
+class HolmRecord:
+    p_value: float
+    adjusted: float
+    reject: bool
+
+    def to_dict(self):
+        return {"p_value": self.p_value, "adjusted": self.adjusted, "reject": self.reject}
+
+
+def _check_p(name, p):
+    if isinstance(p, bool) or not isinstance(p, (int, float, np.integer, np.floating)):
+        raise ValueError(f"p-value for {name!r} must be a number in [0, 1] or NaN, got {p!r}")
+    p = float(p)
+    if math.isnan(p):
+        return p
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"p-value for {name!r} is {p}, outside [0, 1]")
+    return p
+
+
+def holm_bonferroni(p_values: Mapping[str, float], alpha: float = FAMILY_ALPHA) -> dict[str, HolmRecord]:
+    """Holm step-down over the whole family (NaN = unavailable: never rejects, still counted).
+
+    The k-th smallest available p (k = 1..) is compared with ``alpha / (m - k + 1)`` where m is
+    the family size including unavailable tests; rejection stops at the first failure.
+    Adjusted p = running max of ``min(1, (m - k + 1) p_(k))``. Records keep the input order.
+    """
+    _check_alpha(alpha)
+    ps = {k: _check_p(k, v) for k, v in p_values.items()}
+    m = len(ps)
+    avail = sorted((p, i, k) for i, (k, p) in enumerate(ps.items()) if not math.isnan(p))
+    out = {k: HolmRecord(p, float("nan"), False) for k, p in ps.items() if math.isnan(p)}
+    running, rejecting = 0.0, True
+    for rank, (p, _, k) in enumerate(avail):
+        factor = m - rank
+        running = max(running, min(1.0, factor * p))
+        rejecting = rejecting and p <= alpha / factor
+        out[k] = HolmRecord(p, running, rejecting)
+    return {k: out[k] for k in ps}
+
+
+def metric_vote(metric: str, delta: float, reject: bool) -> str | None:
+    """'A' or 'B' for a rejected metric by the sign of the seed-mean estimate and the metric's
+    direction; ``None`` when not rejected or the estimate is 0 or NaN."""
+    if not reject or delta is None or not math.isfinite(delta) or delta == 0:
+        return None
+    better_lower = DIRECTIONS.get(metric, "lower") == "lower"
+    return "A" if (delta < 0) == better_lower else "B"
+
+
+def decide(votes: Mapping[str, str | None]) -> tuple[Decision, str | None]:
+    """Verdict from per-metric votes: (decision, winner or None)."""
+    va = sum(v == "A" for v in votes.values())
+    vb = sum(v == "B" for v in votes.values())
+    if va and vb:
+        return Decision.TRADEOFF, None
+    if not va and not vb:
+        return Decision.INDISTINGUISHABLE, None
+    win = "A" if va else "B"
+    if max(va, vb) == len(votes):
+        return Decision.PARETO_DOMINANT, win
+    return Decision.PARTIAL, win
+
+
+@dataclass
+class Comparison:
+    deltas: dict
+    inference_status: str
+    decision: Decision | None
+    winner: str | None
+    votes: dict
+    holm: dict | None
+    p_values: dict | None
+    paired_test: str | None
+    test_assumptions: Any
+    assumptions_verified: bool
+    interval_agrees: dict
+    seeds: tuple
+    n_tasks: int
+    n_blocks: int
+    n_bootstrap: int
+    alpha: float
+    bootstrap_seed: int
+    directions: dict = field(default_factory=lambda: dict(DIRECTIONS))
+
+    def to_dict(self) -> dict:
+        return {
+            "deltas": {m: r.to_dict() for m, r in self.deltas.items()},
+            "inference_status": self.inference_status,
+            "decision": None if self.decision is None else self.decision.value,
+            "winner": self.winner,
+            "votes": dict(self.votes),
+            "holm": None if self.holm is None else {m: r.to_dict() for m, r in self.holm.items()},
+            "p_values": self.p_values,
+            "paired_test": self.paired_test,
+            "test_assumptions": self.test_assumptions,
+            "assumptions_verified": self.assumptions_verified,
+            "interval_agrees": dict(self.interval_agrees),
+            "seeds": list(self.seeds),
+            "n_tasks": self.n_tasks,
+            "n_blocks": self.n_blocks,
+            "n_bootstrap": self.n_bootstrap,
+            "alpha": self.alpha,
+            "bootstrap_seed": self.bootstrap_seed,
+            "directions": dict(self.directions),
+        }
+
+
+def primary_seed_mean_draws(data, block_index, n_blocks, n_draws, seed=None, mult=None, seeds=DEFAULT_SEEDS):
+    """Per metric: (draws of A (D, S), draws of B (D, S)) under one shared multiplicity matrix."""
+    means, quants = [], []
+    for s in seeds:
+        for mth in ("A", "B"):
+            means += [data[mth][s][f] for f in MEAN_FIELDS]
+            quants.append(data[mth][s]["regret"])
+    md, qd = resample_draws(block_index, n_blocks, means, quants, (0.5, 0.9), n_draws,
+                            seed=seed, mult=mult)
+    S = len(seeds)
+    out = {}
+    for metric, (f, q, _) in METRIC_SPEC.items():
+        if q is None:
+            j = MEAN_FIELDS.index(f)
+            cols = md.reshape(md.shape[0], S, 2, len(MEAN_FIELDS))[:, :, :, j]
+        else:
+            cols = qd.reshape(qd.shape[0], S, 2, 2)[:, :, :, (0.5, 0.9).index(q)]
+        out[metric] = (cols[:, :, 0], cols[:, :, 1])
+    return out
+
+
+def compare_primary_metrics(A, B, blocks, n_bootstrap: int = 10000, alpha: float = 0.05,
+                            seed: int = 0, p_values: Mapping[str, float] | None = None,
+                            paired_test: str | None = None, test_assumptions: Any = None,
+                            task_ids: Sequence[str] | None = None,
+                            return_draws: bool = False) -> Comparison:
+    """Compare two methods on the six primary metrics over the three training seeds.
+
+    See :mod:`passage_jax.stats.primary` for the input format. ``blocks`` gives each task's
+    block (sequence in roster order or mapping task id -> block). Each metric gets the seed-mean
+    contrast ``mean_s [T(A_s) - T(B_s)]`` with a block-bootstrap percentile interval (one
+    multiplicity matrix shared by every seed, method and metric) and per-seed results.
+    Without ``p_values`` the result has ``inference_status='test_not_provided'`` and no
+    decision. With six p-values (plus ``paired_test`` and ``test_assumptions``), Holm at
+    family-wise 0.05 decides which metrics count, each rejected metric votes by the sign of its
+    seed-mean estimate, and the votes give the verdict.
+    """
+    _check_alpha(alpha)
+    _check_draws(n_bootstrap)
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise ValueError(f"seed must be an integer, got {seed!r}")
+    if p_values is None and (paired_test is not None or test_assumptions is not None):
+        raise ValueError("paired_test/test_assumptions given without p_values")
+    if p_values is not None:
+        if not isinstance(p_values, Mapping):
+            raise ValueError("p_values must map each primary metric name to a p-value")
+        keys = set(p_values)
+        if keys != set(PRIMARY_METRICS):
+            raise ValueError(f"p_values must name exactly the six primary metrics {list(PRIMARY_METRICS)}; "
+                             f"missing {sorted(set(PRIMARY_METRICS) - keys)}, unknown {sorted(keys - set(PRIMARY_METRICS), key=str)}")
+        if not isinstance(paired_test, str) or not paired_test.strip():
+            raise ValueError("p_values need the declared paired_test (a non-empty name)")
+        if test_assumptions is None or (isinstance(test_assumptions, str) and not test_assumptions.strip()):
+            raise ValueError("p_values need the declared test_assumptions")
+        p_values = {m: _check_p(m, p_values[m]) for m in PRIMARY_METRICS}
+
+    seeds = DEFAULT_SEEDS
+    data, idx, labels, ids = validate_primary(A, B, blocks, task_ids, seeds)
+    draws = primary_seed_mean_draws(data, idx, len(labels), n_bootstrap, seed=seed, seeds=seeds)
+
+    deltas = {}
+    for metric in PRIMARY_METRICS:
+        f, q, _ = METRIC_SPEC[metric]
+        da, db = draws[metric]
+        per_seed = {}
+        for i, s in enumerate(seeds):
+            xa, xb = data["A"][s][f], data["B"][s][f]
+            d = observed_statistic(xa, q) - observed_statistic(xb, q)
+            per_seed[s] = _result(BootstrapResult, d, da[:, i] - db[:, i], alpha,
+                                  np.isfinite(xa).sum(), np.isfinite(xb).sum(), q, n_bootstrap,
+                                  return_draws)
+        sm = np.mean(da - db, axis=1)
+        deltas[metric] = _result(SeedMeanResult, np.mean([r.delta for r in per_seed.values()]), sm,
+                                 alpha, sum(r.n_a for r in per_seed.values()),
+                                 sum(r.n_b for r in per_seed.values()), q, n_bootstrap, return_draws,
+                                 per_seed=per_seed)
+
+    holm = None
+    votes = {m: None for m in PRIMARY_METRICS}
+    agrees = {m: None for m in PRIMARY_METRICS}
+    decision = winner = None
+    status = "test_not_provided"
+    if p_values is not None:
+        holm = holm_bonferroni(p_values, FAMILY_ALPHA)
+        for m in PRIMARY_METRICS:
+            r = deltas[m]
+            votes[m] = metric_vote(m, r.delta, holm[m].reject)
+            if votes[m] is not None:
+                agrees[m] = bool(r.ci_available and (r.ci_high < 0 if r.delta < 0 else r.ci_low > 0))
+        decision, winner = decide(votes)
+        status = "test_provided"
+    return Comparison(deltas=deltas, inference_status=status, decision=decision, winner=winner,
+                      votes=votes, holm=holm, p_values=p_values, paired_test=paired_test,
+                      test_assumptions=test_assumptions, assumptions_verified=False,
+                      interval_agrees=agrees, seeds=seeds, n_tasks=len(ids), n_blocks=len(labels),
+                      n_bootstrap=int(n_bootstrap), alpha=float(alpha), bootstrap_seed=int(seed))

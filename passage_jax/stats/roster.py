@@ -1,0 +1,190 @@
+"""Frozen task rosters (``passage-roster-v1`` / ``passage-roster-v2``) with sha256 sealing.
+
+File format (UTF-8 JSON object, written with ``indent=1`` and a trailing newline)::
+
+    {"format": "passage-roster-v1",
+     "tasks": [{"task_id": "scene-1/elevation/free", "block": "5deg:+35:-120"}, ...]}
+
+    {"format": "passage-roster-v2",
+     "block_rule": "main_tile_5deg", "block_rule_version": 1,
+     "footprint_required": false, "unplaced_block": "unplaced",
+     "tasks": [{"task_id": ..., "block": ...}, ...]}
+
+v1 blocks are strings or ``null`` (unknown); a bare JSON list of task records is read as v1.
+v2 blocks are strings; tasks without a footprint share the single block named by
+``unplaced_block`` (``null`` when there is none, required when ``footprint_required``).
+The hash covers the exact bytes of the file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from .blocks import BLOCK_RULE_VERSION, BLOCK_RULES, assign_blocks
+from .primary import UNPLACED
+
+ROSTER_FORMATS = ("passage-roster-v1", "passage-roster-v2")
+
+__all__ = ["ROSTER_FORMATS", "Roster", "RosterError", "read_roster", "write_roster",
+           "roster_from_tiles", "file_sha256"]
+
+
+class RosterError(ValueError):
+    pass
+
+
+@dataclass
+class Roster:
+    format: str
+    task_ids: list
+    blocks: list
+    block_rule: str | None = None
+    block_rule_version: int | None = None
+    footprint_required: bool | None = None
+    unplaced_block: str | None = None
+    sha256: str | None = None
+
+    def block_map(self) -> dict:
+        return dict(zip(self.task_ids, self.blocks))
+
+    def to_json(self) -> dict:
+        tasks = [{"task_id": t, "block": b} for t, b in zip(self.task_ids, self.blocks)]
+        if self.format == "passage-roster-v1":
+            return {"format": self.format, "tasks": tasks}
+        return {"format": self.format, "block_rule": self.block_rule,
+                "block_rule_version": self.block_rule_version,
+                "footprint_required": self.footprint_required,
+                "unplaced_block": self.unplaced_block, "tasks": tasks}
+
+
+def file_sha256(path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _validate(r: Roster, where: str) -> Roster:
+    if r.format not in ROSTER_FORMATS:
+        raise RosterError(f"{where}: format {r.format!r} is not one of {ROSTER_FORMATS}")
+    seen = set()
+    for i, t in enumerate(r.task_ids):
+        if not isinstance(t, str) or not t:
+            raise RosterError(f"{where}: tasks[{i}].task_id must be a non-empty string, got {t!r}")
+        if t in seen:
+            raise RosterError(f"{where}: tasks[{i}].task_id {t!r} appears more than once")
+        seen.add(t)
+    v2 = r.format == "passage-roster-v2"
+    for i, b in enumerate(r.blocks):
+        if b is None and not v2:
+            continue
+        if not isinstance(b, str) or not b:
+            raise RosterError(f"{where}: tasks[{i}].block must be a non-empty string"
+                              f"{'' if v2 else ' or null'}, got {b!r}")
+    if v2:
+        if r.block_rule not in BLOCK_RULES:
+            raise RosterError(f"{where}: block_rule {r.block_rule!r} is not one of {BLOCK_RULES}")
+        if isinstance(r.block_rule_version, bool) or not isinstance(r.block_rule_version, int):
+            raise RosterError(f"{where}: block_rule_version must be an integer, got {r.block_rule_version!r}")
+        if not isinstance(r.footprint_required, bool):
+            raise RosterError(f"{where}: footprint_required must be true or false")
+        u = r.unplaced_block
+        if u is not None and (not isinstance(u, str) or not u):
+            raise RosterError(f"{where}: unplaced_block must be a non-empty string or null, got {u!r}")
+        if r.footprint_required and u is not None:
+            raise RosterError(f"{where}: footprint_required is true, so there can be no unplaced block")
+        if u is not None and u not in r.blocks:
+            raise RosterError(f"{where}: unplaced_block {u!r} names no task's block")
+        if u is None and UNPLACED in r.blocks:
+            raise RosterError(f"{where}: block {UNPLACED!r} used but unplaced_block is null")
+    return r
+
+
+def read_roster(path, sha256: str | None = None) -> Roster:
+    """Read and validate a roster; with ``sha256``, refuse a file whose hash differs."""
+    path = Path(path)
+    raw = path.read_bytes()
+    digest = hashlib.sha256(raw).hexdigest()
+    if sha256 is not None and digest != str(sha256).strip().lower():
+        raise RosterError(f"roster {path}: sha256 is {digest}, expected {sha256}; refusing the file")
+    try:
+        obj = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise RosterError(f"roster {path}: not valid UTF-8 JSON ({e})") from None
+    where = f"roster {path}"
+    if isinstance(obj, list):
+        obj = {"format": "passage-roster-v1", "tasks": obj}
+    if not isinstance(obj, dict):
+        raise RosterError(f"{where}: expected a JSON object")
+    fmt = obj.get("format")
+    if fmt not in ROSTER_FORMATS:
+        raise RosterError(f"{where}: format {fmt!r} is not one of {ROSTER_FORMATS}")
+    allowed = {"format", "tasks"} | ({"block_rule", "block_rule_version", "footprint_required",
+                                      "unplaced_block"} if fmt == "passage-roster-v2" else set())
+    extra = set(obj) - allowed
+    missing = allowed - set(obj)
+    if extra or missing:
+        raise RosterError(f"{where}: unexpected fields {sorted(extra)} / missing fields {sorted(missing)}")
+    tasks = obj["tasks"]
+    if not isinstance(tasks, list):
+        raise RosterError(f"{where}: 'tasks' must be a list")
+    ids, blocks = [], []
+    for i, t in enumerate(tasks):
+        if not isinstance(t, dict) or set(t) != {"task_id", "block"}:
+            raise RosterError(f"{where}: tasks[{i}] must be an object with exactly task_id and block")
+        ids.append(t["task_id"])
+        blocks.append(t["block"])
+    r = Roster(format=fmt, task_ids=ids, blocks=blocks, block_rule=obj.get("block_rule"),
+               block_rule_version=obj.get("block_rule_version"),
+               footprint_required=obj.get("footprint_required"),
+               unplaced_block=obj.get("unplaced_block"), sha256=digest)
+    return _validate(r, where)
+
+
+def write_roster(path, roster: Roster) -> str:
+    """Validate and write ``roster`` atomically (temp file + rename); return the file's sha256."""
+    path = Path(path)
+    _validate(roster, f"roster {path}")
+    data = (json.dumps(roster.to_json(), indent=1, ensure_ascii=False) + "\n").encode("utf-8")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    digest = hashlib.sha256(data).hexdigest()
+    roster.sha256 = digest
+    return digest
+
+
+def roster_from_tiles(task_ids: Sequence[str], tiles: Sequence[dict | None], rule: str,
+                      footprint_required: bool = False) -> Roster:
+    """A v2 roster from each task's ``metadata.tile``; tile-less tasks go to block 'unplaced'
+    (refused when ``footprint_required``)."""
+    task_ids = list(task_ids)
+    tiles = list(tiles)
+    if len(task_ids) != len(tiles):
+        raise RosterError(f"{len(task_ids)} task ids but {len(tiles)} tiles")
+    labels = assign_blocks(tiles, rule)
+    missing = [t for t, lab in zip(task_ids, labels) if lab is None]
+    if missing and footprint_required:
+        raise RosterError(f"task {missing[0]!r} has no tile but a footprint is required "
+                          f"({len(missing)} such tasks)")
+    blocks = [UNPLACED if lab is None else lab for lab in labels]
+    r = Roster(format="passage-roster-v2", task_ids=task_ids, blocks=blocks, block_rule=rule,
+               block_rule_version=BLOCK_RULE_VERSION, footprint_required=bool(footprint_required),
+               unplaced_block=UNPLACED if missing else None)
+    return _validate(r, "roster")
