@@ -1,0 +1,199 @@
+"""``python -m cli audit`` on shards from a separate SPEC §1 writer and on corrupted
+copies of them."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from cli.__main__ import main as cli_main
+from fixtures_data import make_rows, mutated, write_dataset, write_foreign
+from passage_jax.data.codec import encode_tensor
+
+N = 8
+
+
+def _audit(tmp_path, *extra):
+    out = tmp_path / "audit.json"
+    rc = cli_main(["audit", "--dataset-path", str(tmp_path / "data"), "--resolution", str(N),
+                   "--json", str(out), "--workers", "2", *extra])
+    report = json.loads(out.read_text()) if out.exists() else None
+    return rc, report
+
+
+def _foreign_dataset(tmp_path, rows=None):
+    rows = make_rows(5) if rows is None else rows
+    # two shards, several row groups each, int64 routes, image columns, no metadata.markers
+    write_foreign(tmp_path / "data", rows[:3], name="train-0000.parquet", row_group_size=2)
+    write_foreign(tmp_path / "data", rows[3:], name="train-0001.parquet", row_group_size=1)
+    return rows
+
+
+def test_audit_accepts_separate_writer_shards(tmp_path, capsys):
+    rows = make_rows(5)
+    for i, r in enumerate(rows):  # give two scenes another 1° tile in another 5° cell
+        if i >= 3:
+            r["metadata"]["tile"] = {"source": "t", "lat": 46, "lon": 7,
+                                     "tiles": [[46, 7], [45, 7]]}
+    _foreign_dataset(tmp_path, rows)
+    rc, rep = _audit(tmp_path)
+    assert rc == 0, capsys.readouterr()
+    assert [s["id"] for s in rep["scenes"]] == [r["id"] for r in rows]
+    assert all(s["valid"] and s["error"] is None for s in rep["scenes"])
+    # tile (36, -112) lies in the 5° cell with south-west corner (35, -115);
+    # (46, 7) and (45, 7) both lie in the cell (45, 5)
+    assert rep["scenes"][0]["blocks"] == {"main_tile_5deg": "5deg:+35:-115",
+                                          "union_5deg": "u5deg:+35:-115"}
+    assert rep["scenes"][4]["blocks"]["main_tile_5deg"] == "5deg:+45:+5"
+    s = rep["summary"]["resolutions"][str(N)]["splits"]["test"]
+    assert (s["n_scenes"], s["n_valid"], s["n_invalid"]) == (5, 5, 0)
+    assert s["blocks"]["main_tile_5deg"]["n_blocks"] == 2
+    assert s["blocks"]["main_tile_5deg"]["largest_share"] == pytest.approx(3 / 5)
+    # route lengths: 6 cells on the diagonal, 11 along the free detour (by construction)
+    assert s["route_cells"]["energy/obstacles"] == {"min": 6, "median": 6, "max": 6}
+    assert s["route_cells"]["slope_uphill/free"] == {"min": 11, "median": 11, "max": 11}
+    assert rep["summary"]["all_valid"] and rep["summary"]["failing"] == []
+    assert all(s["markers"] == {"start": 1, "goal": -1} for s in rep["scenes"])
+
+
+def test_audit_coverage_summary_matches_numpy(tmp_path):
+    rows = make_rows(4)
+    extra = [0, 3, 5, 9]  # extra obstacle cells on row 0 (off every route)
+    for r, k in zip(rows, extra):
+        r["tensor"][0, :k, 2] = 1.0
+    _foreign_dataset(tmp_path, rows)
+    rc, rep = _audit(tmp_path)
+    assert rc == 0
+    cov = np.array([(2 + min(k, N)) / (N * N) for k in extra])
+    got = rep["summary"]["resolutions"][str(N)]["splits"]["test"]["obstacle_coverage"]
+    assert got == pytest.approx({"min": cov.min(), "median": float(np.median(cov)),
+                                 "max": cov.max()})
+    assert [s["obstacle_coverage"] for s in rep["scenes"]] == pytest.approx(list(cov))
+
+
+def _nan(r):
+    r["tensor"][3, 3, 0] = np.nan
+
+
+def _truncate(r):
+    blob = encode_tensor(r["tensor"])
+    r["tensor"] = blob[:-20]
+
+
+def _oversize(r):
+    r["tensor"] = encode_tensor(np.zeros((N + 2, N + 2, 3), np.float32))
+
+
+def _through_obstacle(r):
+    r["tensor"][2, 2, 2] = 1.0
+
+
+def _gap(r):
+    k = ("elevation", "obstacles")
+    r["routes"][k] = np.delete(r["routes"][k], 1, axis=0)
+
+
+def _not_at_goal(r):
+    k = ("slope_uphill", "free")
+    r["routes"][k] = r["routes"][k][:-2]
+
+
+def _no_start(r):
+    r["tensor"][1, 1, 1] = 0.0
+
+
+def _two_goals(r):
+    r["tensor"][4, 2, 1] = -1.0
+
+
+def _marker_on_obstacle(r):
+    r["tensor"][1, 1, 2] = 1.0
+
+
+def _bad_metadata(r):
+    del r["metadata"]["calibration"]
+
+
+def _e_out_of_range(r):
+    r["tensor"][5, 0, 0] = 1.25
+
+
+CORRUPTIONS = {
+    "nan": (_nan, "non-finite"),
+    "truncated": (_truncate, "tensor"),
+    "oversized": (_oversize, "declares"),
+    "through_obstacle": (_through_obstacle, "is an obstacle"),
+    "gap": (_gap, "gap"),
+    "not_at_goal": (_not_at_goal, "not at the goal"),
+    "no_start": (_no_start, "is missing"),
+    "two_goals": (_two_goals, "marked 2 times"),
+    "marker_on_obstacle": (_marker_on_obstacle, "lies on an obstacle"),
+    "bad_metadata": (_bad_metadata, "calibration"),
+    "e_out_of_range": (_e_out_of_range, "[0, 1]"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CORRUPTIONS))
+def test_audit_rejects_corrupted_copy_naming_the_scene(tmp_path, capsys, name):
+    corrupt, phrase = CORRUPTIONS[name]
+    rows = make_rows(5)
+    bad = mutated(rows[3])
+    corrupt(bad)
+    rows[3] = bad
+    _foreign_dataset(tmp_path, rows)
+    rc, rep = _audit(tmp_path)
+    assert rc == 1
+    by_id = {s["id"]: s for s in rep["scenes"]}
+    assert [k for k, s in by_id.items() if not s["valid"]] == ["0000000003"]
+    err = by_id["0000000003"]["error"]
+    assert "scene 0000000003" in err and "train-0001.parquet row 0" in err and phrase in err, err
+    assert by_id["0000000003"]["blocks"] == {"main_tile_5deg": None, "union_5deg": None}
+    assert rep["summary"]["failing"][0]["id"] == "0000000003"
+    assert "invalid scene 0000000003" in capsys.readouterr().err
+
+
+def test_audit_flags_duplicate_ids_across_splits(tmp_path):
+    write_dataset(tmp_path / "data", count=3, split="test")
+    write_dataset(tmp_path / "data", count=2, split="calibration", start_index=2)
+    rc, rep = _audit(tmp_path)
+    assert rc == 1
+    bad = [(s["split"], s["id"]) for s in rep["scenes"] if not s["valid"]]
+    assert sorted(bad) == [("calibration", "0000000002"), ("test", "0000000002")]
+    # only the test split is audited, but the duplicate in calibration still counts
+    rc, rep = _audit(tmp_path, "--split", "test")
+    assert rc == 1 and [s["id"] for s in rep["scenes"] if not s["valid"]] == ["0000000002"]
+
+
+def test_audit_missing_layout_is_exit_2(tmp_path, capsys):
+    rc, rep = _audit(tmp_path)
+    assert rc == 2 and rep is None
+    assert "does not exist" in capsys.readouterr().err
+    write_dataset(tmp_path / "data", count=1, split="test")
+    rc, _ = _audit(tmp_path, "--split", "val")
+    assert rc == 2
+    assert "validation does not exist" in capsys.readouterr().err
+
+
+def test_audit_missing_column_names_each_scene(tmp_path):
+    import pyarrow.parquet as pq
+
+    from fixtures_data import foreign_table
+    rows = make_rows(2)
+    folder = tmp_path / "data" / f"{N}x{N}" / "test"
+    folder.mkdir(parents=True)
+    pq.write_table(foreign_table(rows).drop_columns(["tensor"]), folder / "x.parquet")
+    rc, rep = _audit(tmp_path)
+    assert rc == 1
+    assert [s["id"] for s in rep["scenes"]] == ["0000000000", "0000000001"]
+    assert all("missing required column(s) ['tensor']" in s["error"] for s in rep["scenes"])
+    assert "x.parquet row 1 scene 0000000001" in rep["scenes"][1]["error"]
+
+
+def test_audit_json_is_written_atomically(tmp_path):
+    _foreign_dataset(tmp_path)
+    rc, rep = _audit(tmp_path)
+    assert rc == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["audit.json", "data"]
+    assert set(rep) == {"scenes", "summary"}
+    assert set(rep["scenes"][0]) >= {"id", "resolution", "split", "valid", "error", "blocks"}
