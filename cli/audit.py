@@ -162,9 +162,8 @@ def write_json_atomic(obj, path: Path) -> None:
 def _fmt3(s, digits=3, pct=False):
     if s is None:
         return "-"
-    f = (lambda v: f"{100 * v:.1f}") if pct else (lambda v: f"{v:.{digits}g}")
-    sep = "/" if pct else " / "
-    return sep.join(f(s[k]) for k in ("min", "median", "max"))
+    f = (lambda v: f"{100 * v:.0f}") if pct else (lambda v: f"{v:.{digits}g}")
+    return "/".join(f(s[k]) for k in ("min", "median", "max"))
 
 
 def print_report(report: dict, console) -> None:
@@ -189,9 +188,9 @@ def print_report(report: dict, console) -> None:
                       f"[red]{s['n_invalid']}[/red]" if s["n_invalid"] else "0",
                       _fmt3(s["obstacle_coverage"], pct=True), *blocks)
     console.print(t)
-    t = Table(title="released route length in cells (min / median / max)")
+    t = Table(title="released route length in cells (min/median/max)")
     for col in ("res", "split", "variant", *OBJECTIVES):
-        t.add_column(col, justify="right" if col == "res" else "left")
+        t.add_column(col, justify="right" if col == "res" else "left", no_wrap=True)
     for n, r in res.items():
         for split, s in r["splits"].items():
             for v in VARIANTS:
