@@ -1,0 +1,402 @@
+"""Real-terrain fixture cohorts (SPEC §8): crops, markers, obstacles, exact labels.
+
+A scene is an N x N crop of a shipped raster (``passage_jax.data.terrain``) at its
+native grid, stepped at PASSAGE's 30 m convention; a start and a goal far
+apart; superellipse obstacles covering at most ``coverage_max`` of the cells
+(markers kept free, start-goal connectivity required); and six exact routes (the
+three objectives x the ``free`` and ``obstacles`` variants) solved with SciPy's
+``csgraph.dijkstra`` on the elevation *as a reader reconstructs it* from the
+stored float32 tensor. Everything random comes from one NumPy Generator seeded
+with ``(seed, resolution, split)``, so a cohort is reproducible bit for bit.
+
+Rebuild the shipped cohort (``passage_jax/data/cohort/``) with::
+
+    python -m passage_jax.data.cohort --out passage_jax/data/cohort
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import scipy.ndimage
+import scipy.sparse
+import scipy.sparse.csgraph
+
+from passage_jax.data.scene import PASSAGE_CALIBRATION, SPLITS, canonical_split, elevation_metres, \
+    normalise_elevation
+from passage_jax.data.terrain import RASTERS, load_raster
+from passage_jax.data.writer import write_split
+from passage_jax.graph import COST_MODELS, MOVES, OBJECTIVES, VARIANTS, GraphSpec, edge_cost_field_np, \
+    route_cost, route_problem
+
+#: Objective weights used when writing fixture cohorts (SPEC §2 defaults).
+DEFAULT_WEIGHTS = {obj: COST_MODELS[obj].default_weight for obj in OBJECTIVES}
+MARKERS = {"start": 1, "goal": -1}
+CELL_SIZE_M = 30.0
+SOLVER = "scipy.csgraph.dijkstra"
+GENERATOR = "passage_jax make-cohort"
+#: Relative agreement required between a label's recomputed cost and Dijkstra's distance.
+LABEL_RTOL = 1e-9
+
+#: The shipped cohort: seed and scenes per split at each resolution.
+SHIPPED_ROOT = Path(__file__).resolve().parent / "cohort"
+SHIPPED_SEED = 2026
+SHIPPED_SPLITS = ("validation", "calibration", "test")
+SHIPPED_SCENES = {64: 24, 128: 24, 256: 24}
+
+_MAX_SCENE_TRIES = 200
+_MAX_OBSTACLE_TRIES = 30
+_MAX_SHAPE_TRIES = 400
+
+
+class CohortError(ValueError):
+    """A cohort cannot be made as asked (bad argument, existing shards, failed label check)."""
+
+
+# --------------------------------------------------------------------------- #
+# Rasters and crops
+# --------------------------------------------------------------------------- #
+
+def eligible_rasters(resolution: int, rasters=None) -> tuple[list[str], dict[str, str]]:
+    """Rasters that can serve an N x N crop, and the skipped ones with the reason."""
+    keys = list(RASTERS) if rasters is None else list(rasters)
+    unknown = [k for k in keys if k not in RASTERS]
+    if unknown:
+        raise CohortError(f"unknown raster(s) {unknown}; shipped rasters: {list(RASTERS)}")
+    if len(set(keys)) != len(keys):
+        raise CohortError(f"raster list {keys} repeats a key")
+    ok, skipped = [], {}
+    for key in keys:
+        _, info = load_raster(key)
+        h, w = info["shape"]
+        if h < resolution or w < resolution:
+            skipped[key] = f"{h}x{w} raster is smaller than {resolution}x{resolution}"
+        else:
+            ok.append(key)
+    return ok, skipped
+
+
+def _latlon_at(info: dict, r: float, c: float) -> tuple[float, float]:
+    """Bilinear (linear georeference) lat/lon at fractional raster edge coordinates."""
+    h, w = info["shape"]
+    k = info["corners_lat_lon"]
+    fr, fc = r / h, c / w
+    vals = []
+    for i in range(2):
+        top = k["top_left"][i] * (1 - fc) + k["top_right"][i] * fc
+        bot = k["bottom_left"][i] * (1 - fc) + k["bottom_right"][i] * fc
+        vals.append(top * (1 - fr) + bot * fr)
+    return vals[0], vals[1]
+
+
+def crop_tile(info: dict, row0: int, col0: int, rows: int, cols: int, eps: float = 1e-9) -> dict:
+    """``metadata.tile`` for a crop: every integer 1-degree tile its footprint touches
+    (south-west corners) and the main tile (the one holding the crop centre)."""
+    corners = [_latlon_at(info, r, c) for r in (row0, row0 + rows) for c in (col0, col0 + cols)]
+    lats = [p[0] for p in corners]
+    lons = [p[1] for p in corners]
+    lat_c, lon_c = _latlon_at(info, row0 + rows / 2.0, col0 + cols / 2.0)
+    lat_tiles = range(math.floor(min(lats) + eps), math.ceil(max(lats) - eps))
+    lon_tiles = range(math.floor(min(lons) + eps), math.ceil(max(lons) - eps))
+    return {
+        "source": f"{info['key']}: {info['region']} ({info['package']} {info['version']})",
+        "lat": math.floor(lat_c), "lon": math.floor(lon_c),
+        "tiles": [[la, lo] for la in lat_tiles for lo in lon_tiles],
+        "bounds": {"lat_min": round(min(lats), 7), "lat_max": round(max(lats), 7),
+                   "lon_min": round(min(lons), 7), "lon_max": round(max(lons), 7)},
+    }
+
+
+# --------------------------------------------------------------------------- #
+# Markers and obstacles
+# --------------------------------------------------------------------------- #
+
+def _place_markers(rng: np.random.Generator, n: int, min_sep: int):
+    start = (int(rng.integers(n)), int(rng.integers(n)))
+    rr, cc = np.indices((n, n))
+    far = np.flatnonzero((np.maximum(abs(rr - start[0]), abs(cc - start[1])) >= min_sep).ravel())
+    if far.size == 0:  # the start sits where nothing is far enough; let the caller redraw
+        return start, None
+    g = int(far[rng.integers(far.size)])
+    return start, (g // n, g % n)
+
+
+def superellipse_mask(n: int, cy: float, cx: float, a: float, b: float, p: float,
+                      theta: float) -> np.ndarray:
+    """Cells whose centres satisfy |u/a|^p + |v/b|^p <= 1 in the frame rotated by theta."""
+    y, x = np.indices((n, n), dtype=np.float64)
+    dy, dx = y - cy, x - cx
+    u = dx * math.cos(theta) + dy * math.sin(theta)
+    v = -dx * math.sin(theta) + dy * math.cos(theta)
+    return np.abs(u / a) ** p + np.abs(v / b) ** p <= 1.0
+
+
+def _draw_obstacles(rng, n, start, goal, target, coverage_max):
+    """Add random superellipses until coverage reaches ``target`` (never above
+    ``coverage_max``, never on a marker). Half of the shape centres are drawn
+    uniformly over the crop, half near the straight start-goal segment."""
+    obst = np.zeros((n, n), bool)
+    n_shapes = 0
+    if target <= 0:
+        return obst, 0
+    lo, hi = max(1.0, n / 40.0), max(1.5, n / 7.0)
+    s, g = np.asarray(start, np.float64), np.asarray(goal, np.float64)
+    for _ in range(_MAX_SHAPE_TRIES):
+        if rng.uniform() < 0.5:  # anywhere
+            cy, cx = rng.uniform(0, n, size=2)
+        else:  # near the start-goal segment, so obstacles matter to the routes
+            cy, cx = s + rng.uniform() * (g - s) + rng.normal(0.0, n / 10.0, size=2)
+        a, b = rng.uniform(lo, hi, size=2)
+        p = math.exp(rng.uniform(math.log(0.8), math.log(5.0)))
+        theta = rng.uniform(0.0, math.pi)
+        m = superellipse_mask(n, cy, cx, a, b, p, theta)
+        if m[start] or m[goal] or not (m & ~obst).any():
+            continue
+        new = obst | m
+        if new.mean() > coverage_max:
+            continue
+        obst = new
+        n_shapes += 1
+        if obst.mean() >= target:
+            break
+    return obst, n_shapes
+
+
+_EIGHT = np.ones((3, 3), bool)
+
+
+def connected(obstacles: np.ndarray, start, goal) -> bool:
+    """Start and goal in the same 8-connected component of free cells (a move is
+    legal when its destination is free, so this is exactly reachability)."""
+    lab, _ = scipy.ndimage.label(~np.asarray(obstacles, bool), structure=_EIGHT)
+    return lab[start] != 0 and lab[start] == lab[goal]
+
+
+# --------------------------------------------------------------------------- #
+# Exact labels
+# --------------------------------------------------------------------------- #
+
+def _graph(z: np.ndarray, obstacles: np.ndarray, model: str, weight: float):
+    h, w = z.shape
+    field = edge_cost_field_np(z, obstacles, model, weight, CELL_SIZE_M)
+    idx = np.arange(h * w).reshape(h, w)
+    src, dst, cost = [], [], []
+    for k, (dr, dc) in enumerate(MOVES.tolist()):
+        ok = np.isfinite(field[k])
+        r, c = np.nonzero(ok)
+        src.append(idx[r, c])
+        dst.append(idx[r + dr, c + dc])
+        cost.append(field[k][ok])
+    cost = np.concatenate(cost)
+    # Every legal step costs at least its length (>= 30 m), so no edge weight is
+    # zero; csgraph would read an explicit zero as "no edge".
+    if cost.size and not cost.min() > 0:
+        raise CohortError(f"non-positive edge cost {cost.min()} under {model}")
+    return scipy.sparse.csr_matrix((cost, (np.concatenate(src), np.concatenate(dst))),
+                                   shape=(h * w, h * w))
+
+
+def solve_label(z: np.ndarray, obstacles: np.ndarray, start, goal, model: str, weight: float):
+    """Optimal (cost, route) from start to goal with ``scipy.sparse.csgraph.dijkstra``.
+
+    The route is rebuilt from the predecessor array and recosted with
+    ``passage_jax.graph.route_cost``; the two costs must agree to ``LABEL_RTOL``.
+    """
+    h, w = z.shape
+    s, g = start[0] * w + start[1], goal[0] * w + goal[1]
+    dist, pred = scipy.sparse.csgraph.dijkstra(_graph(z, obstacles, model, weight), directed=True,
+                                               indices=s, return_predecessors=True)
+    if not np.isfinite(dist[g]):
+        raise CohortError(f"goal {goal} is unreachable from {start} under {model}")
+    cells = [g]
+    while cells[-1] != s:
+        p = int(pred[cells[-1]])
+        if p < 0 or len(cells) > h * w:
+            raise CohortError("broken predecessor chain in the Dijkstra result")
+        cells.append(p)
+    cells.reverse()
+    route = np.array([(c // w, c % w) for c in cells], dtype=np.int32)
+    problem = route_problem(route, start, goal, obstacles)
+    if problem:
+        raise CohortError(f"Dijkstra route under {model} is not legal: {problem}")
+    c_route = route_cost(route, z, model, weight, CELL_SIZE_M)
+    c_star = float(dist[g])
+    if abs(c_route - c_star) > LABEL_RTOL * c_star:
+        raise CohortError(f"route cost {c_route!r} disagrees with Dijkstra distance {c_star!r} "
+                          f"under {model}")
+    return c_star, route
+
+
+# --------------------------------------------------------------------------- #
+# Scenes and cohorts
+# --------------------------------------------------------------------------- #
+
+def scene_id(split: str, i: int) -> str:
+    """10-digit id, unique within a resolution: split number x 1e8 + position."""
+    return f"{SPLITS.index(split) * 100_000_000 + i:010d}"
+
+
+def make_scene(rng: np.random.Generator, key: str, z_raster: np.ndarray, info: dict, n: int,
+               split: str, i: int, seed: int, coverage_max: float, min_sep: int) -> dict:
+    """One scene row (``writer.write_split`` format) cut from raster ``key``."""
+    h, w = z_raster.shape
+    for _ in range(_MAX_SCENE_TRIES):
+        row0, col0 = int(rng.integers(h - n + 1)), int(rng.integers(w - n + 1))
+        e = normalise_elevation(z_raster[row0:row0 + n, col0:col0 + n], PASSAGE_CALIBRATION)
+        if not (e.min() >= 0.0 and e.max() <= 1.0):
+            raise CohortError(f"{key}: crop at ({row0}, {col0}) leaves the calibration range")
+        z = elevation_metres(e, PASSAGE_CALIBRATION)  # what a reader reconstructs
+        if not z.max() > z.min():
+            continue  # flat crop: no terrain to plan over
+        start, goal = _place_markers(rng, n, min_sep)
+        if goal is None:
+            continue
+        target = float(rng.uniform(coverage_max / 3.0, coverage_max)) if coverage_max > 0 else 0.0
+        for _ in range(_MAX_OBSTACLE_TRIES):
+            obst, n_shapes = _draw_obstacles(rng, n, start, goal, target, coverage_max)
+            if connected(obst, start, goal):
+                break
+        else:
+            continue
+        break
+    else:
+        raise CohortError(f"{key}: no acceptable {n}x{n} scene after {_MAX_SCENE_TRIES} tries")
+
+    routes, c_star = {}, {}
+    free = np.zeros_like(obst)
+    for obj in OBJECTIVES:
+        for var in VARIANTS:
+            c, route = solve_label(z, obst if var == "obstacles" else free, start, goal, obj,
+                                   DEFAULT_WEIGHTS[obj])
+            routes[(obj, var)] = route
+            c_star[f"{obj}/{var}"] = c
+
+    markers = np.zeros((n, n), np.float32)
+    markers[start] = MARKERS["start"]
+    markers[goal] = MARKERS["goal"]
+    tensor = np.stack([e, markers, obst.astype(np.float32)], axis=-1)
+    sid = scene_id(split, i)
+    metadata = {
+        "index": int(sid),
+        "resolution": n,
+        "split": split,
+        "calibration": dict(PASSAGE_CALIBRATION),
+        "solvers": {obj: {"weight": DEFAULT_WEIGHTS[obj], "solver": SOLVER, "heuristic": "none"}
+                    for obj in OBJECTIVES},
+        "markers": dict(MARKERS),
+        "tile": crop_tile(info, row0, col0, n, n),
+        "crop": {"row0": row0, "col0": col0, "rows": n, "cols": n, "cell_size_m": CELL_SIZE_M},
+        "obstacles": {"coverage": float(obst.mean()), "target": round(target, 6),
+                      "n_shapes": n_shapes},
+        "source": {"raster": key, "package": info["package"], "version": info["version"],
+                   "member": info["member"], "native_cell_m": info["native_cell_m"],
+                   "native_cell_yx_m": info["native_cell_yx_m"],
+                   "bundle_sha256": info["bundle_sha256"], "fixture": True,
+                   "generator": GENERATOR, "seed": seed},
+        "c_star": c_star,
+        "tensor_channels": ["elevation_normalised", "markers", "obstacles"],
+    }
+    return {"id": sid, "tensor": tensor, "routes": routes, "metadata": metadata}
+
+
+def _split_folder(out, resolution, split) -> Path:
+    return Path(out) / f"{resolution}x{resolution}" / split
+
+
+def make_cohort(out, resolution: int, split: str, n_scenes: int, seed: int = 0,
+                coverage_max: float = 0.3, rasters=None, rows_per_shard: int = 64,
+                progress: bool = True, min_separation: int | None = None) -> dict:
+    """Cut ``n_scenes`` labelled scenes and write them as ``<out>/<N>x<N>/<split>/``.
+
+    Rasters are cycled in a seeded order so each eligible one appears once
+    ``n_scenes`` reaches their number; rasters smaller than N are skipped (listed
+    in the returned summary under ``skipped``). Refuses a split folder that
+    already holds shards. Returns a summary dict.
+    """
+    split = canonical_split(split)
+    if int(resolution) != resolution or resolution < 8:
+        raise CohortError(f"resolution must be an integer >= 8, got {resolution!r}")
+    resolution = int(resolution)
+    if int(n_scenes) != n_scenes or n_scenes < 1:
+        raise CohortError(f"n_scenes must be a positive integer, got {n_scenes!r}")
+    if n_scenes >= 100_000_000:
+        raise CohortError("n_scenes must be below 1e8 (scene ids are 10 digits)")
+    if int(seed) != seed or seed < 0:
+        raise CohortError(f"seed must be a non-negative integer, got {seed!r}")
+    if not (0.0 <= coverage_max <= 0.3):
+        raise CohortError(f"coverage_max must lie in [0, 0.3], got {coverage_max!r}")
+    min_sep = math.ceil(resolution / 3) if min_separation is None else int(min_separation)
+    if not (1 <= min_sep <= resolution - 1):
+        raise CohortError(f"min_separation must lie in [1, {resolution - 1}], got {min_sep}")
+    folder = _split_folder(out, resolution, split)
+    if folder.exists() and any(folder.glob("*.parquet")):
+        raise CohortError(f"{folder} already holds shards; refusing to overwrite")
+    keys, skipped = eligible_rasters(resolution, rasters)
+    if not keys:
+        raise CohortError(f"no raster can serve {resolution}x{resolution} crops ({skipped})")
+
+    rng = np.random.default_rng([int(seed), resolution, SPLITS.index(split)])
+    order = [keys[j] for j in rng.permutation(len(keys))]
+    loaded = {k: load_raster(k) for k in keys}
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
+        TimeElapsedColumn, TimeRemainingColumn
+
+    rows = []
+    with Progress(TextColumn(f"{resolution}x{resolution} {split}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), TimeRemainingColumn(), disable=not progress) as bar:
+        task = bar.add_task("scenes", total=n_scenes)
+        for i in range(n_scenes):
+            key = order[i % len(order)]
+            z_raster, info = loaded[key]
+            rows.append(make_scene(rng, key, z_raster, info, resolution, split, i, int(seed),
+                                   coverage_max, min_sep))
+            bar.advance(task)
+    paths = write_split(out, resolution, split, rows, rows_per_shard=rows_per_shard)
+    used = {}
+    for r in rows:
+        k = r["metadata"]["source"]["raster"]
+        used[k] = used.get(k, 0) + 1
+    return {"root": str(out), "resolution": resolution, "split": split, "n_scenes": n_scenes,
+            "seed": int(seed), "coverage_max": coverage_max, "rasters": used, "skipped": skipped,
+            "shards": [str(p) for p in paths]}
+
+
+def build_shipped_cohort(out=SHIPPED_ROOT, seed: int = SHIPPED_SEED, progress: bool = True) -> dict:
+    """(Re)make the shipped cohort into ``out`` (which must not hold its shards yet)."""
+    summaries = []
+    for n, k in SHIPPED_SCENES.items():
+        for split in SHIPPED_SPLITS:
+            summaries.append(make_cohort(out, n, split, k, seed=seed, progress=progress))
+    manifest = {
+        "generator": GENERATOR, "seed": seed, "coverage_max": 0.3,
+        "command": "python -m passage_jax.data.cohort --out passage_jax/data/cohort",
+        "splits": [{k: s[k] for k in ("resolution", "split", "n_scenes", "rasters", "skipped")}
+                   for s in summaries],
+    }
+    Path(out, "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return manifest
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m passage_jax.data.cohort",
+                                description="rebuild the shipped real-terrain cohort")
+    p.add_argument("--out", type=Path, default=SHIPPED_ROOT)
+    p.add_argument("--seed", type=int, default=SHIPPED_SEED)
+    args = p.parse_args(argv)
+    try:
+        manifest = build_shipped_cohort(args.out, args.seed)
+    except CohortError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for s in manifest["splits"]:
+        print(f"{s['resolution']}x{s['resolution']} {s['split']}: {s['n_scenes']} scenes {s['rasters']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
