@@ -1,0 +1,272 @@
+"""Run-folder files: atomic writes, hashes, route snapshots and the npz formats.
+
+Every file is written to a temporary name in its folder and moved into place
+with ``os.replace``. The npz files hold plain arrays only (numbers, bools,
+fixed-width unicode); they load with ``allow_pickle=False``.
+
+``paths.npz`` (one entry per record of ``requests.jsonl``, same order):
+
+* ``record_index`` int64 (R,): the record's index (its line in requests.jsonl);
+* ``route_format`` int8 (R,): :data:`ROUTE_FORMATS` code of what the planner returned;
+* ``coords`` int32 (M, 2) and ``offsets`` int64 (R+1,): the routes stored
+  exactly (format ``int``; other formats contribute no rows), record ``i`` is
+  ``coords[offsets[i]:offsets[i+1]]``;
+* ``raw_values`` float64 (K,), ``raw_offsets`` int64 (R+1,), ``raw_shape``
+  unicode (R,), ``raw_dtype`` unicode (R,): the flattened values of a malformed
+  but numeric route (formats ``float``, ``shape``, ``int_range``) as returned,
+  never rounded or cast into ``coords``;
+* ``format`` unicode scalar ``"passage-jax-paths-v1"``.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+PATHS_FORMAT = "passage-jax-paths-v1"
+REFERENCES_FORMAT = "passage-jax-references-v1"
+#: route_format codes
+ROUTE_FORMATS = {
+    0: "int",        # integer (L, 2) array stored exactly in coords (L may be 0)
+    1: "none",       # the planner returned no route (None)
+    2: "float",      # numeric but not an integer dtype (floats, bools): malformed
+    3: "shape",      # numeric but not of shape (L, 2): malformed
+    4: "int_range",  # integer coordinates beyond the int32 range: malformed
+    5: "object",     # not convertible to a numeric array: malformed, nothing stored
+}
+ROUTE_FORMAT_CODE = {v: k for k, v in ROUTE_FORMATS.items()}
+_I32 = np.iinfo(np.int32)
+
+
+# --------------------------------------------------------------------------- #
+# atomic writes and hashes
+# --------------------------------------------------------------------------- #
+
+def _tmp(path: Path) -> Path:
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+
+
+def atomic_write_bytes(path, data: bytes) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _tmp(path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path
+
+
+def atomic_write_text(path, text: str) -> Path:
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def _json_default(o):
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def to_json(obj, indent: int | None = 2) -> str:
+    return json.dumps(obj, indent=indent, sort_keys=True, default=_json_default, allow_nan=True)
+
+
+def atomic_write_json(path, obj) -> Path:
+    return atomic_write_text(path, to_json(obj) + "\n")
+
+
+def atomic_write_npz(path, arrays: dict) -> Path:
+    for k, v in arrays.items():
+        if np.asarray(v).dtype.kind == "O":
+            raise TypeError(f"npz array {k!r} has object dtype; only plain arrays are written")
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **arrays)
+    return atomic_write_bytes(path, buf.getvalue())
+
+
+def sha256_file(path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(chunk), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def code_hash(root=None) -> dict:
+    """sha256 over the package source tree: every ``*.py`` under ``passage_jax/``
+    in sorted relative-path order, hashing path and bytes."""
+    root = Path(root) if root else Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    files = sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
+    for p in files:
+        rel = p.relative_to(root).as_posix()
+        h.update(rel.encode() + b"\0")
+        h.update(p.read_bytes())
+        h.update(b"\0")
+    return {"sha256": h.hexdigest(), "n_files": len(files), "root": "passage_jax"}
+
+
+def array_sha256(*arrays) -> str:
+    """Hash of arrays' dtypes, shapes and bytes (identity of request inputs)."""
+    h = hashlib.sha256()
+    for a in arrays:
+        a = np.ascontiguousarray(a)
+        h.update(f"{a.dtype.str}{a.shape}".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def holds_run(folder) -> str | None:
+    """Why ``folder`` cannot receive a new run (it exists and is not empty), or None."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        return f"{folder} exists and is not a folder"
+    if folder.is_dir():
+        entries = sorted(p.name for p in folder.iterdir())
+        if entries:
+            what = "already holds a run" if any(e.startswith("seed-") or e == "run.json"
+                                                for e in entries) else "is not empty"
+            return f"output folder {folder} {what} ({', '.join(entries[:5])}); choose a new folder"
+    return None
+
+
+# --------------------------------------------------------------------------- #
+# route snapshots
+# --------------------------------------------------------------------------- #
+
+def snapshot_route(path) -> tuple[int, np.ndarray | None, np.ndarray | None, str | None]:
+    """Copy what a planner returned as its route, classifying it.
+
+    Returns ``(format_code, int_route (L, 2) int32 or None, raw float64 values or
+    None, raw description)``. Nothing is rounded, clipped or cast: a float route
+    keeps its float values in ``raw`` and gets no integer route.
+    """
+    if path is None:
+        return ROUTE_FORMAT_CODE["none"], None, None, None
+    try:
+        a = np.array(path, copy=True)
+    except (ValueError, TypeError):
+        return ROUTE_FORMAT_CODE["object"], None, None, f"{type(path).__name__}"
+    desc = f"{a.dtype.str}|{'x'.join(map(str, a.shape))}"
+    if a.dtype.kind not in "iufb":
+        return ROUTE_FORMAT_CODE["object"], None, None, desc
+    if a.size == 0:
+        return ROUTE_FORMAT_CODE["int"], np.zeros((0, 2), np.int32), None, desc
+    raw = a.astype(np.float64).ravel()
+    if a.dtype.kind not in "iu":
+        return ROUTE_FORMAT_CODE["float"], None, raw, desc
+    if a.ndim != 2 or a.shape[1] != 2:
+        return ROUTE_FORMAT_CODE["shape"], None, raw, desc
+    if int(a.max()) > _I32.max or (a.dtype.kind == "i" and int(a.min()) < _I32.min):
+        return ROUTE_FORMAT_CODE["int_range"], None, raw, desc
+    return ROUTE_FORMAT_CODE["int"], a.astype(np.int32), None, desc
+
+
+class PathsWriter:
+    """Accumulates route snapshots in record order and writes ``paths.npz``."""
+
+    def __init__(self):
+        self.formats: list[int] = []
+        self.coords: list[np.ndarray] = []
+        self.lengths: list[int] = []
+        self.raw: list[np.ndarray] = []
+        self.raw_lengths: list[int] = []
+        self.raw_desc: list[str] = []
+
+    def add(self, fmt: int, route, raw, desc) -> int:
+        self.formats.append(int(fmt))
+        r = route if route is not None else np.zeros((0, 2), np.int32)
+        self.coords.append(r)
+        self.lengths.append(len(r))
+        v = raw if raw is not None else np.zeros(0, np.float64)
+        self.raw.append(v)
+        self.raw_lengths.append(len(v))
+        self.raw_desc.append(desc or "")
+        return len(self.formats) - 1
+
+    def arrays(self) -> dict:
+        n = len(self.formats)
+        offsets = np.zeros(n + 1, np.int64)
+        offsets[1:] = np.cumsum(self.lengths)
+        raw_offsets = np.zeros(n + 1, np.int64)
+        raw_offsets[1:] = np.cumsum(self.raw_lengths)
+        coords = np.concatenate(self.coords).astype(np.int32) if n else np.zeros((0, 2), np.int32)
+        raw = np.concatenate(self.raw).astype(np.float64) if n else np.zeros(0, np.float64)
+        dtypes = [d.split("|")[0] if d else "" for d in self.raw_desc]
+        shapes = [d.split("|")[1] if "|" in d else "" for d in self.raw_desc]
+        return {
+            "format": np.array(PATHS_FORMAT),
+            "record_index": np.arange(n, dtype=np.int64),
+            "route_format": np.asarray(self.formats, np.int8),
+            "coords": coords.reshape(-1, 2),
+            "offsets": offsets,
+            "raw_values": raw,
+            "raw_offsets": raw_offsets,
+            "raw_dtype": np.asarray(dtypes, dtype=str) if n else np.zeros(0, "<U1"),
+            "raw_shape": np.asarray(shapes, dtype=str) if n else np.zeros(0, "<U1"),
+        }
+
+    def write(self, path) -> Path:
+        return atomic_write_npz(path, self.arrays())
+
+
+def load_paths(path) -> dict:
+    """Read ``paths.npz`` (``allow_pickle=False``) and check its structure."""
+    with np.load(path, allow_pickle=False) as z:
+        d = {k: z[k] for k in z.files}
+    if str(d.get("format")) != PATHS_FORMAT:
+        raise ValueError(f"{path}: not a {PATHS_FORMAT} file (format={d.get('format')!r})")
+    n = len(d["route_format"])
+    if len(d["offsets"]) != n + 1 or d["offsets"][-1] != len(d["coords"]):
+        raise ValueError(f"{path}: offsets do not match coords")
+    if len(d["raw_offsets"]) != n + 1 or d["raw_offsets"][-1] != len(d["raw_values"]):
+        raise ValueError(f"{path}: raw_offsets do not match raw_values")
+    return d
+
+
+def route_of(paths: dict, i: int):
+    """The route of record ``i`` as the scorer should see it: the exact int32
+    route for format ``int``, ``None`` for ``none``, and for a malformed route the
+    raw values reshaped to their recorded shape in float64 (never cast to int)."""
+    fmt = ROUTE_FORMATS[int(paths["route_format"][i])]
+    if fmt == "int":
+        return paths["coords"][paths["offsets"][i]:paths["offsets"][i + 1]]
+    if fmt in ("none", "object"):
+        return None
+    raw = paths["raw_values"][paths["raw_offsets"][i]:paths["raw_offsets"][i + 1]]
+    shape = tuple(int(s) for s in str(paths["raw_shape"][i]).split("x") if s)
+    try:
+        return raw.reshape(shape)
+    except ValueError:
+        return raw
+
+
+def pack_routes(routes) -> tuple[np.ndarray, np.ndarray]:
+    """Ragged integer routes -> (coords int32 (M, 2), offsets int64 (n+1,)); None -> empty."""
+    arrs = [np.zeros((0, 2), np.int32) if r is None else np.asarray(r, np.int32).reshape(-1, 2)
+            for r in routes]
+    offsets = np.zeros(len(arrs) + 1, np.int64)
+    offsets[1:] = np.cumsum([len(a) for a in arrs])
+    coords = np.concatenate(arrs) if arrs else np.zeros((0, 2), np.int32)
+    return coords.astype(np.int32).reshape(-1, 2), offsets
+
+
+def unpack_routes(coords, offsets) -> list[np.ndarray]:
+    return [coords[offsets[i]:offsets[i + 1]] for i in range(len(offsets) - 1)]
