@@ -199,3 +199,21 @@ def test_bad_resolution_and_cap_arguments(tmp_path):
             load_scenes(tmp_path, N, "test", n_samples=bad)
     with pytest.raises(DataError, match="resolution"):
         load_scenes(tmp_path, "8", "test")
+
+
+def test_layout_errors_raise_at_the_call(tmp_path):
+    from passage_jax.data import iter_scenes
+    with pytest.raises(DataError, match="does not exist"):
+        iter_scene_batches(tmp_path / "absent", N, "test")  # no next() needed
+    write_dataset(tmp_path, count=1)
+    with pytest.raises(DataError, match="validation does not exist"):
+        iter_scenes(tmp_path, N, "validation")
+
+
+def test_stopping_early_leaves_no_threads(tmp_path):
+    import threading
+    write_dataset(tmp_path, count=9, rows_per_shard=2)
+    it = iter_scene_batches(tmp_path, N, "test", n_samples=None, batch_size=2, workers=3)
+    assert [s.id for s in next(it)] == ["0000000000", "0000000001"]
+    it.close()
+    assert not [t for t in threading.enumerate() if t.name.startswith("passage-decode")]

@@ -224,3 +224,65 @@ def test_route_cost_on_3x3_by_hand():
     assert route_length_pixels(route) == pytest.approx(2 * math.sqrt(2.0) + 1.0)
     with pytest.raises(ValueError):
         route_cost(np.array([(0, 0), (2, 2)]), Z, "energy", W)
+
+
+# --------------------------------------------------------------------------- #
+# the shipped real-terrain cohort
+# --------------------------------------------------------------------------- #
+
+def _numpy_route_cost(route, z, model, w, px=30.0):
+    """Independent vectorised NumPy recosting (own formulas, sequential sum)."""
+    r = np.asarray(route, np.int64)
+    zu = z[r[:-1, 0], r[:-1, 1]]
+    zv = z[r[1:, 0], r[1:, 1]]
+    diag = np.abs(np.diff(r, axis=0)).sum(axis=1) == 2
+    d = np.where(diag, px * np.sqrt(2.0), px)
+    dz = zv - zu
+    rng = z.max() - z.min()
+    if model == "elevation":
+        step = d + (w * np.abs(dz) / rng if rng > 0 else 0.0)
+    elif model == "slope_uphill":
+        step = d * (1.0 + w * np.maximum(dz / d, 0.0) ** 2)
+    elif model == "energy":
+        step = d + (w * np.maximum(dz, 0.0) / rng if rng > 0 else 0.0)
+    else:
+        raise AssertionError(model)
+    total = 0.0
+    for s in step.tolist():
+        total += s
+    return total
+
+
+def _cohort_scenes():
+    from passage_jax.data import load_scenes, present_splits, shipped_cohort_root
+    root = shipped_cohort_root()
+    if not root.is_dir():
+        pytest.skip("the shipped cohort is not built")
+    out = []
+    for n in (64, 128, 256):
+        if not (root / f"{n}x{n}").is_dir():
+            continue
+        for split in present_splits(root, n):
+            out.extend(load_scenes(root, n, split, n_samples=None))
+    return out
+
+
+def test_recost_every_released_route_of_the_shipped_cohort():
+    from passage_jax.graph import GraphSpec, OBJECTIVES, VARIANTS
+    scenes = _cohort_scenes()
+    assert scenes
+    n_routes = n_cstar = 0
+    for s in scenes:
+        for obj in OBJECTIVES:
+            w = s.weight(obj)
+            for var in VARIANTS:
+                route = s.routes[(obj, var)]
+                got = route_cost(route, s.elevation_m, obj, w)
+                want = _numpy_route_cost(route, s.elevation_m, obj, w)
+                assert got == pytest.approx(want, rel=1e-12), (s.where, obj, var)
+                n_routes += 1
+                c_star = s.metadata.get("c_star", {}).get(f"{obj}/{var}")
+                if c_star is not None:  # the exact label's cost, as the cohort recorded it
+                    assert GraphSpec(obj, w).costs_agree(got, c_star), (s.where, obj, var, got, c_star)
+                    n_cstar += 1
+    assert n_routes == 6 * len(scenes)

@@ -228,12 +228,18 @@ def iter_scenes(root, resolution: int, split: str, n_samples=DEFAULT_N_SAMPLES,
                 workers: int = 4, check_unique_ids: bool = True) -> Iterator[Scene]:
     """Validated scenes in file order (the first ``n_samples``; None = whole split).
 
-    Raises :class:`DataError` at the first invalid row, naming file, row and id.
+    Layout problems (missing root, resolution or split folder, no shards) raise
+    :class:`DataError` at the call; a row problem raises when its row is reached,
+    naming file, row and id.
     """
     resolution = _check_resolution(resolution)
     split = _split(split)
     n_samples = _check_n_samples(n_samples)
-    shard_files(root, resolution, split)  # layout errors before anything else
+    shard_files(root, resolution, split)  # layout errors now, not at first next()
+    return _scenes(root, resolution, split, n_samples, workers, check_unique_ids)
+
+
+def _scenes(root, resolution, split, n_samples, workers, check_unique_ids):
     places = id_places(root, resolution) if check_unique_ids else None
     rows = _in_order(iter_raw_rows(root, resolution, split, n_samples))
     for scene in map_rows(lambda r: _validate_raw(r, resolution, split), rows, workers):
@@ -250,8 +256,12 @@ def iter_scene_batches(root, resolution: int, split: str, n_samples=DEFAULT_N_SA
     """Lists of up to ``batch_size`` validated scenes, in file order."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise DataError(f"batch_size must be a positive integer, got {batch_size!r}")
+    return _batches(iter_scenes(root, resolution, split, n_samples, workers), batch_size)
+
+
+def _batches(scenes, batch_size: int):
     batch: list[Scene] = []
-    for scene in iter_scenes(root, resolution, split, n_samples, workers):
+    for scene in scenes:
         batch.append(scene)
         if len(batch) == batch_size:
             yield batch
