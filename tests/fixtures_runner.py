@@ -121,8 +121,9 @@ def make_sleepy(sleep_ms: float = 50.0):
     inner = BFSPlanner()
 
     def plan(request):
+        res = inner.plan(request)  # a legal route, then too slow to hand it back
         time.sleep(sleep_ms / 1000.0)
-        return inner.plan(request)
+        return res
 
     return plan
 

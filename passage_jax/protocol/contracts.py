@@ -296,7 +296,15 @@ def normalise_result(raw) -> PlanResult:
     peaks = res.resource_peaks or {}
     if not isinstance(peaks, Mapping):
         raise ProtocolError("resource_peaks must be a mapping {name: maximum}")
-    res.resource_peaks = {str(k): float(np.asarray(v)) for k, v in peaks.items()}
+    res.resource_peaks = {}
+    for k, v in peaks.items():
+        try:
+            f = float(np.asarray(v))
+        except (TypeError, ValueError):
+            raise ProtocolError(f"resource_peaks.{k} is not a number") from None
+        if not math.isfinite(f):
+            raise ProtocolError(f"resource_peaks.{k}={f} is not finite")
+        res.resource_peaks[str(k)] = f
     if res.precision is not None:
         res.precision = str(res.precision)
     if res.message is not None:
