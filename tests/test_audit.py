@@ -119,7 +119,13 @@ def _e_out_of_range(r):
     r["tensor"][5, 0, 0] = 1.25
 
 
+def _swap_markers(r):
+    # the shards carry no metadata.markers: only the other scenes reveal the swap
+    r["tensor"][1, 1, 1], r["tensor"][N - 2, N - 2, 1] = -1.0, 1.0
+
+
 CORRUPTIONS = {
+    "swapped_markers": (_swap_markers, "marker convention -1=start differs from +1=start"),
     "nan": (_nan, "non-finite"),
     "truncated": (_truncate, "tensor"),
     "oversized": (_oversize, "declares"),

@@ -217,3 +217,26 @@ def test_stopping_early_leaves_no_threads(tmp_path):
     assert [s.id for s in next(it)] == ["0000000000", "0000000001"]
     it.close()
     assert not [t for t in threading.enumerate() if t.name.startswith("passage-decode")]
+
+
+def test_one_marker_convention_per_split(tmp_path):
+    rows = make_rows(4, markers_key=False)
+    rows[2] = make_row(2, flipped=True, markers_key=False)
+    write_rows(tmp_path, rows, rows_per_shard=2)
+    with pytest.raises(DataError, match=r"part-00001.parquet row 0 scene 0000000002: marker "
+                                        r"convention -1=start differs from \+1=start used by "
+                                        r".*part-00000.parquet row 0 scene 0000000000"):
+        load_scenes(tmp_path, N, "test")
+    assert len(load_scenes(tmp_path, N, "test", n_samples=2)) == 2
+    reps = scan_split(tmp_path, N, "test")
+    assert [r.valid for r in reps] == [True, True, False, True]
+
+
+def test_metadata_markers_forms(tmp_path):
+    rows = make_rows(2)
+    rows[0]["metadata"]["markers"] = {"start": 1.0, "goal": -1.0, "background": 0}
+    rows[1]["metadata"]["markers"] = {"start": 1, "goal": 1}
+    write_rows(tmp_path, rows)
+    reps = scan_split(tmp_path, N, "test")
+    assert reps[0].valid, reps[0].error
+    assert not reps[1].valid and "metadata.markers must hold start and goal" in reps[1].error

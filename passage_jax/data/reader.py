@@ -21,7 +21,8 @@ import pyarrow.parquet as pq
 
 from passage_jax.data.scene import SPLITS, Scene, Task, canonical_split
 from passage_jax.data.validate import (
-    REQUIRED_COLUMNS, DataError, RowRef, duplicate_id_problem, validate_row,
+    REQUIRED_COLUMNS, DataError, RowRef, convention_problem, duplicate_id_problem,
+    marker_convention, validate_row,
 )
 from passage_jax.graph import OBJECTIVES, VARIANTS
 
@@ -242,12 +243,19 @@ def iter_scenes(root, resolution: int, split: str, n_samples=DEFAULT_N_SAMPLES,
 def _scenes(root, resolution, split, n_samples, workers, check_unique_ids):
     places = id_places(root, resolution) if check_unique_ids else None
     rows = _in_order(iter_raw_rows(root, resolution, split, n_samples))
+    first = None  # (convention, where) of the first scene: the split's convention
     for scene in map_rows(lambda r: _validate_raw(r, resolution, split), rows, workers):
         if places is not None:
             msg = duplicate_id_problem(scene.id, (split, scene.file, scene.row),
                                        places.get(scene.id, []))
             if msg:
                 raise DataError(f"{scene.where}: {msg}")
+        conv = marker_convention(scene)
+        if first is None:
+            first = (conv, scene.where)
+        msg = convention_problem(conv, *first)
+        if msg:
+            raise DataError(f"{scene.where}: {msg}")
         yield scene
 
 
@@ -331,6 +339,7 @@ class RowReport:
     valid: bool
     error: str | None
     info: dict | None = None  # ``on_scene(scene)`` for a valid scene
+    convention: str | None = None  # marker convention of a valid scene
 
 
 def scene_summary(scene: Scene) -> dict:
@@ -406,6 +415,22 @@ def scan_split(root, resolution: int, split: str, on_scene=scene_summary, worker
         if msg:
             return RowReport(sid, resolution, split, item.file, item.row, False, f"{ref}: {msg}")
         info = on_scene(scene) if on_scene is not None else None
-        return RowReport(scene.id, resolution, split, item.file, item.row, True, None, info)
+        return RowReport(scene.id, resolution, split, item.file, item.row, True, None, info,
+                         marker_convention(scene))
 
-    return list(map_rows(check, rows(), workers))
+    reports = list(map_rows(check, rows(), workers))
+    # one marker convention per split: the majority of the valid scenes (a tie goes to
+    # the first valid scene's); scenes using the other one fail, naming a scene that
+    # uses the majority convention
+    valid = [r for r in reports if r.valid]
+    if valid:
+        counts = collections.Counter(r.convention for r in valid)
+        major = max(counts, key=lambda c: (counts[c], c == valid[0].convention))
+        witness = next(r for r in valid if r.convention == major)
+        where = str(RowRef(witness.file, witness.row, witness.id))
+        for r in valid:
+            msg = convention_problem(r.convention, major, where)
+            if msg:
+                r.valid, r.info = False, None
+                r.error = f"{RowRef(r.file, r.row, r.id)}: {msg}"
+    return reports

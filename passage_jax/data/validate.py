@@ -21,8 +21,10 @@ Order of the checks (the first failing one is reported):
    bounds, 8-connected, no repeated consecutive cell, start → goal, and an
    ``*_obstacles`` route never on an obstacle.
 
-Uniqueness of ids within a resolution needs more than one row and is checked by
-the reader (:func:`duplicate_id_problem`) after the row itself validated.
+Two checks need more than one row and are made by the reader after the row
+itself validated: ids are unique within a resolution
+(:func:`duplicate_id_problem`), and every scene of a split uses the same marker
+convention (:func:`convention_problem`).
 """
 from __future__ import annotations
 
@@ -134,9 +136,10 @@ def parse_metadata(raw, resolution: int, split: str, ref: RowRef) -> dict:
             raise _fail(ref, f"metadata.solvers.{obj}.weight must be a finite number >= 0, got {w!r}")
     if "markers" in md:
         m = md["markers"]
-        if m != STANDARD_MARKERS and m != FLIPPED_MARKERS:
-            raise _fail(ref, f"metadata.markers must be {STANDARD_MARKERS} or {FLIPPED_MARKERS}, "
-                             f"got {m!r}")
+        pair = (m.get("start"), m.get("goal")) if isinstance(m, dict) else None
+        if pair not in ((1, -1), (-1, 1)) or any(isinstance(v, bool) for v in pair):
+            raise _fail(ref, f"metadata.markers must hold start and goal as +1/-1 of opposite "
+                             f"signs (e.g. {STANDARD_MARKERS}), got {m!r}")
     if md.get("tile") is not None:
         _check_tile(md["tile"], ref)
     return md
@@ -296,7 +299,7 @@ def validate_row(row: dict, resolution: int, split: str, file: str = "<memory>",
     plus, minus = marker_cells(t[..., 1], ref)
     routes = {key: _route_from_any(row[col], col, ref) for key, col in ROUTE_COLUMNS.items()}
     if "markers" in md:
-        conv = md["markers"]
+        conv = {"start": int(md["markers"]["start"]), "goal": int(md["markers"]["goal"])}
     else:
         conv = detect_marker_convention(plus, minus, routes, ref)
     start, goal = (plus, minus) if conv["start"] == 1 else (minus, plus)
@@ -334,3 +337,16 @@ def duplicate_id_problem(sid: str, here: tuple, places: list) -> str | None:
     more = f" (and {len(others) - 1} more)" if len(others) > 1 else ""
     return (f"id {sid} is not unique within the resolution: it also occurs in split {s!r}, "
             f"{f} row {r}{more}")
+
+
+def marker_convention(scene: Scene) -> str:
+    """``"+1=start"`` or ``"-1=start"`` for a validated scene."""
+    return "+1=start" if scene.metadata["markers"]["start"] == 1 else "-1=start"
+
+
+def convention_problem(conv: str, expected: str, where_expected: str) -> str | None:
+    """Message if a scene's marker convention differs from the split's, else None."""
+    if conv == expected:
+        return None
+    return (f"marker convention {conv} differs from {expected} used by {where_expected}; "
+            f"a split uses one convention, so one of these scenes has swapped markers")
