@@ -1,0 +1,224 @@
+"""Exact references for tasks and reference qualification (SPEC §3)."""
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import defaultdict
+
+import numpy as np
+
+from passage_jax.graph import OBJECTIVES, VARIANTS, GraphSpec, route_cost, route_problem
+from passage_jax.reference.search import astar, dijkstra
+from passage_jax.reference.vi import solve_batch
+
+POLICIES = ("released_labels", "independent_analytic_reference")
+SOLVERS = {"vi": "value_iteration", "astar": "astar", "dijkstra": "dijkstra"}
+TASK_KEYS = tuple(f"{o}/{v}" for o in OBJECTIVES for v in VARIANTS)
+#: Relative disagreement between the two exact solvers above which a task fails.
+CROSS_CHECK_RTOL = 1e-9
+DEFAULT_MAX_SWEEPS = 4096
+DEFAULT_BATCH = 256
+
+
+def _json_float(x):
+    return float(x) if x is not None and math.isfinite(x) else None
+
+
+@dataclasses.dataclass
+class ReferenceSolution:
+    """Exact solution of one task: ``c_star`` (inf when unreachable, NaN when the
+    budget ran out), ``route`` (L, 2) int32 or None, ``status`` ("ok",
+    "unreachable", "budget_exhausted"), ``solver`` name and ``work`` (sweeps for
+    value iteration, expansions for search)."""
+
+    c_star: float
+    route: np.ndarray | None
+    status: str
+    solver: str
+    work: int
+
+
+@dataclasses.dataclass
+class Qualification:
+    """Qualification of one task's reference (SPEC §3)."""
+
+    c_star: float
+    route_cost: float | None
+    qualified: bool
+    reason: str | None
+    solver: str
+    work: int
+
+    def to_dict(self) -> dict:
+        return {"c_star": _json_float(self.c_star), "route_cost": _json_float(self.route_cost),
+                "qualified": bool(self.qualified), "reason": self.reason, "solver": self.solver,
+                "work": int(self.work)}
+
+
+def _task_model(task):
+    return task.objective  # objective names are cost-model names (SPEC §2)
+
+
+def _search(task, solver, max_expansions):
+    fn = astar if solver == "astar" else dijkstra
+    r = fn(task.elevation_m, task.obstacles, task.scene.start, task.scene.goal,
+           _task_model(task), task.weight, max_expansions=max_expansions)
+    return ReferenceSolution(r.cost, r.route, r.status, SOLVERS[solver], r.expansions)
+
+
+def solve_tasks(tasks, solver: str = "vi", *, max_expansions=None,
+                max_sweeps: int = DEFAULT_MAX_SWEEPS, batch_size: int = DEFAULT_BATCH,
+                sharding=None, strategy: str = "sweep") -> list[ReferenceSolution]:
+    """Exact reference of each task (``passage_jax.data.Task``), in input order.
+
+    ``solver="vi"`` batches value iteration over tasks of the same grid size
+    (chunks of ``batch_size``; ``max_sweeps`` is the budget); ``"astar"`` and
+    ``"dijkstra"`` run the CPU search per task (``max_expansions`` budget).
+    """
+    if solver not in SOLVERS:
+        raise ValueError(f"unknown reference solver {solver!r}; known: {sorted(SOLVERS)}")
+    tasks = list(tasks)
+    if solver != "vi":
+        return [_search(t, solver, max_expansions) for t in tasks]
+    out: list[ReferenceSolution | None] = [None] * len(tasks)
+    groups = defaultdict(list)
+    for i, t in enumerate(tasks):
+        groups[np.shape(t.elevation_m)].append(i)
+    for idx in groups.values():
+        for lo in range(0, len(idx), batch_size):
+            chunk = idx[lo:lo + batch_size]
+            ts = [tasks[i] for i in chunk]
+            try:
+                res, routes = solve_batch(
+                    np.stack([t.elevation_m for t in ts]), np.stack([t.obstacles for t in ts]),
+                    [t.scene.start for t in ts], [t.scene.goal for t in ts],
+                    [_task_model(t) for t in ts], [t.weight for t in ts],
+                    max_sweeps=max_sweeps, sharding=sharding, strategy=strategy, routes=True)
+            except ValueError as e:
+                raise ValueError(f"{e} (scene {ts[_failing_item(e)].id})"
+                                 if _failing_item(e) is not None else str(e)) from None
+            for j, i in enumerate(chunk):
+                out[i] = ReferenceSolution(float(res.c_star[j]), routes[j], res.status[j],
+                                           SOLVERS["vi"], int(res.sweeps[j]))
+    return out
+
+
+def _failing_item(e: Exception):
+    msg = str(e)
+    if msg.startswith("batch item "):
+        try:
+            return int(msg.split()[2].rstrip(":"))
+        except ValueError:
+            return None
+    return None
+
+
+def _spec(task) -> GraphSpec:
+    return GraphSpec(cost_model=_task_model(task), cost_weight=float(task.weight))
+
+
+def _qualify(task, sol: ReferenceSolution, policy: str, cross: ReferenceSolution | None):
+    scene = task.scene
+    where = f"scene {scene.id} {task.objective}/{task.variant}"
+    q = Qualification(sol.c_star, None, False, None, sol.solver, sol.work)
+    if sol.status == "budget_exhausted":
+        q.reason = (f"{where}: the exact solve ({sol.solver}) did not finish within its budget "
+                    f"(work {sol.work})")
+        return q
+    if sol.status == "unreachable":
+        q.reason = f"{where}: the goal {scene.goal} is unreachable from the start {scene.start}"
+        return q
+    if cross is not None:
+        if cross.status != sol.status:
+            q.reason = (f"{where}: exact solvers disagree: {sol.solver} says {sol.status}, "
+                        f"{cross.solver} says {cross.status}")
+            return q
+        rel = abs(cross.c_star - sol.c_star) / max(abs(sol.c_star), 1e-300)
+        if rel > CROSS_CHECK_RTOL:
+            q.reason = (f"{where}: exact solvers disagree: {sol.solver} c*={sol.c_star!r}, "
+                        f"{cross.solver} c*={cross.c_star!r} (relative {rel:.3g} > "
+                        f"{CROSS_CHECK_RTOL:g})")
+            return q
+    spec = _spec(task)
+    if policy == "released_labels":
+        route, label = task.route, "released route"
+    else:
+        route, label = sol.route, f"{sol.solver} route"
+    if route is None:
+        q.reason = f"{where}: no {label}"
+        return q
+    problem = route_problem(route, scene.start, scene.goal, task.obstacles,
+                            np.shape(task.obstacles))
+    if problem is not None:
+        q.reason = f"{where}: the {label} is not legal: {problem}"
+        return q
+    rc = route_cost(route, task.elevation_m, spec)
+    q.route_cost = rc
+    if not spec.costs_agree(rc, sol.c_star):
+        verdict = ("is not optimal" if rc > sol.c_star else
+                   "costs less than the exact optimum (the exact solve is wrong)")
+        q.reason = (f"{where}: the {label} {verdict} under cost model '{spec.cost_model}' "
+                    f"(weight {spec.cost_weight!r}): its cost {rc!r} vs c*={sol.c_star!r}, "
+                    f"beyond atol={spec.atol:g} + rtol={spec.rtol:g}*c*")
+        return q
+    q.qualified = True
+    return q
+
+
+def _check_policy(policy, reference_cohort_id):
+    if policy not in POLICIES:
+        raise ValueError(f"unknown reference_policy {policy!r}; known: {list(POLICIES)}")
+    if policy == "independent_analytic_reference" and not reference_cohort_id:
+        raise ValueError("reference_policy 'independent_analytic_reference' needs a "
+                         "reference_cohort_id (it defines a different cohort)")
+
+
+def qualify_scenes(scenes, policy: str = "released_labels", *, reference_cohort_id=None,
+                   solver: str = "vi", max_expansions=None, max_sweeps: int = DEFAULT_MAX_SWEEPS,
+                   cross_check: bool = True, batch_size: int = DEFAULT_BATCH,
+                   sharding=None) -> list[dict]:
+    """Qualify all 6 tasks (3 objectives x 2 variants) of each scene.
+
+    The exact references are solved with ``solver`` (value iteration batched
+    over scenes by default); with ``cross_check`` every task is also solved by
+    the other exact solver (A* for value iteration, value iteration for a
+    search) and a disagreement above ``CROSS_CHECK_RTOL`` relative is itself a
+    failure. Returns, per scene, a dict ``"<objective>/<variant>" ->``
+    :class:`Qualification`.
+    """
+    _check_policy(policy, reference_cohort_id)
+    scenes = list(scenes)
+    tasks = [s.task(o, v) for s in scenes for o in OBJECTIVES for v in VARIANTS]
+    sols = solve_tasks(tasks, solver, max_expansions=max_expansions, max_sweeps=max_sweeps,
+                       batch_size=batch_size, sharding=sharding)
+    cross = [None] * len(tasks)
+    if cross_check:
+        other = "astar" if solver == "vi" else "vi"
+        cross = solve_tasks(tasks, other, max_expansions=max_expansions, max_sweeps=max_sweeps,
+                            batch_size=batch_size, sharding=sharding)
+    out = []
+    for i, s in enumerate(scenes):
+        d = {}
+        for j, key in enumerate(TASK_KEYS):
+            t = i * len(TASK_KEYS) + j
+            d[key] = _qualify(tasks[t], sols[t], policy, cross[t])
+        out.append(d)
+    return out
+
+
+def qualify_scene(scene, policy: str = "released_labels", max_expansions=None, *,
+                  solver: str = "vi", reference_cohort_id=None,
+                  max_sweeps: int = DEFAULT_MAX_SWEEPS, cross_check: bool = False) -> dict:
+    """Qualify one scene's 6 tasks; see :func:`qualify_scenes`. With
+    ``solver="vi"`` the sweep budget is ``max_sweeps``; ``max_expansions``
+    bounds the CPU search (``solver="astar"``/``"dijkstra"`` or the cross-check)."""
+    return qualify_scenes([scene], policy, reference_cohort_id=reference_cohort_id, solver=solver,
+                          max_expansions=max_expansions, max_sweeps=max_sweeps,
+                          cross_check=cross_check)[0]
+
+
+def qualification_failures(qualifications) -> list[str]:
+    """Reasons of every task that failed qualification (one list of dicts or one dict)."""
+    if isinstance(qualifications, dict):
+        qualifications = [qualifications]
+    return [q.reason for d in qualifications for q in d.values() if not q.qualified]
