@@ -105,13 +105,23 @@ def parse_statistic(statistic) -> float | None:
     raise ValueError(f"statistic must be 'mean', 'median', 'pNN' or a quantile in [0, 1], got {statistic!r}")
 
 
-def _segment_for(m: int, n_blocks: int, n_targets: int) -> int | None:
+_MAC_PER_GATHER = 100.0   # a matrix-product MAC is this much cheaper than a gathered cumsum step
+_COARSE_ELEMENTS = 1 << 25
+
+
+def _segment_for(m: int, n_blocks: int, n_targets: int, n_series: int = 1) -> int | None:
+    """Segment length for the two-level order-statistic search, or None for one cumulative sum
+    over the whole array (chosen when blocks are about as many as tasks)."""
     if m < 64:
         return None
-    s = int(2 ** round(math.log2(max(1.0, math.sqrt((n_blocks + 1) * m / n_targets)))))
-    s = max(32, min(s, m))
+    s = math.sqrt((n_blocks + 1) * m / (n_targets * _MAC_PER_GATHER))
+    s = int(2 ** round(math.log2(max(1.0, s))))
+    s = max(16, min(s, m))
     G = -(-m // s)
-    return s if (n_blocks + 1) * G + n_targets * s < m else None
+    cost = (n_blocks + 1) * G / _MAC_PER_GATHER + n_targets * s
+    if cost < m / 2 and n_series * G * (n_blocks + 1) <= _COARSE_ELEMENTS:
+        return s
+    return None
 
 
 def resample_draws(block_index: np.ndarray, n_blocks: int, mean_series: Sequence[np.ndarray],
@@ -159,7 +169,7 @@ def resample_draws(block_index: np.ndarray, n_blocks: int, mean_series: Sequence
                 order = keep[np.argsort(x[keep], kind="stable")]
                 kept.append((x[order], block_index[order]))
             m = max(1, max(len(v) for v, _ in kept))
-            seg = _segment_for(m, K, 2 * len(qs)) if segment == "auto" else segment
+            seg = _segment_for(m, K, 2 * len(qs), Jq) if segment == "auto" else segment
             P = m if seg is None else -(-m // seg) * seg
             vals = np.zeros((Jq, P))
             blk = np.full((Jq, P), K, dtype=np.int32)
