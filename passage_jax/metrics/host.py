@@ -18,7 +18,9 @@ from passage_jax.graph.routes import route_problem
 from passage_jax.metrics.kernels import METRIC_KEYS, score_batch
 
 #: Smallest padded route length (shorter routes share this bucket).
-MIN_BUCKET = 16
+MIN_BUCKET = 32
+#: Smallest padded batch (fewer distinct batch shapes, fewer compilations).
+MIN_BATCH = 8
 #: Upper bounds on one kernel call's working set (elements).
 _MAX_GRID_ELEMS = 1 << 23  # tasks * H * W
 _MAX_PAIR_ELEMS = 1 << 24  # tasks * La * Lb
@@ -138,7 +140,7 @@ def score_routes(candidates, tasks, c_star, request_ok, references=None,
             chunk = 1 << (chunk.bit_length() - 1)
             for s in range(0, len(idx), chunk):
                 part = idx[s:s + chunk]
-                res = _run_chunk(part, _pow2_at_least(len(part)), shape, la, lb, cands, refs,
+                res = _run_chunk(part, min(chunk, max(MIN_BATCH, _pow2_at_least(len(part)))), shape, la, lb, cands, refs,
                                  tasks, c_star, request_ok, problems, pixel_size_m)
                 for k in METRIC_KEYS:
                     out[k][part] = res[k][:len(part)]
