@@ -203,3 +203,47 @@ def test_audit_json_is_written_atomically(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["audit.json", "data"]
     assert set(rep) == {"scenes", "summary"}
     assert set(rep["scenes"][0]) >= {"id", "resolution", "split", "valid", "error", "blocks"}
+
+
+def _flip(path, start, count):
+    b = bytearray(path.read_bytes())
+    for i in range(start, start + count):
+        b[i] ^= 0xFF
+    path.write_bytes(bytes(b))
+
+
+def test_audit_byte_corruption_inside_a_shard(tmp_path):
+    import pyarrow.parquet as pq
+    rows = make_rows(6)
+    p = write_foreign(tmp_path / "data", rows, row_group_size=2, image_columns=False)
+    col = pq.ParquetFile(p).metadata.row_group(1).column(2)
+    assert col.path_in_schema == "tensor"
+    start = col.dictionary_page_offset or col.data_page_offset
+    _flip(p, start + 60, 30)  # inside the tensor blobs of rows 2 and 3
+    rc, rep = _audit(tmp_path)
+    assert rc == 1
+    bad = [s for s in rep["scenes"] if not s["valid"]]
+    assert [s["id"] for s in bad] == ["0000000002", "0000000003"]
+    assert all(f"scene {s['id']}" in s["error"] for s in bad)
+
+
+def test_audit_unreadable_page_names_the_scenes(tmp_path):
+    import pyarrow.parquet as pq
+    rows = make_rows(3)
+    p = write_foreign(tmp_path / "data", rows, row_group_size=3, image_columns=False)
+    col = pq.ParquetFile(p).metadata.row_group(0).column(2)
+    _flip(p, col.dictionary_page_offset or col.data_page_offset, 8)  # the page header
+    rc, rep = _audit(tmp_path)
+    assert rc == 1
+    assert [s["id"] for s in rep["scenes"]] == [r["id"] for r in rows]
+    for s in rep["scenes"]:
+        assert not s["valid"] and f"row {s['row']} scene {s['id']}: cannot read the shard" in s["error"]
+
+
+def test_audit_truncated_file(tmp_path, capsys):
+    rows = make_rows(3)
+    p = write_foreign(tmp_path / "data", rows)
+    p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])
+    rc, rep = _audit(tmp_path)
+    assert rc == 1 and len(rep["scenes"]) == 1
+    assert "not a readable Parquet file" in rep["scenes"][0]["error"]

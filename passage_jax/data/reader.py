@@ -123,7 +123,7 @@ def _open(path: Path) -> pq.ParquetFile:
     try:
         return pq.ParquetFile(path)
     except (pa.ArrowException, OSError) as e:
-        raise DataError(f"{path}: not a readable Parquet file: {e}") from None
+        raise DataError(f"{path}: not a readable Parquet file: {' '.join(str(e).split())}") from None
 
 
 def iter_raw_rows(root, resolution: int, split: str, n_samples=None) -> Iterator[RawRow]:
@@ -149,8 +149,9 @@ def iter_raw_rows(root, resolution: int, split: str, n_samples=None) -> Iterator
                     count += 1
                     if n_samples is not None and count >= n_samples:
                         return
-        except pa.ArrowException as e:
-            raise DataError(f"{path} row {row}: cannot read the shard: {e}") from None
+        except (pa.ArrowException, OSError) as e:
+            why = " ".join(str(e).split())
+            raise DataError(f"{path} row {row}: cannot read the shard: {why}") from None
 
 
 def id_places(root, resolution: int, splits=None) -> dict[str, list[tuple[str, str, int]]]:
@@ -359,8 +360,9 @@ def _file_rows(path: Path, resolution: int, split: str):
     try:
         pf = pq.ParquetFile(path)
     except (pa.ArrowException, OSError) as e:
+        why = " ".join(str(e).split())
         yield RowReport(None, resolution, split, str(path), -1, False,
-                        f"{path}: not a readable Parquet file: {e}")
+                        f"{path}: not a readable Parquet file: {why}")
         return
     names = pf.schema_arrow.names
     missing = [c for c in REQUIRED_COLUMNS if c not in names]
@@ -368,7 +370,7 @@ def _file_rows(path: Path, resolution: int, split: str):
         try:
             ids = (pf.read(columns=["id"]).column("id").to_pylist() if "id" in names
                    else [None] * pf.metadata.num_rows)
-        except pa.ArrowException:
+        except (pa.ArrowException, OSError):
             ids = [None] * pf.metadata.num_rows
         for i, sid in enumerate(ids):
             ref = RowRef(str(path), i, sid)
@@ -381,9 +383,16 @@ def _file_rows(path: Path, resolution: int, split: str):
             for values in batch.to_pylist():
                 yield RawRow(str(path), row, values)
                 row += 1
-    except pa.ArrowException as e:
-        yield RowReport(None, resolution, split, str(path), row, False,
-                        f"{path} row {row}: cannot read the shard: {e}")
+    except (pa.ArrowException, OSError) as e:
+        why = " ".join(str(e).split())
+        try:  # name the scenes that could not be read, if the id column still reads
+            ids = pf.read(columns=["id"]).column("id").to_pylist()[row:]
+        except (pa.ArrowException, OSError):
+            ids = [None]
+        for i, sid in enumerate(ids, start=row):
+            yield RowReport(sid, resolution, split, str(path), i, False,
+                            f"{RowRef(str(path), i, sid)}: cannot read the shard from row "
+                            f"{row} on: {why}")
 
 
 def scan_split(root, resolution: int, split: str, on_scene=scene_summary, workers: int = 4,
