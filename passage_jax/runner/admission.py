@@ -49,7 +49,7 @@ class References:
     qualified: np.ndarray  # bool (T,)
     solver: list
     reason: list
-    work_expansions: np.ndarray  # int64 (T,), -1 unknown
+    work: np.ndarray  # int64 (T,), solver work (VI sweeps), -1 unknown
     policy: str
     cohort_id: str | None
     max_expansions: int | None
@@ -134,32 +134,32 @@ def qualify_references(spec: RunSpec, tasks) -> References:
 
     try:
         reference = importlib.import_module("passage_jax.reference")
-        qualify_scene = reference.qualify_scene
+        qualify_scenes = reference.qualify_scenes
     except (ImportError, AttributeError) as e:
         raise AdmissionError(f"references: the reference stage is unavailable: {e}") from None
     key_of = f"{spec.cost_model}/{spec.task_variant}"
+    # value iteration solves every task; a declared CPU budget adds the independent
+    # CPU search as a cross-check within that budget
+    cross = spec.reference_max_expansions is not None
+    try:
+        quals = qualify_scenes([t.scene for t in tasks], spec.reference_policy,
+                               reference_cohort_id=spec.reference_cohort_id, solver="vi",
+                               max_expansions=spec.reference_max_expansions, cross_check=cross)
+    except Exception as e:  # noqa: BLE001
+        raise AdmissionError(f"references: qualification failed: {type(e).__name__}: {e}") from None
     c_star, released_cost, solver, reason, work, routes, qualified = [], [], [], [], [], [], []
     failures = []
-    for t in tasks:
-        try:
-            q = qualify_scene(t.scene, policy=spec.reference_policy,
-                              max_expansions=spec.reference_max_expansions)
-        except Exception as e:  # noqa: BLE001
-            raise AdmissionError(f"references: scene {t.id} ({t.scene.where}): qualification "
-                                 f"failed: {type(e).__name__}: {e}") from None
+    for t, q in zip(tasks, quals):
         if key_of not in q:
             raise AdmissionError(f"references: scene {t.id}: no qualification for {key_of}")
         qi = q[key_of]
         if not qi.qualified:
             failures.append(f"scene {t.id} ({t.scene.where}) {key_of}: {qi.reason}")
         c_star.append(float(qi.c_star))
-        rc = getattr(qi, "route_cost", None)
-        released_cost.append(float(rc) if rc is not None else route_cost(
-            t.route, t.elevation_m, t.objective, t.weight))
-        solver.append(str(qi.solver))
+        released_cost.append(route_cost(t.route, t.elevation_m, t.objective, t.weight))
+        solver.append(str(qi.solver) + ("+cross_check" if cross else ""))
         reason.append("" if qi.reason is None else str(qi.reason))
-        w = qi.work if isinstance(qi.work, dict) else {}
-        work.append(int(w.get("expansions", -1)) if w.get("expansions") is not None else -1)
+        work.append(int(qi.work) if qi.work is not None else -1)
         routes.append(np.asarray(t.route, np.int32))
         qualified.append(bool(qi.qualified))
     if failures:
@@ -176,7 +176,7 @@ def qualify_references(spec: RunSpec, tasks) -> References:
     return References(sample_id=[t.id for t in tasks], c_star=c, routes=routes,
                       released_cost=np.asarray(released_cost, np.float64),
                       qualified=np.asarray(qualified, bool), solver=solver, reason=reason,
-                      work_expansions=np.asarray(work, np.int64), policy=spec.reference_policy,
+                      work=np.asarray(work, np.int64), policy=spec.reference_policy,
                       cohort_id=spec.reference_cohort_id,
                       max_expansions=spec.reference_max_expansions)
 

@@ -80,7 +80,7 @@ def references_arrays(admitted: adm.Admitted) -> dict:
         "released_cost": refs.released_cost,
         "solver": np.asarray(refs.solver, dtype=str),
         "reason": np.asarray(refs.reason, dtype=str),
-        "work_expansions": refs.work_expansions,
+        "solver_work": refs.work,
         "route_coords": coords,
         "route_offsets": offsets,
         "released_coords": rel_coords,

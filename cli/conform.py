@@ -1,0 +1,26 @@
+"""``python -m cli conform --spec S --output D``: interface checks with a receipt."""
+from __future__ import annotations
+
+import sys
+
+
+def register(p):
+    p.add_argument("--spec", required=True, help="run spec (YAML or JSON)")
+    p.add_argument("--output", required=True, help="new (or empty) folder for conformance.json")
+
+
+def main(args) -> int:
+    from passage_jax.runner import AdmissionError, SpecError, load_spec
+    from passage_jax.runner.conform import conform
+
+    try:
+        receipt = conform(load_spec(args.spec), args.output)
+    except (SpecError, AdmissionError, FileExistsError) as e:
+        print(f"conform: {e}", file=sys.stderr)
+        return 2
+    for c in receipt["checks"]:
+        mark = "pass" if c["passed"] else "FAIL"
+        print(f"  [{mark}] {c['name']}")
+    verdict = "passed" if receipt["passed"] else "FAILED"
+    print(f"conformance {verdict}: {args.output}/conformance.json")
+    return 0 if receipt["passed"] else 1

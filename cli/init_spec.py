@@ -1,0 +1,22 @@
+"""``python -m cli init-spec --out F``: write a commented starter run spec."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+
+def register(p):
+    p.add_argument("--out", required=True, help="where to write the YAML spec (must not exist)")
+
+
+def main(args) -> int:
+    from passage_jax.runner.files import atomic_write_text
+    from passage_jax.runner.spec import STARTER_SPEC
+
+    out = Path(args.out)
+    if out.exists():
+        print(f"init-spec: {out} already exists; refusing to overwrite it", file=sys.stderr)
+        return 2
+    atomic_write_text(out, STARTER_SPEC)
+    print(f"wrote {out}")
+    return 0
