@@ -19,11 +19,12 @@ def expected_nbytes(n: int) -> int:
 
 
 def encode_tensor(arr: np.ndarray, level: int = 10) -> bytes:
-    """Compress an (N, N, 3) array as one Zstandard frame (content size declared)."""
+    """Compress an (N, N, 3) array as one Zstandard frame (content size and checksum
+    declared, so a flipped byte is caught on decode)."""
     a = np.ascontiguousarray(arr, dtype=_DTYPE)
     if a.ndim != 3 or a.shape[0] != a.shape[1] or a.shape[2] != CHANNELS:
         raise TensorError(f"tensor must have shape (N, N, 3), got {a.shape}")
-    return zstandard.ZstdCompressor(level=level, write_content_size=True).compress(a.tobytes())
+    return zstandard.ZstdCompressor(level=level, write_content_size=True, write_checksum=True).compress(a.tobytes())
 
 
 def decode_tensor(blob: bytes, n: int) -> np.ndarray:
