@@ -161,6 +161,8 @@ def masked_percentile(x, mask, q):
     """Linear-interpolation percentile (NumPy's default method) of ``x[mask]``;
     NaN when the mask is empty. ``q`` in [0, 100]. NaNs must be masked out."""
     x = jnp.asarray(x)
+    if x.shape[-1] == 0:
+        return jnp.asarray(jnp.nan, x.dtype if jnp.issubdtype(x.dtype, jnp.floating) else float)
     n = jnp.sum(mask)
     xs = jnp.sort(jnp.where(mask, x, jnp.inf))
     pos = (n - 1).astype(x.dtype) * (jnp.asarray(q, x.dtype) / 100)
