@@ -1,0 +1,156 @@
+"""Latency summaries of a timing series (SPEC §7).
+
+Two summaries are computed for every series of requests:
+
+* the legacy interpolated percentiles: p50/p95/p99 by NumPy's default
+  (linear) percentile over every recorded request time, timeouts included at
+  their recorded (finite) time;
+* the censoring-aware block ``passage-censored-latency/v1``: every request of
+  the series counts; a timeout is right-censored and ordered as ``+inf``; each
+  percentile is an order statistic (``inverted_cdf``: the ``ceil(n q)``-th
+  smallest value, no interpolation). When that rank falls on a censored
+  request the percentile is reported as censored, with no value and a lower
+  bound: the same order statistic of the series in which every censored
+  request takes its censoring time (its recorded time, or the deadline when no
+  time was recorded). Because the true durations of censored requests are at
+  least their censoring times, that order statistic can only be smaller than
+  or equal to the true one.
+
+The block also counts requests, distinct scenes, repeats per scene, successes,
+timeouts, censored requests and failures that are not timeouts (successes,
+timeouts and other failures add up to the number of requests), gives
+success-only percentiles as secondary values, and flags whether the series
+holds at least 100 warm requests (a reporting threshold; it admits or refuses
+nothing).
+"""
+from __future__ import annotations
+
+import math
+from collections import Counter
+from fractions import Fraction
+
+import numpy as np
+
+CENSORED_LATENCY_FORMAT = "passage-censored-latency/v1"
+PERCENTILES = (50, 95, 99)
+#: statuses whose request time is right-censored
+CENSORED_STATUSES = ("timeout",)
+WARM_THRESHOLD = 100
+
+
+def _num(x):
+    return None if x is None or not math.isfinite(float(x)) else float(x)
+
+
+def interpolated_percentiles(latency_ms, percentiles=PERCENTILES) -> dict:
+    """Linear-interpolation percentiles (NumPy default) over the finite recorded
+    times; ``n`` counts them, ``n_missing`` the requests without a time."""
+    v = np.asarray([np.nan if x is None else x for x in latency_ms], np.float64)
+    finite = v[np.isfinite(v)]
+    out = {f"p{q}": (float(np.percentile(finite, q)) if finite.size else None)
+           for q in percentiles}
+    out["mean"] = float(finite.mean()) if finite.size else None
+    out["max"] = float(finite.max()) if finite.size else None
+    out["n"] = int(finite.size)
+    out["n_missing"] = int(v.size - finite.size)
+    return out
+
+
+def order_statistic_rank(n: int, q) -> int:
+    """1-based rank of the ``inverted_cdf`` percentile ``q`` (in [0, 100]) of
+    ``n`` values: ``max(1, ceil(n q / 100))``, computed exactly."""
+    if n < 1:
+        raise ValueError("no values")
+    qf = Fraction(str(q))
+    if not 0 <= qf <= 100:
+        raise ValueError(f"percentile {q} outside [0, 100]")
+    k = math.ceil(n * qf / 100)
+    return int(min(max(k, 1), n))
+
+
+def censored_latency_block(latency_ms, statuses, successes, sample_ids, deadline_ms=None,
+                           warm: bool = False, percentiles=PERCENTILES) -> dict:
+    """The ``passage-censored-latency/v1`` block of one series.
+
+    ``latency_ms`` recorded request times (None allowed for a censored request
+    with no time), ``statuses`` the terminal statuses, ``successes`` bool per
+    request (status ``ok`` with a valid route), ``sample_ids`` the scene of each
+    request, ``deadline_ms`` per request (or one value, or None): the censoring
+    time used when a censored request has no recorded time. ``warm``: the
+    series consists of warm requests (measured after a declared, recorded
+    warm-up).
+    """
+    n = len(statuses)
+    if not (len(latency_ms) == len(successes) == len(sample_ids) == n):
+        raise ValueError("latency_ms, statuses, successes and sample_ids differ in length")
+    if deadline_ms is None or np.isscalar(deadline_ms):
+        deadline_ms = [deadline_ms] * n
+    censored = np.array([s in CENSORED_STATUSES for s in statuses], bool)
+    succ = np.asarray(successes, bool)
+    if np.any(succ & censored):
+        raise ValueError("a request cannot be both a success and censored")
+    obs = np.empty(n, np.float64)
+    lower = np.empty(n, np.float64)
+    for i in range(n):
+        t = latency_ms[i]
+        if censored[i]:
+            obs[i] = np.inf
+            c = t if t is not None and math.isfinite(float(t)) else deadline_ms[i]
+            if c is None or not math.isfinite(float(c)):
+                raise ValueError(f"request {i}: censored without a recorded time or a deadline")
+            lower[i] = float(c)
+        else:
+            if t is None or not math.isfinite(float(t)):
+                raise ValueError(f"request {i} (status {statuses[i]!r}) has no finite latency")
+            obs[i] = lower[i] = float(t)
+    n_timeouts = int(np.sum([s == "timeout" for s in statuses]))
+    n_success = int(succ.sum())
+    counts = Counter(sample_ids)
+    reps = sorted(set(counts.values()))
+    block = {
+        "format": CENSORED_LATENCY_FORMAT,
+        "method": "inverted_cdf",
+        "censored_statuses": list(CENSORED_STATUSES),
+        "n_requests": n,
+        "n_scenes": len(counts),
+        "repeats_per_scene": (reps[0] if len(reps) == 1 else {"min": reps[0], "max": reps[-1]})
+        if reps else 0,
+        "n_successes": n_success,
+        "n_timeouts": n_timeouts,
+        "n_censored": int(censored.sum()),
+        "n_other_failures": n - n_success - n_timeouts,
+        "percentiles": {},
+        "success_only": {},
+        "n_warm_requests": n if warm else 0,
+        "at_least_100_warm_requests": bool(warm and n >= WARM_THRESHOLD),
+    }
+    if n:
+        order = np.lexsort((obs,))  # stable; +inf last
+        srt = obs[order]
+        low_srt = np.sort(lower, kind="stable")
+        for q in percentiles:
+            k = order_statistic_rank(n, q)
+            v = srt[k - 1]
+            if np.isinf(v):
+                block["percentiles"][f"p{q}"] = {"rank": k, "censored": True, "value": None,
+                                                 "lower_bound": float(low_srt[k - 1])}
+            else:
+                block["percentiles"][f"p{q}"] = {"rank": k, "censored": False,
+                                                 "value": float(v), "lower_bound": None}
+    s = np.sort(obs[succ])
+    for q in percentiles:
+        block["success_only"][f"p{q}"] = (float(s[order_statistic_rank(s.size, q) - 1])
+                                          if s.size else None)
+    block["success_only"]["n"] = int(s.size)
+    return block
+
+
+def series_latency(records, successes, warm: bool) -> dict:
+    """Both summaries for one series of ``requests.jsonl`` records."""
+    lat = [r.get("latency_ms") for r in records]
+    return {
+        "interpolated": interpolated_percentiles(lat),
+        "censored": censored_latency_block(lat, [r["status"] for r in records], successes,
+                                           [r["sample_id"] for r in records],
+                                           [r.get("deadline_ms") for r in records], warm=warm),
+    }

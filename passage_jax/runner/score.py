@@ -1,0 +1,539 @@
+"""Offline scoring of a run folder (SPEC §4, §7).
+
+``score_run(path)`` scores every ``seed-<seed>/`` folder of a run (or one seed
+folder) from what the run persisted: the routes in ``paths.npz``, the terminal
+records in ``requests.jsonl`` and the qualified references in
+``references.npz``. The planner is never called again. Scenes are reloaded
+from the dataset recorded in ``manifest.json`` only for their elevation and
+obstacles, after checking the shard hashes and every task's input hash
+against what the run recorded; any mismatch is an error.
+
+Per seed folder it writes, each atomically:
+
+* ``per_sample.npz``: one row per task x warm repeat (plain arrays, loads
+  with ``allow_pickle=False``), see :data:`PER_SAMPLE_FIELDS`;
+* ``metrics.json``: the six primary metrics of the quality repeat and their
+  companions, the quality of every other pass, latency per series (legacy
+  interpolated percentiles and the ``passage-censored-latency/v1`` block),
+  precision, and the status/route divergence counts;
+* ``score_receipt.json`` (written last): hashes of every input and output,
+  versions, evaluator source hash and time.
+
+An existing score is never overwritten unless ``force=True``.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import types
+from pathlib import Path
+
+import numpy as np
+
+from passage_jax.runner.files import (
+    atomic_write_json, atomic_write_npz, array_sha256, code_hash, load_paths, route_of,
+    sha256_file, unpack_routes,
+)
+from passage_jax.runner.latency import series_latency
+
+METRIC_CONTRACT = "passage-qualified-complete-v1"
+SCORE_FORMAT = "passage-jax-score-v1"
+RECEIPT_FORMAT = "passage-jax-score-receipt-v1"
+BLOCK_RULE = "main_tile_5deg"
+UNPLACED = "unplaced"
+OUTPUTS = ("per_sample.npz", "metrics.json", "score_receipt.json")
+RUN_INPUTS = ("requests.jsonl", "paths.npz", "references.npz")
+#: per_sample.npz row fields (all of length n_rows), in the order they are written
+PER_SAMPLE_FIELDS = (
+    "reference_qualified", "sample_id", "cluster_id", "repeat_index", "quality_repeat_index",
+    "primary_quality", "regret", "assd", "h95", "path_iou", "success", "valid_path",
+    "connected_path", "obstacle_violation", "obstacle_traversals", "predicted_cost",
+    "oracle_cost", "latency_ms", "status", "record_index", "task_index", "route_format",
+    "route_length", "malformed", "stratum_obstacle_coverage", "stratum_start_goal_distance_px",
+    "stratum_reference_length_px", "stratum_relief_m",
+)
+#: numeric per-task stratifiers available to ``compare --odd-spec``
+STRATIFIERS = ("obstacle_coverage", "start_goal_distance_px", "reference_length_px", "relief_m")
+
+
+class ScoreError(RuntimeError):
+    """The run folder cannot be scored (missing/tampered files, data changed ...)."""
+
+
+def utc_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+# --------------------------------------------------------------------------- #
+# locating and reading a run
+# --------------------------------------------------------------------------- #
+
+def seed_folders(path) -> list[Path]:
+    """The seed folders of ``path``: itself when it holds a ``manifest.json``,
+    else its ``seed-<seed>/`` subfolders in seed order."""
+    path = Path(path)
+    if not path.is_dir():
+        raise ScoreError(f"{path}: not a folder")
+    if (path / "manifest.json").is_file():
+        return [path]
+    subs = [p for p in path.iterdir() if p.is_dir() and p.name.startswith("seed-")
+            and (p / "manifest.json").is_file()]
+    if not subs:
+        raise ScoreError(f"{path}: neither a seed folder (manifest.json) nor a run folder "
+                         f"with seed-<seed>/ subfolders")
+
+    def key(p):
+        try:
+            return int(p.name[5:])
+        except ValueError:
+            raise ScoreError(f"{p}: folder name is not seed-<integer>") from None
+    return sorted(subs, key=key)
+
+
+def read_json(path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise ScoreError(f"{path}: file not found")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ScoreError(f"{path}: not JSON: {e}") from None
+
+
+def read_requests(path) -> list[dict]:
+    out = []
+    with open(path) as f:
+        for i, line in enumerate(f):
+            if line.strip():
+                try:
+                    out.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise ScoreError(f"{path} line {i + 1}: not JSON: {e}") from None
+    return out
+
+
+def load_npz(path) -> dict:
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    except (OSError, ValueError) as e:
+        raise ScoreError(f"{path}: cannot read: {e}") from None
+
+
+def verify_run_files(folder: Path, manifest: dict) -> dict:
+    """Check the run files against the hashes in the manifest; returns them."""
+    recorded = manifest.get("files") or {}
+    hashes = {}
+    for name in RUN_INPUTS:
+        p = folder / name
+        if not p.is_file():
+            raise ScoreError(f"{p}: file not found")
+        h = sha256_file(p)
+        if name not in recorded:
+            raise ScoreError(f"{folder / 'manifest.json'}: files.{name} (sha256) is not recorded")
+        if h != recorded[name]:
+            raise ScoreError(f"{p}: sha256 {h} differs from the manifest's {recorded[name]}; "
+                             f"the run files were changed after the run")
+        hashes[name] = h
+    return hashes
+
+
+def references_from_npz(ref: dict, where: str) -> dict:
+    need = ("sample_id", "c_star", "qualified", "route_coords", "route_offsets", "objective",
+            "variant", "cost_weight", "input_sha256", "tile_json", "identity")
+    missing = [k for k in need if k not in ref]
+    if missing:
+        raise ScoreError(f"{where}: missing arrays {missing}")
+    ids = [str(s) for s in ref["sample_id"]]
+    routes = unpack_routes(ref["route_coords"], ref["route_offsets"])
+    if len(routes) != len(ids):
+        raise ScoreError(f"{where}: {len(routes)} reference routes for {len(ids)} tasks")
+    ident = array_sha256(np.asarray(ids, dtype=str).astype("U32"),
+                         np.asarray(ref["c_star"], np.float64), ref["route_coords"],
+                         ref["route_offsets"], np.asarray(ref["qualified"]))
+    if ident != str(ref["identity"]):
+        raise ScoreError(f"{where}: reference identity {ident} does not match the recorded "
+                         f"{ref['identity']}")
+    return {"sample_id": ids, "c_star": np.asarray(ref["c_star"], np.float64),
+            "qualified": np.asarray(ref["qualified"], bool), "routes": routes,
+            "identity": ident}
+
+
+# --------------------------------------------------------------------------- #
+# reloading the scenes
+# --------------------------------------------------------------------------- #
+
+def _input_hashes(tasks) -> list:
+    # the same identity the runner recorded at admission (Admitted.input_hashes)
+    from passage_jax.runner.admission import Admitted
+
+    return Admitted.input_hashes(types.SimpleNamespace(tasks=tasks))
+
+
+def dataset_root(manifest: dict, override=None) -> Path:
+    data = manifest.get("data") or {}
+    cands = [override] if override is not None else [data.get("dataset_root"),
+                                                     data.get("dataset_path")]
+    for c in cands:
+        if c and Path(c).is_dir():
+            return Path(c)
+    raise ScoreError(f"dataset of the run not found (tried {[c for c in cands if c]}); "
+                     f"pass --dataset-path to point at a copy (its hashes are checked)")
+
+
+def reload_tasks(manifest: dict, refs: dict, where: str, dataset_path=None) -> tuple:
+    """Tasks of the run, reloaded and checked; returns (tasks, root, shard hashes)."""
+    from passage_jax.data import DataError, load_tasks
+
+    data = manifest.get("data") or {}
+    for k in ("resolution", "split", "cost_model", "task_variant", "shards", "sample_ids"):
+        if k not in data:
+            raise ScoreError(f"{where}: manifest data.{k} is missing")
+    root = dataset_root(manifest, dataset_path)
+    res, split = int(data["resolution"]), str(data["split"])
+    shard_dir = root / f"{res}x{res}" / split
+    shard_hashes = {}
+    for s in data["shards"]:
+        p = shard_dir / s["name"]
+        if not p.is_file():
+            raise ScoreError(f"{where}: shard {p} recorded by the run is missing")
+        h = sha256_file(p)
+        if h != s["sha256"]:
+            raise ScoreError(f"{where}: shard {p}: sha256 {h} differs from the run's "
+                             f"{s['sha256']}; the data changed since the run")
+        shard_hashes[s["name"]] = h
+    try:
+        tasks = load_tasks(root, res, split, data["cost_model"], data["task_variant"],
+                           n_samples=data.get("n_samples"))
+    except (DataError, ValueError) as e:
+        raise ScoreError(f"{where}: reloading the scenes failed: {e}") from None
+    ids = [t.id for t in tasks]
+    if ids != list(data["sample_ids"]) or ids != refs["sample_id"]:
+        raise ScoreError(f"{where}: reloaded scene ids {ids[:3]}... differ from the run's "
+                         f"{list(data['sample_ids'])[:3]}...")
+    for t in tasks:
+        if Path(t.scene.file).name not in shard_hashes:
+            raise ScoreError(f"{where}: scene {t.id} comes from {t.scene.file}, a shard the "
+                             f"run did not record")
+    got = _input_hashes(tasks)
+    for i, (g, e) in enumerate(zip(got, refs["input_sha256"])):
+        if g != e:
+            raise ScoreError(f"{where}: task {i} (scene {ids[i]}): input hash {g} differs "
+                             f"from the run's {e}")
+    for i, t in enumerate(tasks):
+        if (t.objective != refs["objective"][i] or t.variant != refs["variant"][i]
+                or float(t.weight) != float(refs["cost_weight"][i])):
+            raise ScoreError(f"{where}: task {i} (scene {t.id}): objective/variant/weight "
+                             f"differ from the run's references")
+    return tasks, root, shard_hashes
+
+
+# --------------------------------------------------------------------------- #
+# scoring
+# --------------------------------------------------------------------------- #
+
+def cluster_ids(tile_json) -> list[str]:
+    from passage_jax.stats import assign_blocks
+
+    tiles = [json.loads(s) if str(s) else None for s in tile_json]
+    return [UNPLACED if b is None else b for b in assign_blocks(tiles, BLOCK_RULE)]
+
+
+def _strata(tasks, ref_routes) -> dict:
+    from passage_jax.graph.routes import route_length_pixels
+
+    out = {k: np.empty(len(tasks), np.float64) for k in STRATIFIERS}
+    for i, t in enumerate(tasks):
+        out["obstacle_coverage"][i] = float(np.mean(np.asarray(t.obstacles, bool)))
+        (r0, c0), (r1, c1) = t.scene.start, t.scene.goal
+        out["start_goal_distance_px"][i] = math.hypot(r1 - r0, c1 - c0)
+        out["reference_length_px"][i] = route_length_pixels(ref_routes[i])
+        out["relief_m"][i] = float(np.ptp(t.elevation_m))
+    return out
+
+
+def _check_records(records, paths, manifest, where):
+    from passage_jax.protocol.contracts import STATUSES
+
+    n = len(records)
+    if len(paths["route_format"]) != n:
+        raise ScoreError(f"{where}: paths.npz holds {len(paths['route_format'])} routes for "
+                         f"{n} records")
+    if manifest.get("n_records") is not None and manifest["n_records"] != n:
+        raise ScoreError(f"{where}: manifest says {manifest['n_records']} records, "
+                         f"requests.jsonl has {n}")
+    for i, r in enumerate(records):
+        for k in ("record", "series", "repeat", "task_index", "sample_id", "status"):
+            if k not in r:
+                raise ScoreError(f"{where}: requests.jsonl record {i}: missing field {k!r}")
+        if r["record"] != i or int(paths["record_index"][i]) != i:
+            raise ScoreError(f"{where}: record {i} is out of order")
+        if r["status"] not in STATUSES:
+            raise ScoreError(f"{where}: record {i}: unknown status {r['status']!r}")
+
+
+def _float_or_none(x):
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def quality_summary(per_task: dict, mask, qualified) -> dict:
+    from passage_jax.metrics import primary_metrics
+
+    sub = {k: np.asarray(v)[mask] for k, v in per_task.items()
+           if isinstance(v, np.ndarray) and v.dtype.kind != "O"}
+    m = primary_metrics(sub, valid_mask=np.asarray(qualified)[mask])
+    return _clean(m)
+
+
+def _clean(obj):
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    return obj
+
+
+def score_folder(folder, force: bool = False, dataset_path=None) -> dict:
+    """Score one seed folder; returns the metrics dict (also written)."""
+    from passage_jax.metrics import score_routes
+
+    folder = Path(folder)
+    where = str(folder)
+    existing = [n for n in OUTPUTS if (folder / n).exists()]
+    if existing and not force:
+        raise ScoreError(f"{where} is already scored ({', '.join(existing)}); pass --force to "
+                         f"score it again")
+    manifest = read_json(folder / "manifest.json")
+    input_hashes = {"manifest.json": sha256_file(folder / "manifest.json")}
+    input_hashes.update(verify_run_files(folder, manifest))
+    records = read_requests(folder / "requests.jsonl")
+    try:
+        paths = load_paths(folder / "paths.npz")
+    except (KeyError, ValueError, OSError) as e:
+        raise ScoreError(f"{folder / 'paths.npz'}: {e}") from None
+    ref_npz = load_npz(folder / "references.npz")
+    refs = references_from_npz(ref_npz, str(folder / "references.npz"))
+    refs.update(objective=[str(x) for x in ref_npz["objective"]],
+                variant=[str(x) for x in ref_npz["variant"]],
+                cost_weight=np.asarray(ref_npz["cost_weight"], np.float64),
+                input_sha256=[str(x) for x in ref_npz["input_sha256"]])
+    _check_records(records, paths, manifest, where)
+    tasks, root, shard_hashes = reload_tasks(manifest, refs, where, dataset_path)
+    T = len(tasks)
+    timing = manifest.get("timing") or {}
+    q_index = int(timing.get("quality_repeat_index", manifest["spec"]["quality_repeat_index"]))
+    warmup_declared = int(timing.get("latency_warmup", manifest["spec"]["latency_warmup"]))
+
+    # score every record (cold, warm-up and warm passes alike)
+    ti = np.array([int(r["task_index"]) for r in records], np.int64)
+    if len(ti) and (ti.min() < 0 or ti.max() >= T):
+        raise ScoreError(f"{where}: a record's task_index is outside [0, {T})")
+    for i, r in enumerate(records):
+        if r["sample_id"] != tasks[ti[i]].id:
+            raise ScoreError(f"{where}: record {i}: sample_id {r['sample_id']} is not task "
+                             f"{ti[i]}'s scene {tasks[ti[i]].id}")
+    status = np.array([r["status"] for r in records], dtype=str)
+    cands = [route_of(paths, i) for i in range(len(records))]
+    per = score_routes(cands, [tasks[j] for j in ti], refs["c_star"][ti], status == "ok",
+                       references=[refs["routes"][j] for j in ti])
+    series = np.array([r["series"] for r in records], dtype=str)
+    repeat = np.array([int(r["repeat"]) for r in records], np.int64)
+    qualified = refs["qualified"][ti]
+
+    # per_sample: warm rows (task x repeat), repeat-major
+    warm = np.flatnonzero(series == "warm")
+    warm = warm[np.lexsort((ti[warm], repeat[warm]))]
+    n_rep = len(set(repeat[warm].tolist()))
+    if len(warm) != n_rep * T or q_index not in set(repeat[warm].tolist()):
+        raise ScoreError(f"{where}: warm records do not form {T} tasks x repeats with quality "
+                         f"repeat {q_index}")
+    clusters = np.asarray(cluster_ids(ref_npz["tile_json"]), dtype=str)
+    strata = _strata(tasks, refs["routes"])
+    lat = np.array([np.nan if r.get("latency_ms") is None else float(r["latency_ms"])
+                    for r in records], np.float64)
+    fmt = np.array([str(r.get("route_format") or "") for r in records], dtype=str)
+    rlen = np.array([len(c) if isinstance(c, np.ndarray) and c.ndim == 2 else -1
+                     for c in cands], np.int64)
+    rows = {
+        "metric_contract": np.array(METRIC_CONTRACT),
+        "reference_qualified": qualified[warm],
+        "sample_id": np.asarray([tasks[j].id for j in ti[warm]], dtype=str),
+        "cluster_id": clusters[ti[warm]],
+        "repeat_index": repeat[warm],
+        "quality_repeat_index": np.full(len(warm), q_index, np.int64),
+        "primary_quality": repeat[warm] == q_index,
+        "regret": per["regret"][warm].astype(np.float64),
+        "assd": per["assd"][warm].astype(np.float64),
+        "h95": per["h95"][warm].astype(np.float64),
+        "path_iou": per["path_iou"][warm].astype(np.float64),
+        "success": per["success"][warm].astype(bool),
+        "valid_path": per["valid_path"][warm].astype(bool),
+        "connected_path": per["connected_path"][warm].astype(bool),
+        "obstacle_violation": per["obstacle_violation"][warm].astype(bool),
+        "obstacle_traversals": per["obstacle_traversals"][warm].astype(np.int64),
+        "predicted_cost": per["predicted_cost"][warm].astype(np.float64),
+        "oracle_cost": refs["c_star"][ti[warm]],
+        "latency_ms": lat[warm],
+        "status": status[warm],
+        "record_index": warm.astype(np.int64),
+        "task_index": ti[warm],
+        "route_format": fmt[warm],
+        "route_length": rlen[warm],
+        "malformed": per["malformed"][warm].astype(bool),
+        "block_rule": np.array(BLOCK_RULE),
+    }
+    for k in STRATIFIERS:
+        rows[f"stratum_{k}"] = strata[k][ti[warm]]
+
+    # quality per pass; headline = quality repeat
+    passes = []
+    for s in ("cold", "warmup", "warm"):
+        for rp in sorted(set(repeat[series == s].tolist())):
+            passes.append((s, rp))
+    quality = {}
+    for s, rp in passes:
+        m = (series == s) & (repeat == rp)
+        quality[f"{s}#{rp}"] = quality_summary(per, m, qualified)
+    headline_mask = (series == "warm") & (repeat == q_index)
+    headline = quality[f"warm#{q_index}"]
+
+    # latency per series
+    latency = {}
+    for s in ("cold", "warmup", "warm"):
+        idx = np.flatnonzero(series == s)
+        if idx.size == 0:
+            continue
+        recs = [records[i] for i in idx]
+        latency[s] = series_latency(recs, per["success"][idx].astype(bool),
+                                    warm=(s == "warm" and warmup_declared > 0))
+    ok = status == "ok"
+    divergence = {
+        "status_ok_route_invalid": int(np.sum(ok & ~per["valid_path"].astype(bool))),
+        "status_not_ok_route_connected_legal": int(np.sum(
+            ~ok & per["connected_path"].astype(bool) & ~per["obstacle_violation"].astype(bool))),
+    }
+    precisions = sorted({str(r.get("precision")) for r in records if r.get("precision")})
+    status_counts = {}
+    for s in ("cold", "warmup", "warm"):
+        vals, cnt = np.unique(status[series == s], return_counts=True)
+        if len(vals):
+            status_counts[s] = {str(v): int(c) for v, c in zip(vals, cnt)}
+    metrics = {
+        "format": SCORE_FORMAT,
+        "metric_contract": METRIC_CONTRACT,
+        "method_name": manifest.get("method_name"),
+        "seed": manifest.get("seed"),
+        "quality_repeat_index": q_index,
+        "n_tasks": T,
+        "n_reference_qualified": int(refs["qualified"].sum()),
+        "primary": {k: headline[k] for k in (
+            "regret_median", "regret_p90", "assd_mean", "h95_mean", "success_rate",
+            "obstacle_violation_rate")},
+        "n_path_valid": headline["n_path_valid"],
+        "connected_rate": headline["connected_rate"],
+        "mean_traversals_given_violation": headline["mean_traversals_given_violation"],
+        "regret_summary": headline["regret_summary"],
+        "n_regret_undefined": headline["n_regret_undefined"],
+        "quality": headline,
+        "quality_by_pass": quality,
+        "status_counts": status_counts,
+        "status_route_divergence": divergence,
+        "latency": latency,
+        "latency_warm_quality_repeat": series_latency(
+            [records[i] for i in np.flatnonzero(headline_mask)],
+            per["success"][headline_mask].astype(bool), warm=warmup_declared > 0),
+        "block_rule": BLOCK_RULE,
+        "block_census": _census(clusters),
+        "precision": {"scoring": "float64 (costs, regret); geometry float64",
+                      "planner_reported": precisions or None},
+        "references": {"identity": refs["identity"], "policy": str(ref_npz.get("policy", ""))},
+        "timing_profile": timing_profile(manifest),
+    }
+    metrics = _clean(metrics)
+
+    atomic_write_npz(folder / "per_sample.npz", rows)
+    atomic_write_json(folder / "metrics.json", metrics)
+    input_hashes["shards"] = shard_hashes
+    receipt = {
+        "format": RECEIPT_FORMAT,
+        "metric_contract": METRIC_CONTRACT,
+        "run_folder": str(folder.resolve()),
+        "dataset_root": str(Path(root).resolve()),
+        "inputs": input_hashes,
+        "outputs": {n: sha256_file(folder / n) for n in ("per_sample.npz", "metrics.json")},
+        "evaluator": code_hash(),
+        "versions": _versions(),
+        "scored_utc": utc_now(),
+        "forced": bool(existing),
+    }
+    atomic_write_json(folder / "score_receipt.json", receipt)
+    return metrics
+
+
+def _census(clusters) -> dict:
+    from passage_jax.stats import block_census
+
+    c = block_census([None if x == UNPLACED else str(x) for x in clusters])
+    return _clean(c)
+
+
+def _versions() -> dict:
+    from passage_jax.runner.admission import package_versions
+
+    return package_versions()
+
+
+DEFAULT_TIMING_PROFILE = "in_process_complete_request_v1"
+
+
+def timing_profile(manifest: dict) -> dict:
+    """The timing profile of a run: its name and its timer boundary. Runs of
+    this runner carry no explicit profile name; they all use the in-process
+    complete-request boundary described by ``timing.timer``."""
+    t = manifest.get("timing") or {}
+    return {"profile": t.get("profile", DEFAULT_TIMING_PROFILE),
+            "runner_format": manifest.get("format"),
+            "timer": t.get("timer")}
+
+
+def score_run(path, force: bool = False, dataset_path=None, log=None) -> dict:
+    """Score every seed folder of ``path``; returns {seed folder name: metrics}."""
+    out = {}
+    folders = seed_folders(path)
+    if not force:
+        done = [f for f in folders if any((f / n).exists() for n in OUTPUTS)]
+        if done:
+            raise ScoreError(f"{done[0]} is already scored; pass --force to score it again")
+    for f in folders:
+        out[f.name] = score_folder(f, force=force, dataset_path=dataset_path)
+        if log:
+            log(f"scored {f}")
+    return out
+
+
+def load_score(folder, verify: bool = True) -> dict:
+    """Read a scored seed folder: manifest, metrics, receipt and per_sample arrays.
+    With ``verify``, the outputs must match the receipt's hashes."""
+    folder = Path(folder)
+    for n in OUTPUTS:
+        if not (folder / n).is_file():
+            raise ScoreError(f"{folder} is not scored ({n} missing); run `score --run` first")
+    receipt = read_json(folder / "score_receipt.json")
+    if verify:
+        for n, h in receipt.get("outputs", {}).items():
+            got = sha256_file(folder / n)
+            if got != h:
+                raise ScoreError(f"{folder / n}: sha256 {got} differs from the score receipt's "
+                                 f"{h}; rescore with --force")
+        if sha256_file(folder / "manifest.json") != receipt["inputs"]["manifest.json"]:
+            raise ScoreError(f"{folder / 'manifest.json'} changed after scoring; rescore with "
+                             f"--force")
+    per = load_npz(folder / "per_sample.npz")
+    if str(per.get("metric_contract")) != METRIC_CONTRACT:
+        raise ScoreError(f"{folder / 'per_sample.npz'}: metric_contract "
+                         f"{per.get('metric_contract')!r} is not {METRIC_CONTRACT}")
+    return {"folder": folder, "manifest": read_json(folder / "manifest.json"),
+            "metrics": read_json(folder / "metrics.json"), "receipt": receipt,
+            "per_sample": per}
