@@ -213,6 +213,19 @@ def test_jit_and_nonjit_agree():
         assert np.array_equal(np.asarray(eager.status), np.asarray(jitted.status))
 
 
+def test_chunked_equals_lockstep():
+    z, o, s, g, m, w = batch(20, 4, seed0=9)
+    a, ra = solve_batch(z, o, s, g, m, w, chunk=None, routes=True)
+    b, rb = solve_batch(z, o, s, g, m, w, chunk=1, routes=True)
+    c = solve_batch(z, o, s, g, m, w, chunk=2)
+    np.testing.assert_allclose(b.c_star, a.c_star, rtol=1e-12)
+    np.testing.assert_allclose(c.c_star, a.c_star, rtol=1e-12)
+    assert a.status == b.status == c.status
+    assert all(np.array_equal(x, y) for x, y in zip(ra, rb))
+    # chunk=1 lets every scene stop at its own convergence
+    assert np.all(b.sweeps <= a.sweeps)
+
+
 def test_sharded_batch_equals_unsharded():
     if jax.device_count() < 2:
         pytest.skip("needs several devices (tests/conftest.py forces 4 CPU devices)")

@@ -43,7 +43,6 @@ STATUS_OK, STATUS_UNREACHABLE, STATUS_BUDGET = 0, 1, 2
 STRATEGIES = ("sweep", "scan", "sequential", "jacobi")
 
 _INF = np.inf
-_UNROLL = 1
 
 
 class VIResult(NamedTuple):
@@ -158,20 +157,33 @@ def _lateral(prev, dl):
     """prev[..., j + dl] with +inf outside."""
     if dl == 0:
         return prev
-    p = jnp.pad(prev, ((0, 0), (1, 1)), constant_values=jnp.inf)
-    m = prev.shape[-1]
-    return p[:, 1 + dl:1 + dl + m]
+    edge = jnp.full_like(prev[:, :1], jnp.inf)
+    if dl < 0:
+        return jnp.concatenate([edge, prev[:, :-1]], axis=1)
+    return jnp.concatenate([prev[:, 1:], edge], axis=1)
 
 
-def _fs_sweep(V, C):
+def _fs_prepare(C):
+    """Per scan, its three cost planes laid out for ``lax.scan``: (n, 3, B, m),
+    already transposed and reversed, so a sweep moves only V."""
+    out = []
     for axis, reverse, moves in _FS_SCANS:
+        A = jnp.stack([C[:, k] for k, _ in moves], axis=1)  # (B, 3, H, W)
         if axis == 2:
-            Vt, Ct = jnp.swapaxes(V, 1, 2), jnp.swapaxes(C, 2, 3)
-        else:
-            Vt, Ct = V, C
-        A = jnp.stack([Ct[:, k] for k, _ in moves])  # (3, B, n, m)
+            A = jnp.swapaxes(A, 2, 3)
+        A = jnp.moveaxis(A, 2, 0)  # (n, B, 3, m)
+        A = jnp.swapaxes(A, 1, 2)  # (n, 3, B, m)
+        out.append(A[::-1] if reverse else A)
+    return out
+
+
+def _fs_sweep(V, prepared):
+    """One fast sweep (4 line scans); V is (B, H, W)."""
+    for (axis, reverse, moves), A in zip(_FS_SCANS, prepared):
+        Vt = jnp.swapaxes(V, 1, 2) if axis == 2 else V
+        Vt = jnp.moveaxis(Vt, 1, 0)  # (n, B, m)
         if reverse:
-            Vt, A = Vt[:, ::-1], A[:, :, ::-1]
+            Vt = Vt[::-1]
         offs = [dl for _, dl in moves]
 
         def step(prev, xs, offs=offs):
@@ -181,12 +193,11 @@ def _fs_sweep(V, C):
                 new = jnp.minimum(new, a[j] + _lateral(prev, dl))
             return new, new
 
-        init = jnp.full_like(Vt[:, 0], jnp.inf)
-        _, out = jax.lax.scan(step, init, (jnp.moveaxis(Vt, 1, 0), jnp.moveaxis(A, 2, 0)),
-                              unroll=_UNROLL)
-        out = jnp.moveaxis(out, 0, 1)
+        init = jnp.full_like(Vt[0], jnp.inf)
+        _, out = jax.lax.scan(step, init, (Vt, A))
         if reverse:
-            out = out[:, ::-1]
+            out = out[::-1]
+        out = jnp.moveaxis(out, 0, 1)
         V = jnp.swapaxes(out, 1, 2) if axis == 2 else out
     return V
 
@@ -237,16 +248,36 @@ def _reduce_hw(x):
 
 
 @partial(jax.jit, static_argnames=("max_sweeps", "check_every", "strategy", "scan_rtol",
-                                   "pixel_size_m", "with_routes", "max_len"))
+                                   "pixel_size_m", "with_routes", "max_len", "chunk"))
 def vi_kernel(elevation_m, obstacles, start, goal, model_index, weight, *, max_sweeps=4096,
               check_every=2, strategy="sweep", scan_rtol=1e-12, pixel_size_m=30.0,
-              with_routes=False, max_len=None):
+              with_routes=False, max_len=None, chunk=None):
     """Pure batched value iteration; see the module docstring.
 
     elevation_m (B, H, W) float, obstacles (B, H, W) bool, start/goal (B, 2) int,
     model_index (B,) int (``MODEL_INDEX``), weight (B,) float. float64 needs x64.
-    Returns a :class:`VIResult` of arrays (status as int codes).
+    ``chunk``: None solves the whole batch in lock step (one vectorised loop; best
+    on accelerators); an int k (dividing B) solves chunks of k scenes one after
+    another with ``lax.map``, each chunk stopping at its own convergence and
+    staying in cache (best on CPU, k=1). Returns a :class:`VIResult` of arrays
+    (status as int codes).
     """
+    kw = dict(max_sweeps=max_sweeps, check_every=check_every, strategy=strategy,
+              scan_rtol=scan_rtol, pixel_size_m=pixel_size_m, with_routes=with_routes,
+              max_len=max_len)
+    args = (jnp.asarray(elevation_m), obstacles, start, goal, model_index, weight)
+    B = args[0].shape[0]
+    if chunk is None or chunk >= B:
+        return _vi_batch(*args, **kw)
+    if B % chunk:
+        raise ValueError(f"chunk={chunk} must divide the batch size {B}")
+    split = [jnp.reshape(jnp.asarray(a), (B // chunk, chunk) + jnp.shape(a)[1:]) for a in args]
+    out = jax.lax.map(lambda xs: _vi_batch(*xs, **kw), tuple(split))
+    return jax.tree_util.tree_map(lambda a: jnp.reshape(a, (B,) + a.shape[2:]), out)
+
+
+def _vi_batch(elevation_m, obstacles, start, goal, model_index, weight, *, max_sweeps,
+              check_every, strategy, scan_rtol, pixel_size_m, with_routes, max_len):
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; known: {STRATEGIES}")
     z = jnp.asarray(elevation_m)
@@ -269,7 +300,8 @@ def vi_kernel(elevation_m, obstacles, start, goal, model_index, weight, *, max_s
         relax = _relax_forward_assoc if strategy == "scan" else _relax_forward_seq
         tol = scan_rtol if strategy == "scan" else 0.0
         if strategy == "sweep":
-            sweep_fn = lambda v: _fs_sweep(v, C)  # noqa: E731
+            prepared = _fs_prepare(C)
+            sweep_fn = lambda v: _fs_sweep(v, prepared)  # noqa: E731
         else:
             sweep_fn = lambda v: _scan_sweep(v, C, relax)  # noqa: E731
 
@@ -414,13 +446,14 @@ def _model_indices(model_index, B):
 
 def solve_batch(elevation_m, obstacles, start, goal, model_index, weight, *, max_sweeps=4096,
                 check_every=2, strategy="sweep", scan_rtol=1e-12, sharding=None, bucket=True,
-                routes=False, pixel_size_m=30.0):
+                routes=False, pixel_size_m=30.0, chunk="auto"):
     """Host entry point: float64 value iteration on a batch of same-size scenes.
 
     ``model_index`` may be ints (``MODEL_INDEX``) or model names. ``sharding``
     (e.g. a ``NamedSharding`` over the batch axis) places the inputs; the batch is
     padded to a power of two (``bucket``) with copies of the first scene to limit
-    recompiles. Returns a :class:`VIResult` of NumPy arrays with ``status`` as a
+    recompiles. ``chunk="auto"`` solves scenes one at a time on CPU and the whole
+    batch in lock step elsewhere (see :func:`vi_kernel`). Returns a :class:`VIResult` of NumPy arrays with ``status`` as a
     tuple of names; with ``routes=True`` returns ``(result, [route (L, 2) int32 or
     None per scene])``.
     """
@@ -443,12 +476,17 @@ def solve_batch(elevation_m, obstacles, start, goal, model_index, weight, *, max
 
     args = [padb(a) for a in (z, obst, start.astype(np.int32), goal.astype(np.int32),
                               midx, np.asarray(w, np.float64))]
+    if chunk == "auto":
+        devs = sharding.device_set if sharding is not None else jax.devices()
+        chunk = 1 if all(d.platform == "cpu" for d in devs) else None
+        if chunk is not None and sharding is not None:
+            chunk = None  # keep sharded batches vectorised across devices
     with jax.enable_x64(True):
         if sharding is not None:
             args = [jax.device_put(a, sharding) for a in args]
         res = vi_kernel(*args, max_sweeps=int(max_sweeps), check_every=int(check_every),
                         strategy=strategy, scan_rtol=float(scan_rtol),
-                        pixel_size_m=float(pixel_size_m), with_routes=bool(routes))
+                        pixel_size_m=float(pixel_size_m), with_routes=bool(routes), chunk=chunk)
         out = VIResult(
             V=np.asarray(res.V)[:B], c_star=np.asarray(res.c_star)[:B],
             sweeps=np.asarray(res.sweeps)[:B], scan_sweeps=np.asarray(res.scan_sweeps)[:B],
