@@ -1,0 +1,52 @@
+"""``python -m cli compare --score A --score B --output F``: paired comparison of two scored runs."""
+from __future__ import annotations
+
+import sys
+
+
+def register(p):
+    p.add_argument("--score", action="append", required=True, metavar="RUN",
+                   help="a scored run folder or seed folder; give exactly two (A then B)")
+    p.add_argument("--output", required=True, help="comparison JSON to write (new file)")
+    p.add_argument("--bootstrap-resamples", type=int, default=10000,
+                   help="paired block-bootstrap draws (default 10000)")
+    p.add_argument("--bootstrap-seed", type=int, default=0, help="seed of the draws (default 0)")
+    p.add_argument("--alpha", type=float, default=0.05, help="interval level (default 0.05)")
+    p.add_argument("--roster", default=None, help="frozen task roster (passage-roster-v1/v2)")
+    p.add_argument("--roster-sha256", default=None, help="required sha256 of the roster file")
+    p.add_argument("--odd-spec", default=None,
+                   help="YAML/JSON ODD bins: {stratifiers: {name: [edges...]}}")
+    p.add_argument("--require-identical-limits", action="store_true",
+                   help="also refuse runs whose budgets, timing series or deadlines differ")
+    p.add_argument("--force", action="store_true", help="replace an existing output file")
+
+
+def main(args) -> int:
+    from passage_jax.runner.compare import CompareError, compare_runs
+
+    if len(args.score) != 2:
+        print("compare: give --score exactly twice (A, then B)", file=sys.stderr)
+        return 2
+    try:
+        res = compare_runs(args.score[0], args.score[1], args.output,
+                           n_resamples=args.bootstrap_resamples, alpha=args.alpha,
+                           bootstrap_seed=args.bootstrap_seed, roster=args.roster,
+                           roster_sha256=args.roster_sha256, odd_spec=args.odd_spec,
+                           require_identical_limits=args.require_identical_limits,
+                           force=args.force)
+    except CompareError as e:
+        print(f"compare: {e}", file=sys.stderr)
+        return 2
+    from rich.console import Console
+    from rich.table import Table
+
+    a, b = res["runs"]["A"]["method_name"], res["runs"]["B"]["method_name"]
+    t = Table(title=f"{a} (A) − {b} (B), uncertainty {res['blocks']['uncertainty_status']}")
+    for c in ("metric", "seed-mean Δ", "low", "high"):
+        t.add_column(c, justify="left" if c == "metric" else "right")
+    for k, c in res["contrasts"].items():
+        f = (lambda x: "n/a" if x is None else f"{x:.4g}")
+        t.add_row(k, f(c["delta"]), f(c.get("ci_low")), f(c.get("ci_high")))
+    Console().print(t)
+    print(f"comparison written to {args.output}")
+    return 0

@@ -1,0 +1,26 @@
+"""``python -m cli report --compare F --output R.md``: Markdown report with figures."""
+from __future__ import annotations
+
+import sys
+
+
+def register(p):
+    p.add_argument("--compare", required=True, help="comparison JSON written by `compare`")
+    p.add_argument("--output", required=True,
+                   help="Markdown file to write; figures go beside it as <stem>_*.png")
+    p.add_argument("--route-tasks", type=int, default=4, help="tasks in the route figure")
+    p.add_argument("--force", action="store_true", help="replace existing report files")
+
+
+def main(args) -> int:
+    from passage_jax.runner.report import ReportError, write_report
+
+    try:
+        out = write_report(args.compare, args.output, n_route_tasks=args.route_tasks,
+                           force=args.force)
+    except ReportError as e:
+        print(f"report: {e}", file=sys.stderr)
+        return 2
+    for v in out.values():
+        print(v)
+    return 0

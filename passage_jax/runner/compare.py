@@ -1,0 +1,509 @@
+"""Paired comparison of two scored runs (SPEC §5, §7).
+
+``compare_runs(a, b, output)`` reads two scored runs (run folders or seed
+folders), refuses them when their tasks (ordered sample ids and input hashes),
+data (shards), references or timing profiles differ (and, with
+``require_identical_limits``, when their budgets, timing series or deadlines
+differ), and writes one JSON file with:
+
+* each method's six primary metrics and counts per seed;
+* paired contrasts ``T(A) - T(B)`` of the six metrics, per seed and as the
+  seed mean when both runs hold the same seeds, with geographic-block
+  percentile intervals from :mod:`passage_jax.stats` (blocks from
+  ``metadata.tile`` under ``main_tile_5deg``, or from a sealed roster);
+* valid-route denominators and the geometry contrast on the tasks valid for
+  both methods, beside the contrast of each method's own valid subset;
+* a secondary latency contrast (median of the quality repeat);
+* optional ODD bins (``odd_spec``): the same contrasts per joint bin of
+  per-task stratifiers, empty bins included.
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from passage_jax.runner.files import atomic_write_json
+from passage_jax.runner.score import (
+    STRATIFIERS, UNPLACED, ScoreError, load_score, seed_folders, timing_profile, utc_now,
+)
+
+COMPARE_FORMAT = "passage-jax-compare-v1"
+ODD_FORMAT = "passage-odd-spec-v1"
+DEFAULT_RESAMPLES = 10000
+
+
+class CompareError(RuntimeError):
+    """The two runs cannot be compared (or an input is malformed)."""
+
+
+# --------------------------------------------------------------------------- #
+# loading and identity
+# --------------------------------------------------------------------------- #
+
+def load_side(path) -> dict:
+    try:
+        folders = seed_folders(path)
+        scores = [load_score(f) for f in folders]
+    except ScoreError as e:
+        raise CompareError(str(e)) from None
+    seeds = {}
+    for s in scores:
+        seed = int(s["manifest"]["seed"])
+        seeds[seed] = s
+    first = scores[0]
+    return {"path": str(Path(path).resolve()), "seeds": seeds,
+            "method_name": first["manifest"].get("method_name")}
+
+
+def identity(score: dict) -> dict:
+    m = score["manifest"]
+    d = m.get("data") or {}
+    return {
+        "tasks": {"sample_ids": list(d.get("sample_ids") or []),
+                  "tasks_sha256": d.get("tasks_sha256")},
+        "data": {"resolution": d.get("resolution"), "split": d.get("split"),
+                 "cost_model": d.get("cost_model"), "task_variant": d.get("task_variant"),
+                 "shards": sorted((s.get("name"), s.get("sha256")) for s in d.get("shards") or []),
+                 "dataset_revision": d.get("dataset_revision")},
+        "references": {k: (m.get("references") or {}).get(k)
+                       for k in ("identity", "policy", "cohort_id")},
+        "timing_profile": timing_profile(m),
+    }
+
+
+def limits(score: dict) -> dict:
+    m = score["manifest"]
+    t = m.get("timing") or {}
+    budget = {k: v for k, v in (m.get("budget") or {}).items() if v is not None}
+    return {"budget": budget,
+            "deadline_ms": budget.get("wall_time_ms"),
+            "latency_warmup": t.get("latency_warmup"),
+            "latency_repeats": t.get("latency_repeats"),
+            "quality_repeat_index": t.get("quality_repeat_index"),
+            "timing_boundary": t.get("timer"),
+            "device": m.get("device")}
+
+
+def _first_diff(a: list, b: list) -> str:
+    if len(a) != len(b):
+        return f"A has {len(a)} tasks, B has {len(b)}"
+    i = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+    return f"position {i}: A {a[i]!r}, B {b[i]!r}"
+
+
+def check_identity(A: dict, B: dict) -> dict:
+    """Refuse mismatched runs; returns the shared identity."""
+    ids = {}
+    for name, side in (("A", A), ("B", B)):
+        per = [identity(s) for s in side["seeds"].values()]
+        for p in per[1:]:
+            if p != per[0]:
+                raise CompareError(f"run {name} ({side['path']}): its seed folders disagree on "
+                                   f"tasks, data, references or timing profile")
+        ids[name] = per[0]
+    a, b = ids["A"], ids["B"]
+    if a["tasks"]["sample_ids"] != b["tasks"]["sample_ids"]:
+        raise CompareError("tasks differ: the ordered sample ids are not identical ("
+                           + _first_diff(a["tasks"]["sample_ids"], b["tasks"]["sample_ids"]) + ")")
+    if a["tasks"]["tasks_sha256"] != b["tasks"]["tasks_sha256"]:
+        raise CompareError(f"tasks differ: same sample ids but different task inputs "
+                           f"(tasks_sha256 A {a['tasks']['tasks_sha256']} vs B "
+                           f"{b['tasks']['tasks_sha256']})")
+    for k in a["data"]:
+        if a["data"][k] != b["data"][k]:
+            what = "data hashes" if k == "shards" else f"data {k}"
+            raise CompareError(f"{what} differ: A {a['data'][k]!r} vs B {b['data'][k]!r}")
+    for k in a["references"]:
+        if a["references"][k] != b["references"][k]:
+            raise CompareError(f"references differ ({k}): A {a['references'][k]!r} vs B "
+                               f"{b['references'][k]!r}")
+    if a["timing_profile"] != b["timing_profile"]:
+        diff = [k for k in a["timing_profile"] if a["timing_profile"][k] != b["timing_profile"][k]]
+        raise CompareError(f"timing profiles differ ({', '.join(diff)}): A "
+                           f"{a['timing_profile']} vs B {b['timing_profile']}")
+    return a
+
+
+def check_limits(A: dict, B: dict, require_identical: bool) -> dict:
+    la = [limits(s) for s in A["seeds"].values()]
+    lb = [limits(s) for s in B["seeds"].values()]
+    a, b = la[0], lb[0]
+    differ = sorted({k for x in la + lb for k in x if x[k] != a[k]})
+    out = {"A": a, "B": b, "differ": differ, "required_identical": bool(require_identical)}
+    if require_identical and differ:
+        raise CompareError("limits differ under --require-identical-limits: "
+                           + "; ".join(f"{k}: A {a[k]!r} vs B {b[k]!r}" for k in differ))
+    return out
+
+
+# --------------------------------------------------------------------------- #
+# per-task arrays and blocks
+# --------------------------------------------------------------------------- #
+
+QUALITY_FIELDS = ("regret", "assd", "h95", "success", "obstacle_violation", "valid_path",
+                  "connected_path", "latency_ms", "cluster_id", "sample_id", "oracle_cost")
+
+
+def quality_rows(score: dict) -> dict:
+    """The quality repeat's rows in task order."""
+    p = score["per_sample"]
+    sel = np.flatnonzero(p["primary_quality"])
+    sel = sel[np.argsort(p["task_index"][sel], kind="stable")]
+    out = {k: p[k][sel] for k in QUALITY_FIELDS}
+    for k in STRATIFIERS:
+        out[f"stratum_{k}"] = p[f"stratum_{k}"][sel]
+    return out
+
+
+def pairs_of(A: dict, B: dict) -> tuple[list, bool]:
+    sa, sb = sorted(A["seeds"]), sorted(B["seeds"])
+    if sa == sb:
+        return [(f"{s}", s, s) for s in sa], True
+    common = sorted(set(sa) & set(sb))
+    if common:
+        return [(f"{s}", s, s) for s in common], False
+    if len(sa) == 1 and len(sb) == 1:
+        return [(f"A:{sa[0]}/B:{sb[0]}", sa[0], sb[0])], False
+    raise CompareError(f"the runs share no seed (A {sa}, B {sb}); compare seed folders one "
+                       f"pair at a time")
+
+
+def blocks_for(ids: list, clusters: np.ndarray, roster=None, roster_sha256=None) -> dict:
+    if roster is None:
+        labels = [None if str(c) == UNPLACED else str(c) for c in clusters]
+        src = {"source": "metadata.tile", "rule": "main_tile_5deg"}
+        blocks = [UNPLACED if b is None else b for b in labels]
+    else:
+        from passage_jax.stats import RosterError, read_roster
+
+        if roster_sha256 is None:
+            raise CompareError("--roster needs --roster-sha256 (the sealed hash of the file)")
+        try:
+            r = read_roster(roster, sha256=roster_sha256)
+        except (RosterError, OSError) as e:
+            raise CompareError(str(e)) from None
+        if [str(t) for t in r.task_ids] != list(ids):
+            raise CompareError(f"roster {roster}: its task ids are not the runs' ordered sample "
+                               f"ids (" + _first_diff([str(t) for t in r.task_ids], ids) + ")")
+        blocks = list(r.blocks)
+        labels = [None if b is None or b == r.unplaced_block else b for b in blocks]
+        src = {"source": "roster", "roster": str(Path(roster).resolve()), "sha256": r.sha256,
+               "format": r.format, "rule": r.block_rule, "rule_version": r.block_rule_version}
+    from passage_jax.stats import block_census
+
+    census = block_census(labels)
+    unknown = any(b is None for b in blocks)
+    known = {b for b in labels if b is not None}
+    status = "available" if (not unknown and len(known) >= 2) else "unknown"
+    reason = None
+    if unknown:
+        reason = "some tasks have no block identity"
+    elif len(known) < 2:
+        reason = f"{len(known)} known block(s); at least two are needed"
+    return {**src, "labels": blocks, "census": _clean(census), "uncertainty_status": status,
+            "reason": reason}
+
+
+# --------------------------------------------------------------------------- #
+# contrasts
+# --------------------------------------------------------------------------- #
+
+def _clean(obj):
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    if isinstance(obj, (np.floating, float)):
+        return float(obj) if math.isfinite(obj) else None
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.bool_):
+        return bool(obj)
+    return obj
+
+
+def _observed(x, q):
+    from passage_jax.stats.bootstrap import observed_statistic
+
+    return observed_statistic(np.asarray(x, np.float64), q)
+
+
+def contrast(xa: list, xb: list, labels: list, statistic, nan_policy: str, blocks, boot: dict,
+             available: bool) -> dict:
+    """Seed-mean contrast over the pairs (per pair too) with a block interval when
+    ``available``; otherwise estimates only."""
+    from passage_jax.stats import seed_mean_bootstrap
+    from passage_jax.stats.bootstrap import parse_statistic
+
+    q = parse_statistic(statistic)
+    keys = tuple(range(len(labels)))
+    per = {}
+    if available:
+        try:
+            r = seed_mean_bootstrap(dict(zip(keys, xa)), dict(zip(keys, xb)), statistic=statistic,
+                                    blocks=blocks, seeds=keys, n_bootstrap=boot["n"],
+                                    alpha=boot["alpha"], seed=boot["seed"], nan_policy=nan_policy)
+        except ValueError as e:
+            raise CompareError(f"bootstrap of {statistic}: {e}") from None
+        d = r.to_dict()
+        for k, lab in zip(keys, labels):
+            per[lab] = d["per_seed"][str(k)]
+        d["per_seed"] = per
+        return _clean(d)
+    deltas = []
+    for k, lab in zip(keys, labels):
+        a, b = _observed(xa[k], q), _observed(xb[k], q)
+        deltas.append(a - b)
+        per[lab] = {"delta": a - b, "ci_low": None, "ci_high": None, "ci_available": False,
+                    "n_a": int(np.isfinite(np.asarray(xa[k], float)).sum()),
+                    "n_b": int(np.isfinite(np.asarray(xb[k], float)).sum())}
+    return _clean({"delta": float(np.mean(deltas)), "ci_low": None, "ci_high": None,
+                   "ci_available": False, "statistic": statistic, "per_seed": per})
+
+
+def primary_contrasts(RA: list, RB: list, labels: list, blocks, boot, available) -> dict:
+    from passage_jax.stats.primary import DIRECTIONS, METRIC_SPEC, PRIMARY_METRICS
+
+    out = {}
+    for metric in PRIMARY_METRICS:
+        f, q, pol = METRIC_SPEC[metric]
+        stat = "mean" if q is None else q
+        xa = [np.asarray(r[f], np.float64) for r in RA]
+        xb = [np.asarray(r[f], np.float64) for r in RB]
+        c = contrast(xa, xb, labels, stat, pol, blocks, boot, available)
+        c["direction"] = DIRECTIONS[metric]
+        out[metric] = c
+    return out
+
+
+def method_summary(score: dict) -> dict:
+    m = score["metrics"]
+    return {"primary": m["primary"], "n_tasks": m["n_tasks"], "n_path_valid": m["n_path_valid"],
+            "connected_rate": m["connected_rate"],
+            "mean_traversals_given_violation": m["mean_traversals_given_violation"],
+            "regret_summary": m["regret_summary"], "status_counts": m.get("status_counts"),
+            "latency_warm": (m.get("latency") or {}).get("warm")}
+
+
+def geometry_intersection(RA, RB, labels, blocks, boot, available) -> dict:
+    counts = {}
+    xa = {"assd": [], "h95": []}
+    xb = {"assd": [], "h95": []}
+    empty = []
+    for lab, ra, rb in zip(labels, RA, RB):
+        both = ra["valid_path"].astype(bool) & rb["valid_path"].astype(bool)
+        counts[lab] = {"n_tasks": int(both.size), "n_valid_a": int(ra["valid_path"].sum()),
+                       "n_valid_b": int(rb["valid_path"].sum()), "n_both_valid": int(both.sum())}
+        if not both.any():
+            empty.append(lab)
+        for g in ("assd", "h95"):
+            xa[g].append(np.where(both, ra[g], np.nan))
+            xb[g].append(np.where(both, rb[g], np.nan))
+    out = {"counts": counts, "empty_intersection": empty}
+    for g in ("assd", "h95"):
+        if empty:
+            out[f"{g}_mean"] = {"delta": None, "ci_available": False,
+                                "reason": f"empty both-valid intersection for {empty}"}
+        else:
+            out[f"{g}_mean"] = contrast(xa[g], xb[g], labels, "mean", "omit", blocks, boot,
+                                        available)
+    return out
+
+
+# --------------------------------------------------------------------------- #
+# ODD bins
+# --------------------------------------------------------------------------- #
+
+def read_odd_spec(path) -> dict:
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise CompareError(f"odd spec {p}: file not found")
+    raw = p.read_bytes()
+    try:
+        data = json.loads(raw) if p.suffix.lower() == ".json" else yaml.safe_load(raw)
+    except (json.JSONDecodeError, yaml.YAMLError) as e:
+        raise CompareError(f"odd spec {p}: cannot parse: {e}") from None
+    where = f"odd spec {p}"
+    if not isinstance(data, dict) or "stratifiers" not in data:
+        raise CompareError(f"{where}: expected a mapping with 'stratifiers'")
+    extra = set(data) - {"format", "stratifiers"}
+    if extra:
+        raise CompareError(f"{where}: unknown key(s) {sorted(extra)}")
+    if data.get("format", ODD_FORMAT) != ODD_FORMAT:
+        raise CompareError(f"{where}: format must be {ODD_FORMAT!r}")
+    strat = data["stratifiers"]
+    if not isinstance(strat, dict) or not strat:
+        raise CompareError(f"{where}: 'stratifiers' must map stratifier names to bin edges")
+    out = {}
+    for name, edges in strat.items():
+        if name not in STRATIFIERS:
+            raise CompareError(f"{where}: stratifier {name!r} is not one of {list(STRATIFIERS)}")
+        if not isinstance(edges, list) or len(edges) < 2 or not all(
+                isinstance(e, (int, float)) and not isinstance(e, bool) and math.isfinite(e)
+                for e in edges):
+            raise CompareError(f"{where}: stratifiers.{name}: need a list of at least two "
+                               f"finite numbers (bin edges)")
+        if any(b <= a for a, b in zip(edges, edges[1:])):
+            raise CompareError(f"{where}: stratifiers.{name}: edges must increase strictly")
+        out[name] = [float(e) for e in edges]
+    return {"path": str(p.resolve()), "sha256": hashlib.sha256(raw).hexdigest(),
+            "stratifiers": out}
+
+
+def bin_index(values: np.ndarray, edges: list) -> np.ndarray:
+    """Bin of each value: i for edges[i] <= v < edges[i+1] (the last bin is
+    closed), -1 outside the edges or NaN."""
+    e = np.asarray(edges)
+    v = np.asarray(values, np.float64)
+    i = np.searchsorted(e, v, side="right") - 1
+    i = np.where(v == e[-1], len(e) - 2, i)
+    bad = ~np.isfinite(v) | (v < e[0]) | (v > e[-1])
+    return np.where(bad, -1, i)
+
+
+def odd_bins(spec: dict, R0: dict, RA, RB, labels, blocks, boot) -> dict:
+    names = list(spec["stratifiers"])
+    idx = {n: bin_index(R0[f"stratum_{n}"], spec["stratifiers"][n]) for n in names}
+    outside = np.zeros(len(blocks), bool)
+    for n in names:
+        outside |= idx[n] < 0
+    bins = []
+    for combo in itertools.product(*[range(len(spec["stratifiers"][n]) - 1) for n in names]):
+        mask = ~outside
+        desc = {}
+        for n, j in zip(names, combo):
+            mask &= idx[n] == j
+            e = spec["stratifiers"][n]
+            last = j == len(e) - 2
+            desc[n] = f"[{e[j]:g}, {e[j + 1]:g}{']' if last else ')'}"
+        sel = np.flatnonzero(mask)
+        entry = {"bin": desc, "n_tasks": int(sel.size)}
+        if sel.size == 0:
+            entry["support"] = "empty"
+            bins.append(entry)
+            continue
+        bl = [blocks[i] for i in sel]
+        known = {b for b in bl if b is not None and b != UNPLACED}
+        avail = len(known) >= 2 and all(b is not None for b in bl)
+        entry["n_blocks"] = len(set(bl))
+        entry["uncertainty_status"] = "available" if avail else "unknown"
+        ra = [{k: v[sel] for k, v in r.items()} for r in RA]
+        rb = [{k: v[sel] for k, v in r.items()} for r in RB]
+        entry["valid"] = {lab: {"n_valid_a": int(a["valid_path"].sum()),
+                                "n_valid_b": int(b["valid_path"].sum())}
+                          for lab, a, b in zip(labels, ra, rb)}
+        entry["contrasts"] = _odd_contrasts(ra, rb, labels, bl, boot, avail)
+        bins.append(entry)
+    return {"spec": spec, "n_outside_support": int(outside.sum()), "bins": bins,
+            "note": "occupied bins describe support only; they do not establish independence, "
+                    "representativeness or a causal geographic effect"}
+
+
+def _odd_contrasts(ra, rb, labels, bl, boot, avail):
+    from passage_jax.stats.primary import METRIC_SPEC, PRIMARY_METRICS
+
+    out = {}
+    for metric in PRIMARY_METRICS:
+        f, q, pol = METRIC_SPEC[metric]
+        xa = [r[f].astype(np.float64) for r in ra]
+        xb = [r[f].astype(np.float64) for r in rb]
+        if pol == "omit" and any(not np.isfinite(x).any() for x in xa + xb):
+            out[metric] = {"delta": None, "ci_available": False,
+                           "reason": "a method has no valid route in this bin"}
+            continue
+        out[metric] = contrast(xa, xb, labels, "mean" if q is None else q, pol, bl, boot, avail)
+    return out
+
+
+# --------------------------------------------------------------------------- #
+# entry point
+# --------------------------------------------------------------------------- #
+
+def compare_runs(a, b, output, n_resamples: int = DEFAULT_RESAMPLES, alpha: float = 0.05,
+                 bootstrap_seed: int = 0, roster=None, roster_sha256=None, odd_spec=None,
+                 require_identical_limits: bool = False, force: bool = False) -> dict:
+    output = Path(output)
+    if output.exists() and not force:
+        raise CompareError(f"{output} exists; choose a new file (or pass --force)")
+    if isinstance(n_resamples, bool) or not isinstance(n_resamples, int) or n_resamples < 1:
+        raise CompareError(f"--bootstrap-resamples must be a positive integer, got {n_resamples!r}")
+    if roster_sha256 is not None and roster is None:
+        raise CompareError("--roster-sha256 given without --roster")
+    odd = read_odd_spec(odd_spec) if odd_spec is not None else None
+    A, B = load_side(a), load_side(b)
+    shared = check_identity(A, B)
+    lim = check_limits(A, B, require_identical_limits)
+    pairs, seed_mean = pairs_of(A, B)
+    labels = [p[0] for p in pairs]
+    RA = [quality_rows(A["seeds"][p[1]]) for p in pairs]
+    RB = [quality_rows(B["seeds"][p[2]]) for p in pairs]
+    ids = [str(s) for s in RA[0]["sample_id"]]
+    for r in RA + RB:
+        if [str(s) for s in r["sample_id"]] != ids:
+            raise CompareError("per_sample.npz rows are not in the runs' task order")
+    if any((r["cluster_id"] != RA[0]["cluster_id"]).any() for r in RB):
+        raise CompareError("the two runs assign different geographic blocks to the same tasks")
+    blk = blocks_for(ids, RA[0]["cluster_id"], roster, roster_sha256)
+    avail = blk["uncertainty_status"] == "available"
+    boot = {"n": int(n_resamples), "alpha": float(alpha), "seed": int(bootstrap_seed)}
+    blocks = blk["labels"]
+    contrasts = primary_contrasts(RA, RB, labels, blocks, boot, avail)
+    geometry = geometry_intersection(RA, RB, labels, blocks, boot, avail)
+    latency = contrast([r["latency_ms"] for r in RA], [r["latency_ms"] for r in RB], labels,
+                       "median", "raise", blocks, boot, avail)
+    latency["note"] = ("median request time of the quality repeat; timeouts enter at their "
+                       "recorded time (treated as finite)")
+    official = None
+    from passage_jax.stats import DEFAULT_SEEDS, compare_primary_metrics
+
+    if seed_mean and tuple(sorted(A["seeds"])) == tuple(DEFAULT_SEEDS) and avail:
+        recs = []
+        for R in (RA, RB):
+            recs.append({int(lab): {"task_id": ids, **{f: R[i][f] for f in (
+                "regret", "assd", "h95", "success", "obstacle_violation", "valid_path")}}
+                for i, lab in enumerate(labels)})
+        try:
+            cmp = compare_primary_metrics(recs[0], recs[1], blocks, n_bootstrap=n_resamples,
+                                          alpha=alpha, seed=bootstrap_seed, task_ids=ids)
+            official = _clean(cmp.to_dict())
+        except ValueError as e:
+            official = {"unavailable": str(e)}
+    result = {
+        "format": COMPARE_FORMAT,
+        "created_utc": utc_now(),
+        "runs": {n: {"path": s["path"], "method_name": s["method_name"],
+                     "seeds": sorted(s["seeds"]),
+                     "folders": {str(k): str(v["folder"].resolve()) for k, v in s["seeds"].items()}}
+                 for n, s in (("A", A), ("B", B))},
+        "identity": {"n_tasks": len(ids), "sample_ids": ids,
+                     "tasks_sha256": shared["tasks"]["tasks_sha256"], "data": shared["data"],
+                     "references": shared["references"],
+                     "timing_profile": shared["timing_profile"]},
+        "procedure_limits": lim,
+        "pairs": [{"label": p[0], "seed_a": p[1], "seed_b": p[2]} for p in pairs],
+        "seed_mean": bool(seed_mean),
+        "blocks": {k: v for k, v in blk.items() if k != "labels"},
+        "bootstrap": {"n_resamples": int(n_resamples), "alpha": float(alpha),
+                      "seed": int(bootstrap_seed),
+                      "interval": "percentile over paired whole-block draws"},
+        "methods": {n: {"method_name": s["method_name"],
+                        "per_seed": {p[0]: method_summary(s["seeds"][p[1 if n == "A" else 2]])
+                                     for p in pairs}}
+                    for n, s in (("A", A), ("B", B))},
+        "contrasts": contrasts,
+        "valid_route_denominators": geometry["counts"],
+        "geometry_both_valid": {k: v for k, v in geometry.items() if k != "counts"},
+        "latency_contrast": latency,
+        "primary_comparison": official,
+        "odd": None if odd is None else odd_bins(odd, RA[0], RA, RB, labels, blocks, boot),
+    }
+    result = _clean(result)
+    atomic_write_json(output, result)
+    return result

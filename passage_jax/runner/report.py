@@ -1,0 +1,425 @@
+"""Markdown report of a comparison, with route and regret figures (SPEC §7).
+
+``write_report(compare_json, output_md)`` reads the file written by
+``compare``, reloads the two runs' persisted routes and references (and the
+scenes' terrain, hash-checked, for the route figure) and writes:
+
+* ``<output>.md``: per-method six-metric tables per seed, the contrasts with
+  their intervals, valid-route denominators and the both-valid geometry
+  intersection, latency, block census, limits and ODD bins;
+* ``<stem>_routes.png``: candidate A, candidate B and the reference route over
+  a hillshaded elevation map with the obstacles, for a few tasks (those where
+  the two methods' regrets differ most, then the first tasks);
+* ``<stem>_regret.png``: the distribution of all-task regret per method
+  (empirical CDF of the finite, non-censored regrets on a symmetric-log axis,
+  with the number of failures, whose regret is 999999, stated).
+
+Also :func:`print_metrics_table` (the rich six-metric table of ``score`` and
+``bench``).
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from passage_jax.runner.files import atomic_write_bytes, atomic_write_text
+
+PRIMARY = ("regret_median", "regret_p90", "assd_mean", "h95_mean", "success_rate",
+           "obstacle_violation_rate")
+FAILURE_REGRET = 999999.0
+#: column headers of the console table, in PRIMARY order
+SHORT = ("regret median", "regret p90", "ASSD mean", "H95 mean", "success", "violation")
+
+
+class ReportError(RuntimeError):
+    pass
+
+
+def _fmt(x, digits=4) -> str:
+    if x is None:
+        return "n/a"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, int):
+        return str(x)
+    x = float(x)
+    if not math.isfinite(x):
+        return "n/a"
+    if x == FAILURE_REGRET:
+        return "999999"
+    if x != 0 and (abs(x) >= 1e5 or abs(x) < 1e-3):
+        return f"{x:.3e}"
+    return f"{x:.{digits}f}"
+
+
+# --------------------------------------------------------------------------- #
+# console table (score, bench)
+# --------------------------------------------------------------------------- #
+
+def metrics_rows(scores: dict) -> list[list[str]]:
+    rows = []
+    for name, m in scores.items():
+        p = m["primary"]
+        label = str(name)[5:] if str(name).startswith("seed-") else str(name)
+        rows.append([label] + [_fmt(p[k]) for k in PRIMARY]
+                    + [f"{m['n_path_valid']}/{m['n_tasks']}"])
+    if len(scores) > 1:
+        mean = []
+        for k in PRIMARY:
+            vals = [m["primary"][k] for m in scores.values() if m["primary"][k] is not None]
+            mean.append(_fmt(float(np.mean(vals))) if vals else "n/a")
+        rows.append(["seed mean"] + mean + [""])
+    return rows
+
+
+def print_metrics_table(scores: dict, title: str = "six primary metrics", console=None):
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=title)
+    for c in ("seed",) + SHORT + ("valid/tasks",):
+        t.add_column(c, justify="left" if c == "seed" else "right", no_wrap=True)
+    for row in metrics_rows(scores):
+        t.add_row(*row)
+    if console is None:
+        console = Console()
+        console.width = max(console.width, 120)
+    console.print(t)
+    return t
+
+
+# --------------------------------------------------------------------------- #
+# markdown
+# --------------------------------------------------------------------------- #
+
+def _md_table(header, rows) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def _interval(c: dict) -> str:
+    if c.get("delta") is None:
+        return "n/a"
+    if c.get("ci_available"):
+        return f"[{_fmt(c['ci_low'])}, {_fmt(c['ci_high'])}]"
+    return "unavailable"
+
+
+def render_markdown(cmp: dict, figures: dict) -> str:
+    A, B = cmp["runs"]["A"], cmp["runs"]["B"]
+    na, nb = A["method_name"], B["method_name"]
+    lines = [f"# Comparison: {na} (A) vs {nb} (B)", ""]
+    ident = cmp["identity"]
+    d = ident["data"]
+    lines += [
+        f"- Tasks: {ident['n_tasks']} ({d['resolution']}x{d['resolution']} {d['split']}, "
+        f"cost model `{d['cost_model']}`, variant `{d['task_variant']}`), tasks sha256 "
+        f"`{str(ident['tasks_sha256'])[:16]}…`",
+        f"- References: policy `{ident['references']['policy']}`, identity "
+        f"`{str(ident['references']['identity'])[:16]}…`",
+        f"- Timing profile: `{ident['timing_profile']['profile']}`",
+        f"- Runs: A `{A['path']}` (seeds {A['seeds']}), B `{B['path']}` (seeds {B['seeds']})",
+        f"- Pairs: {', '.join(p['label'] for p in cmp['pairs'])}; seed mean: "
+        f"{'yes' if cmp['seed_mean'] else 'no (seed sets differ)'}",
+        f"- Created {cmp['created_utc']}", "",
+        "## Six primary metrics per method", "",
+    ]
+    header = ["method", "seed"] + list(PRIMARY) + ["valid / tasks", "connected"]
+    rows = []
+    for side, name in (("A", na), ("B", nb)):
+        for lab, m in cmp["methods"][side]["per_seed"].items():
+            rows.append([f"{side}: {name}", lab] + [_fmt(m["primary"][k]) for k in PRIMARY]
+                        + [f"{m['n_path_valid']} / {m['n_tasks']}", _fmt(m["connected_rate"])])
+    lines += [_md_table(header, rows), ""]
+    lines += ["Regret is over all tasks (a failure counts as 999999); ASSD and H95 are over "
+              "each method's own valid routes; rates are over all tasks.", ""]
+
+    blk = cmp["blocks"]
+    boot = cmp["bootstrap"]
+    lines += ["## Contrasts A − B", "",
+              f"Paired {boot['interval']}, {boot['n_resamples']} resamples, alpha "
+              f"{boot['alpha']}, blocks from {blk['source']} (rule `{blk.get('rule')}`): "
+              f"uncertainty **{blk['uncertainty_status']}**"
+              + (f" ({blk['reason']})" if blk.get("reason") else "") + ".", ""]
+    labels = [p["label"] for p in cmp["pairs"]]
+    header = ["metric", "better", "seed-mean Δ", "interval"] + [f"Δ seed {lab}" for lab in labels]
+    rows = []
+    for k in PRIMARY:
+        c = cmp["contrasts"][k]
+        rows.append([k, c["direction"], _fmt(c["delta"]), _interval(c)]
+                    + [f"{_fmt(c['per_seed'][lab]['delta'])} {_interval(c['per_seed'][lab])}"
+                       for lab in labels])
+    lines += [_md_table(header, rows), ""]
+    pc = cmp.get("primary_comparison")
+    if pc and "inference_status" in pc:
+        lines += [f"Inference status: `{pc['inference_status']}` (no confirmatory verdict "
+                  f"without declared paired-test evidence)." if pc["decision"] is None else
+                  f"Decision: `{pc['decision']}`, winner {pc['winner']}.", ""]
+
+    lines += ["## Valid routes and the both-valid geometry intersection", ""]
+    rows = [[lab, c["n_tasks"], c["n_valid_a"], c["n_valid_b"], c["n_both_valid"]]
+            for lab, c in cmp["valid_route_denominators"].items()]
+    lines += [_md_table(["seed", "tasks", f"valid A ({na})", f"valid B ({nb})", "valid both"],
+                        rows), ""]
+    gb = cmp["geometry_both_valid"]
+    if gb["empty_intersection"]:
+        lines += [f"The both-valid intersection is **empty** for {gb['empty_intersection']}; "
+                  f"no geometry contrast on it.", ""]
+    rows = []
+    for g in ("assd_mean", "h95_mean"):
+        own, both = cmp["contrasts"][g], gb[g]
+        rows.append([g, _fmt(own["delta"]), _interval(own), _fmt(both.get("delta")),
+                     _interval(both)])
+    lines += [_md_table(["metric", "Δ own valid subsets", "interval", "Δ both valid",
+                         "interval"], rows), ""]
+
+    lines += ["## Latency (warm series)", ""]
+    rows = []
+    for side, name in (("A", na), ("B", nb)):
+        for lab, m in cmp["methods"][side]["per_seed"].items():
+            lw = m.get("latency_warm") or {}
+            it, ce = lw.get("interpolated") or {}, lw.get("censored") or {}
+            cp = ce.get("percentiles") or {}
+
+            def cell(q):
+                e = cp.get(q)
+                if not e:
+                    return "n/a"
+                return f"≥ {_fmt(e['lower_bound'], 2)} (censored)" if e["censored"] else \
+                    _fmt(e["value"], 2)
+            rows.append([f"{side}: {name}", lab, _fmt(it.get("p50"), 2), _fmt(it.get("p95"), 2),
+                         _fmt(it.get("p99"), 2), cell("p50"), cell("p95"), cell("p99"),
+                         ce.get("n_requests"), ce.get("n_successes"), ce.get("n_timeouts"),
+                         ce.get("n_other_failures"),
+                         _fmt(ce.get("at_least_100_warm_requests"))])
+    lines += [_md_table(["method", "seed", "p50 ms", "p95 ms", "p99 ms", "p50 os", "p95 os",
+                         "p99 os", "requests", "successes", "timeouts", "other failures",
+                         "≥100 warm"], rows), "",
+              "p50/p95/p99: linear interpolation over all recorded times; \"os\": order "
+              "statistics (inverted CDF) with timeouts ordered as +inf, a censored percentile "
+              "shown as a lower bound (`passage-censored-latency/v1`).", ""]
+    lc = cmp["latency_contrast"]
+    lines += [f"Median latency contrast A − B (quality repeat): {_fmt(lc['delta'], 3)} ms, "
+              f"interval {_interval(lc)}.", ""]
+
+    lines += ["## Procedure limits", ""]
+    lim = cmp["procedure_limits"]
+    rows = [[k, json.dumps(lim["A"][k]), json.dumps(lim["B"][k]),
+             "**differs**" if k in lim["differ"] else ""] for k in lim["A"]]
+    lines += [_md_table(["limit", "A", "B", ""], rows), ""]
+
+    census = blk["census"]
+    lines += ["## Geographic blocks", "",
+              f"{census['n_blocks']} blocks over {census['n_tasks']} tasks; largest block "
+              f"`{census['largest_block']}` holds {_fmt(census['largest_share'], 3)} of tasks; "
+              f"unplaced {census['n_unplaced']}. Adequacy ({census['criterion']}): "
+              f"{'met' if census['adequate'] else 'not met'}.", ""]
+
+    odd = cmp.get("odd")
+    if odd:
+        lines += ["## ODD bins", "", f"Spec `{odd['spec']['path']}` (sha256 "
+                  f"`{odd['spec']['sha256'][:16]}…`); tasks outside every bin: "
+                  f"{odd['n_outside_support']}. {odd['note']}.", ""]
+        rows = []
+        for b in odd["bins"]:
+            desc = ", ".join(f"{k} {v}" for k, v in b["bin"].items())
+            if b["n_tasks"] == 0:
+                rows.append([desc, 0, "empty"] + [""] * len(PRIMARY))
+                continue
+            rows.append([desc, b["n_tasks"], b["uncertainty_status"]]
+                        + [f"{_fmt(b['contrasts'][k].get('delta'))} "
+                           f"{_interval(b['contrasts'][k])}" for k in PRIMARY])
+        lines += [_md_table(["bin", "tasks", "uncertainty"] + [f"Δ {k}" for k in PRIMARY],
+                            rows), ""]
+
+    lines += ["## Figures", ""]
+    for key, caption in (("routes", "Candidate and reference routes on the terrain"),
+                         ("regret", "Regret distribution")):
+        if figures.get(key):
+            lines += [f"![{caption}]({figures[key]})", "", f"*{caption}.*", ""]
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- #
+# figures
+# --------------------------------------------------------------------------- #
+
+def _seed_data(folder: Path) -> dict:
+    from passage_jax.runner.files import load_paths, route_of
+    from passage_jax.runner.score import load_score, read_requests
+
+    s = load_score(folder)
+    paths = load_paths(folder / "paths.npz")
+    recs = read_requests(folder / "requests.jsonl")
+    p = s["per_sample"]
+    sel = np.flatnonzero(p["primary_quality"])
+    sel = sel[np.argsort(p["task_index"][sel], kind="stable")]
+    routes = []
+    for r in p["record_index"][sel]:
+        rt = route_of(paths, int(r))
+        routes.append(rt if isinstance(rt, np.ndarray) and rt.ndim == 2 and
+                      rt.dtype.kind in "iu" else None)
+    return {"score": s, "rows": {k: p[k][sel] for k in ("regret", "valid_path", "status",
+                                                        "sample_id", "success")},
+            "routes": routes, "records": recs}
+
+
+def _hillshade(z: np.ndarray) -> np.ndarray:
+    from matplotlib.colors import LightSource
+
+    return LightSource(azdeg=315, altdeg=45).hillshade(z, vert_exag=2.0, dx=30.0, dy=30.0)
+
+
+def route_figure(cmp: dict, path: Path, n_tasks: int = 4) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import io
+
+    import matplotlib.pyplot as plt
+
+    from passage_jax.runner.files import unpack_routes
+    from passage_jax.runner.score import load_npz, read_json, reload_tasks
+
+    pair = cmp["pairs"][0]
+    fa = Path(cmp["runs"]["A"]["folders"][str(pair["seed_a"])])
+    fb = Path(cmp["runs"]["B"]["folders"][str(pair["seed_b"])])
+    da, db = _seed_data(fa), _seed_data(fb)
+    ref = load_npz(fa / "references.npz")
+    ref_routes = unpack_routes(ref["route_coords"], ref["route_offsets"])
+    refs = {"sample_id": [str(s) for s in ref["sample_id"]],
+            "objective": [str(x) for x in ref["objective"]],
+            "variant": [str(x) for x in ref["variant"]],
+            "cost_weight": ref["cost_weight"], "input_sha256": [str(x) for x in ref["input_sha256"]]}
+    tasks, _, _ = reload_tasks(read_json(fa / "manifest.json"), refs, str(fa))
+    ra, rb = da["rows"]["regret"], db["rows"]["regret"]
+    gap = np.abs(np.minimum(ra, 10.0) - np.minimum(rb, 10.0))
+    order = list(np.argsort(-gap, kind="stable"))
+    chosen = [int(i) for i in order if gap[i] > 0][: n_tasks // 2]
+    chosen += [i for i in range(len(tasks)) if i not in chosen][: n_tasks - len(chosen)]
+    chosen = chosen[:n_tasks]
+    ncol = min(len(chosen), 2)
+    nrow = int(math.ceil(len(chosen) / ncol))
+    fig, axes = plt.subplots(nrow, ncol, figsize=(6.2 * ncol, 5.6 * nrow), squeeze=False)
+    na, nb = cmp["runs"]["A"]["method_name"], cmp["runs"]["B"]["method_name"]
+    for ax, i in zip(axes.ravel(), chosen):
+        t = tasks[i]
+        z = np.asarray(t.elevation_m, np.float64)
+        ax.imshow(z, cmap="terrain", interpolation="nearest")
+        ax.imshow(_hillshade(z), cmap="gray", alpha=0.35, interpolation="nearest")
+        obst = np.asarray(t.obstacles, bool)
+        over = np.zeros(obst.shape + (4,))
+        over[obst] = (0.1, 0.1, 0.1, 0.75)
+        ax.imshow(over, interpolation="nearest")
+        rr = ref_routes[i]
+        ax.plot(rr[:, 1], rr[:, 0], color="white", lw=4.0, zorder=3)
+        ax.plot(rr[:, 1], rr[:, 0], color="black", lw=1.2, ls="--", zorder=3,
+                label="reference (exact)")
+        for d, color, lab, ls in ((da, "tab:red", f"A: {na}", "-"), (db, "tab:blue", f"B: {nb}", "-")):
+            route = d["routes"][i]
+            reg = d["rows"]["regret"][i]
+            st = d["rows"]["status"][i]
+            txt = f"{lab} (regret {_fmt(reg, 3)}, {st})"
+            if route is not None and len(route):
+                ax.plot(route[:, 1], route[:, 0], color=color, lw=1.8, ls=ls, label=txt, zorder=4)
+            else:
+                ax.plot([], [], color=color, label=txt + ", no route")
+        (r0, c0), (r1, c1) = t.scene.start, t.scene.goal
+        ax.scatter([c0], [r0], marker="o", s=70, c="lime", edgecolors="black", zorder=5,
+                   label="start")
+        ax.scatter([c1], [r1], marker="*", s=150, c="yellow", edgecolors="black", zorder=5,
+                   label="goal")
+        ax.set_title(f"scene {t.id}  ({t.objective}/{t.variant})", fontsize=10)
+        ax.set_xticks([])
+        ax.set_yticks([])
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.01), fontsize=8, ncol=2,
+                  frameon=False)
+    for ax in axes.ravel()[len(chosen):]:
+        ax.axis("off")
+    fig.suptitle(f"Routes on terrain (seed pair {pair['label']}); black = obstacles", fontsize=12)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())
+    return path
+
+
+def regret_figure(cmp: dict, path: Path) -> Path:
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from passage_jax.runner.score import load_score
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    for side, color in (("A", "tab:red"), ("B", "tab:blue")):
+        run = cmp["runs"][side]
+        vals, fails, n = [], 0, 0
+        for pair in cmp["pairs"]:
+            seed = pair["seed_a"] if side == "A" else pair["seed_b"]
+            p = load_score(Path(run["folders"][str(seed)]))["per_sample"]
+            r = p["regret"][p["primary_quality"]]
+            n += r.size
+            fails += int(np.sum(r >= FAILURE_REGRET))
+            vals.append(r[(r < FAILURE_REGRET) & np.isfinite(r)])
+        v = np.sort(np.concatenate(vals)) if vals else np.zeros(0)
+        lab = f"{side}: {run['method_name']} ({fails}/{n} failures, regret 999999, off scale)"
+        if v.size:
+            y = np.arange(1, v.size + 1) / n
+            ax.step(np.concatenate([[v[0]], v]), np.concatenate([[0], y]), where="post",
+                    color=color, lw=2, label=lab)
+        else:
+            ax.plot([], [], color=color, label=lab)
+    ax.set_xscale("symlog", linthresh=1e-3)
+    ax.set_xlim(left=0)
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel("regret (predicted cost − c*) / c*  [symlog]")
+    ax.set_ylabel("fraction of all tasks")
+    ax.set_title("Regret distribution (quality repeat, all seeds pooled)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())
+    return path
+
+
+def write_report(compare_json, output, n_route_tasks: int = 4, force: bool = False) -> dict:
+    compare_json, output = Path(compare_json), Path(output)
+    if not compare_json.is_file():
+        raise ReportError(f"{compare_json}: file not found")
+    try:
+        cmp = json.loads(compare_json.read_text())
+    except json.JSONDecodeError as e:
+        raise ReportError(f"{compare_json}: not JSON: {e}") from None
+    from passage_jax.runner.compare import COMPARE_FORMAT
+
+    if cmp.get("format") != COMPARE_FORMAT:
+        raise ReportError(f"{compare_json}: not a {COMPARE_FORMAT} file")
+    stem = output.stem
+    figs = {"routes": output.with_name(f"{stem}_routes.png"),
+            "regret": output.with_name(f"{stem}_regret.png")}
+    existing = [p for p in [output, *figs.values()] if p.exists()]
+    if existing and not force:
+        raise ReportError(f"{existing[0]} exists; choose a new report name (or pass --force)")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    from passage_jax.runner.score import ScoreError
+
+    try:
+        route_figure(cmp, figs["routes"], n_route_tasks)
+        regret_figure(cmp, figs["regret"])
+    except ScoreError as e:
+        raise ReportError(str(e)) from None
+    md = render_markdown(cmp, {k: v.name for k, v in figs.items()})
+    atomic_write_text(output, md)
+    return {"report": str(output), **{k: str(v) for k, v in figs.items()}}
