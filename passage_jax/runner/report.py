@@ -50,6 +50,8 @@ def _fmt(x, digits=4) -> str:
         return "n/a"
     if x == FAILURE_REGRET:
         return "999999"
+    if abs(x) < 1e-12:  # ulp-level differences (e.g. an exact route's recomputed cost)
+        return f"{0.0:.{digits}f}"
     if x != 0 and (abs(x) >= 1e5 or abs(x) < 1e-3):
         return f"{x:.3e}"
     return f"{x:.{digits}f}"

@@ -1,0 +1,119 @@
+"""``bench --spec S``: run, score and describe a spec in one call (SPEC §7).
+
+The run goes through the ordinary runner (:func:`passage_jax.runner.run_spec`),
+the score through :func:`passage_jax.runner.score.score_run`; ``sidecar.json``
+then records what a reader needs to place the result: the evaluated subset
+(sample ids and their hash), the dataset identity (root, revision, shard
+hashes), seeds, inference kwargs per seed, hardware, timing settings,
+precision, the evaluator's source hash, the six primary metrics per seed and
+their seed mean, and a container digest when one is declared (absent
+otherwise).
+
+Without ``output`` the results go to a fresh folder
+``<results_root>/<method>-<UTC timestamp>`` (a suffix is added when that name
+is taken); an existing run is never overwritten.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import os
+from pathlib import Path
+
+import numpy as np
+
+from passage_jax.runner.files import atomic_write_json, code_hash, sha256_file
+from passage_jax.runner.score import PER_SAMPLE_FIELDS, read_json, score_run, seed_folders, utc_now
+
+SIDECAR_FORMAT = "passage-jax-bench-sidecar-v1"
+CONTAINER_ENV = "PASSAGE_CONTAINER_DIGEST"
+PRIMARY = ("regret_median", "regret_p90", "assd_mean", "h95_mean", "success_rate",
+           "obstacle_violation_rate")
+
+
+def default_output(spec, now=None) -> Path:
+    now = now or _dt.datetime.now(_dt.timezone.utc)
+    base = Path(spec.results_root) / f"{spec.method_name}-{now.strftime('%Y%m%dT%H%M%SZ')}"
+    out, k = base, 1
+    while out.exists():
+        k += 1
+        out = base.with_name(f"{base.name}-{k}")
+    return out
+
+
+def _seed_mean(scores: dict) -> dict:
+    out = {}
+    for k in PRIMARY:
+        vals = [m["primary"][k] for m in scores.values()]
+        out[k] = (float(np.mean(vals)) if vals and all(v is not None for v in vals) else None)
+    return out
+
+
+def sidecar(output: Path, spec, scores: dict, container_digest=None) -> dict:
+    folders = seed_folders(output)
+    manifests = {f.name: read_json(f / "manifest.json") for f in folders}
+    m0 = next(iter(manifests.values()))
+    data = m0["data"]
+    ids = list(data["sample_ids"])
+    ids_sha = hashlib.sha256("\n".join(ids).encode()).hexdigest()
+    side = {
+        "format": SIDECAR_FORMAT,
+        "created_utc": utc_now(),
+        "method_name": spec.method_name,
+        "family": spec.family,
+        "architecture": spec.architecture,
+        "spec": spec.to_dict(),
+        "spec_sha256": spec.sha256(),
+        "spec_file": {"path": str(Path(spec.source).resolve()),
+                      "sha256": sha256_file(spec.source)} if Path(spec.source).is_file() else None,
+        "evaluated_subset": {"n_tasks": len(ids), "sample_ids_sha256": ids_sha,
+                             "tasks_sha256": data.get("tasks_sha256"),
+                             "resolution": data["resolution"], "split": data["split"],
+                             "cost_model": data["cost_model"],
+                             "task_variant": data["task_variant"],
+                             "n_samples": data.get("n_samples")},
+        "dataset": {"root": data.get("dataset_root"), "path": data.get("dataset_path"),
+                    "repo": data.get("dataset_repo"), "revision": data.get("dataset_revision"),
+                    "shards": data.get("shards")},
+        "references": m0.get("references"),
+        "seeds": [m["seed"] for m in manifests.values()],
+        "inference": spec.inference,
+        "inference_format": spec.inference_format,
+        "inference_kwargs": {str(m["seed"]): m.get("inference_kwargs") for m in manifests.values()},
+        "checkpoints": {str(m["seed"]): m.get("checkpoints") for m in manifests.values()},
+        "hardware": m0.get("hardware"),
+        "device": m0.get("device"),
+        "versions": m0.get("versions"),
+        "timing": {**(m0.get("timing") or {}), "budget": m0.get("budget")},
+        "timing_profile": next(iter(scores.values()))["timing_profile"],
+        "precision": {name: s.get("precision") for name, s in scores.items()},
+        "evaluator": code_hash(),
+        "metrics": {name: s["primary"] for name, s in scores.items()},
+        "metrics_seed_mean": _seed_mean(scores),
+        "counts": {name: {"n_tasks": s["n_tasks"], "n_path_valid": s["n_path_valid"],
+                          "status_counts": s.get("status_counts")} for name, s in scores.items()},
+        "files": {f.name: {n: sha256_file(f / n) for n in
+                           ("manifest.json", "requests.jsonl", "paths.npz", "references.npz",
+                            "per_sample.npz", "metrics.json", "score_receipt.json")}
+                  for f in folders},
+        "per_sample_fields": list(PER_SAMPLE_FIELDS),
+    }
+    digest = container_digest or os.environ.get(CONTAINER_ENV)
+    if digest:
+        side["container_digest"] = digest
+    return side
+
+
+def bench(spec, output=None, container_digest=None, progress=None, log=None) -> dict:
+    """Run + score ``spec`` (a path or a RunSpec) and write ``sidecar.json``."""
+    from passage_jax.runner import load_spec, run_spec
+    from passage_jax.runner.spec import RunSpec
+
+    if not isinstance(spec, RunSpec):
+        spec = load_spec(spec)
+    output = Path(output) if output is not None else default_output(spec)
+    run_spec(spec, output, progress=progress, log=log)
+    scores = score_run(output, log=log)
+    side = sidecar(output, spec, scores, container_digest)
+    atomic_write_json(output / "sidecar.json", side)
+    return {"output": output, "scores": scores, "sidecar": side}
