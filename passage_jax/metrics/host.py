@@ -15,16 +15,16 @@ import numpy as np
 
 from passage_jax.graph.costs import MODEL_INDEX
 from passage_jax.graph.routes import route_problem
-from passage_jax.metrics.kernels import METRIC_KEYS, score_batch
+from passage_jax.graph.costs import crop_stats
+from passage_jax.metrics.kernels import METRIC_KEYS, score_batch_gathered
 
 #: Smallest padded route length (shorter routes share this bucket).
 MIN_BUCKET = 32
-#: Smallest padded batch (fewer distinct batch shapes, fewer compilations).
-MIN_BATCH = 8
 #: Upper bounds on one kernel call's working set (elements).
-_MAX_GRID_ELEMS = 1 << 23  # tasks * H * W
-_MAX_PAIR_ELEMS = 1 << 24  # tasks * La * Lb
-_MAX_BATCH = 1024
+_MAX_PAIR_ELEMS = 1 << 25  # tasks * La * Lb (int32 squared distances)
+_MAX_BATCH = 512
+#: Padded batch sizes (a chunk is padded to the first that holds it).
+_BATCH_SIZES = (8, 16, 32, 64, 128, 256, 512)
 _INT32 = np.iinfo(np.int32)
 
 _DTYPES = {
@@ -66,10 +66,6 @@ def normalise_candidate(route):
 
 def _bucket(n: int) -> int:
     return max(MIN_BUCKET, 1 << max(int(n) - 1, 0).bit_length())
-
-
-def _pow2_at_least(n: int) -> int:
-    return 1 << max(int(n) - 1, 0).bit_length()
 
 
 def _reference_array(task, ref, i):
@@ -133,15 +129,18 @@ def score_routes(candidates, tasks, c_star, request_ok, references=None,
         groups[(shape, _bucket(len(cands[i])), _bucket(len(refs[i])))].append(i)
 
     out = {k: np.empty(n, _DTYPES.get(k, np.float64)) for k in METRIC_KEYS}
+    stats_cache = {}  # crop statistics per elevation grid (the array is kept alive with them)
     with jax.enable_x64(True):
         for (shape, la, lb), idx in sorted(groups.items()):
             h, w = shape
-            chunk = max(1, min(_MAX_BATCH, _MAX_GRID_ELEMS // (h * w), _MAX_PAIR_ELEMS // (la * lb)))
+            chunk = max(1, min(_MAX_BATCH, _MAX_PAIR_ELEMS // (la * lb)))
             chunk = 1 << (chunk.bit_length() - 1)
+            # tasks of one scene together, so a chunk holds few distinct grids
             for s in range(0, len(idx), chunk):
                 part = idx[s:s + chunk]
-                res = _run_chunk(part, min(chunk, max(MIN_BATCH, _pow2_at_least(len(part)))), shape, la, lb, cands, refs,
-                                 tasks, c_star, request_ok, problems, pixel_size_m)
+                size = next((b for b in _BATCH_SIZES if b >= len(part) and b <= chunk), chunk)
+                res = _run_chunk(part, size, shape, la, lb, cands, refs, tasks, c_star,
+                                 request_ok, problems, pixel_size_m, stats_cache)
                 for k in METRIC_KEYS:
                     out[k][part] = res[k][:len(part)]
     out["malformed"] = np.array([p is not None for p in problems], bool)
@@ -150,7 +149,7 @@ def score_routes(candidates, tasks, c_star, request_ok, references=None,
 
 
 def _run_chunk(part, size, shape, la, lb, cands, refs, tasks, c_star, request_ok, problems,
-               pixel_size_m):
+               pixel_size_m, stats_cache):
     h, w = shape
     cand = np.zeros((size, la, 2), np.int32)
     ref = np.zeros((size, lb, 2), np.int32)
@@ -158,8 +157,9 @@ def _run_chunk(part, size, shape, la, lb, cands, refs, tasks, c_star, request_ok
     rl = np.zeros(size, np.int32)
     starts = np.zeros((size, 2), np.int32)
     goals = np.zeros((size, 2), np.int32)
-    obst = np.zeros((size, h, w), bool)
-    z = np.zeros((size, h, w), np.float64)
+    on_obst = np.zeros((size, la), bool)
+    zc = np.zeros((size, la), np.float64)
+    stats = np.zeros((3, size), np.float64)
     model = np.zeros(size, np.int32)
     weight = np.zeros(size, np.float64)
     cs = np.ones(size, np.float64)
@@ -167,19 +167,30 @@ def _run_chunk(part, size, shape, la, lb, cands, refs, tasks, c_star, request_ok
     wf = np.zeros(size, bool)
     for j, i in enumerate(part):
         t = tasks[i]
-        cand[j, :len(cands[i])] = cands[i]
-        cl[j] = len(cands[i])
+        a = cands[i]
+        cand[j, :len(a)] = a
+        cl[j] = len(a)
+        if len(a):
+            # read the grid at in-bounds cells only; out-of-bounds cells stay masked
+            inb = (a[:, 0] >= 0) & (a[:, 0] < h) & (a[:, 1] >= 0) & (a[:, 1] < w)
+            rr, cc = a[inb, 0], a[inb, 1]
+            on_obst[j, :len(a)][inb] = np.asarray(t.obstacles, bool)[rr, cc]
+            zc[j, :len(a)][inb] = t.elevation_m[rr, cc]
+        key = id(t.scene.elevation_m)
+        if key not in stats_cache:
+            stats_cache[key] = (t.scene.elevation_m, np.array(crop_stats(
+                np.asarray(t.elevation_m, np.float64), np), np.float64))
+        stats[:, j] = stats_cache[key][1]
         ref[j, :len(refs[i])] = refs[i]
         rl[j] = len(refs[i])
         starts[j] = t.scene.start
         goals[j] = t.scene.goal
-        obst[j] = np.asarray(t.obstacles, bool)
-        z[j] = t.elevation_m
         model[j] = MODEL_INDEX[t.objective]
         weight[j] = t.weight
         cs[j] = c_star[i]
         ok[j] = request_ok[i]
         wf[j] = problems[i] is None
-    res = score_batch(cand, cl, ref, rl, starts, goals, obst, z, model, weight, cs, ok, wf,
-                      pixel_size_m=float(pixel_size_m))
-    return {k: np.asarray(v) for k, v in res.items()}
+    res = score_batch_gathered(cand, cl, ref, rl, starts, goals, shape, on_obst, zc, stats[0],
+                               stats[1], stats[2], model, weight, cs, ok, wf,
+                               pixel_size_m=float(pixel_size_m))
+    return {k: np.asarray(v) for k, v in jax.device_get(res).items()}

@@ -102,39 +102,48 @@ def route_validity(route, length, start, goal, obstacles, request_ok=True, well_
 # Cost, censoring, regret
 # --------------------------------------------------------------------------- #
 
-def _route_cost_named(route, length, z, model: str, weight, pixel_size_m):
-    z = jnp.asarray(z)
+def _cost_of_values(route, length, zc, ok, model: str, weight, stats, pixel_size_m):
+    """Route cost from the elevations ``zc`` at the route cells (valid where ``ok``)."""
     n = route.shape[0]
     if n < 2:
-        return jnp.zeros((), z.dtype)
-    ok = _live(length, n) & in_bounds(route, z.shape)
-    zc = _gather(z, route, ok)
+        return jnp.zeros((), zc.dtype)
     dr = route[1:] - route[:-1]
     diag = (jnp.abs(dr[:, 0]) + jnp.abs(dr[:, 1])) == 2
-    d = jnp.where(diag, math.sqrt(2.0), 1.0).astype(z.dtype) * jnp.asarray(pixel_size_m, z.dtype)
-    stats = crop_stats(z, jnp)
-    w = jnp.asarray(weight, z.dtype)
+    d = jnp.where(diag, math.sqrt(2.0), 1.0).astype(zc.dtype) * jnp.asarray(pixel_size_m, zc.dtype)
+    w = jnp.asarray(weight, zc.dtype)
     cost = get_cost_model(model).step_cost(d, zc[:-1], zc[1:], w, stats, jnp)
     step_live = (jnp.arange(n - 1) < length - 1) & ok[:-1] & ok[1:]
-    return jnp.sum(jnp.where(step_live, cost, 0.0)).astype(z.dtype)
+    return jnp.sum(jnp.where(step_live, cost, 0.0)).astype(zc.dtype)
 
 
-def route_cost(route, length, z, model, weight, pixel_size_m: float = 30.0):
+def _cost_switch(route, length, zc, ok, model, weight, stats, pixel_size_m):
+    if isinstance(model, str):
+        return _cost_of_values(route, length, zc, ok, model, weight, stats, pixel_size_m)
+    branches = [
+        (lambda name: (lambda r, l, zz, o, ww, st: _cost_of_values(r, l, zz, o, name, ww, st,
+                                                                   pixel_size_m)))(m)
+        for m in MODEL_NAMES
+    ]
+    return jax.lax.switch(jnp.asarray(model, jnp.int32), branches, route, length, zc, ok, weight,
+                          stats)
+
+
+def route_cost(route, length, z, model, weight, pixel_size_m: float = 30.0, stats=None):
     """Recomputed cost of a padded route: the registry's step costs, summed over
     the ``length - 1`` steps, in ``z``'s dtype (float64 needs x64 enabled).
 
     ``model`` is a cost-model name (static) or an integer id of ``MODEL_INDEX``
-    (may be traced, so one batch can mix models). Only meaningful for a
-    connected route; steps touching an out-of-bounds cell contribute 0.
+    (may be traced, so one batch can mix models). ``stats`` defaults to
+    ``crop_stats(z)``. Only meaningful for a connected route; steps touching an
+    out-of-bounds cell contribute 0.
     """
     route = jnp.asarray(route)
-    if isinstance(model, str):
-        return _route_cost_named(route, length, z, model, weight, pixel_size_m)
-    branches = [
-        (lambda name: (lambda r, l, zz, ww: _route_cost_named(r, l, zz, name, ww, pixel_size_m)))(m)
-        for m in MODEL_NAMES
-    ]
-    return jax.lax.switch(jnp.asarray(model, jnp.int32), branches, route, length, jnp.asarray(z), weight)
+    z = jnp.asarray(z)
+    ok = _live(length, route.shape[0]) & in_bounds(route, z.shape)
+    zc = _gather(z, route, ok)
+    if stats is None:
+        stats = crop_stats(z, jnp)
+    return _cost_switch(route, length, zc, ok, model, weight, stats, pixel_size_m)
 
 
 def censored_cost(cost, valid, c_star):
@@ -246,25 +255,23 @@ METRIC_KEYS = ("connected_path", "obstacle_traversals", "obstacle_violation", "v
                "success", "predicted_cost", "regret", "assd", "h95", "path_iou")
 
 
-def score_task(candidate, cand_length, reference, ref_length, start, goal, obstacles, z,
-               model, weight, c_star, request_ok=True, well_formed=True,
-               pixel_size_m: float = 30.0):
-    """All SPEC §4 per-task metrics of one padded candidate route.
-
-    ``model``: cost-model name (static) or ``MODEL_INDEX`` id (traceable).
-    ``c_star`` should carry ``z``'s dtype. Returns a dict keyed by
-    :data:`METRIC_KEYS`; geometry is NaN unless the route is valid.
-    """
-    z = jnp.asarray(z)
-    obstacles = jnp.asarray(obstacles)
-    conn, trav, viol, valid = route_validity(candidate, cand_length, start, goal, obstacles,
-                                             request_ok, well_formed)
-    cost = route_cost(candidate, cand_length, z, model, weight, pixel_size_m)
-    c_star = jnp.asarray(c_star, z.dtype)
+def _score_core(candidate, cand_length, reference, ref_length, start, goal, shape, z_at,
+                obst_at, stats, dtype, model, weight, c_star, request_ok, well_formed,
+                pixel_size_m):
+    candidate = jnp.asarray(candidate)
+    ok = _live(cand_length, candidate.shape[0]) & in_bounds(candidate, shape)
+    conn = connected_path(candidate, cand_length, start, goal, shape, well_formed)
+    on = obst_at(candidate, ok) & ok
+    trav = jnp.where(jnp.asarray(well_formed), jnp.sum(on, dtype=jnp.int32), 0)
+    viol = trav > 0
+    valid = conn & ~viol & jnp.asarray(request_ok)
+    cost = _cost_switch(candidate, cand_length, z_at(candidate, ok), ok, model, weight, stats,
+                        pixel_size_m)
+    c_star = jnp.asarray(c_star, dtype)
     pred = censored_cost(cost, valid, c_star)
     reg = regret(pred, valid, c_star)
-    assd, h95, iou = route_geometry(candidate, cand_length, reference, ref_length, z.dtype)
-    nan = jnp.asarray(jnp.nan, z.dtype)
+    assd, h95, iou = route_geometry(candidate, cand_length, reference, ref_length, dtype)
+    nan = jnp.asarray(jnp.nan, dtype)
     return {
         "connected_path": conn,
         "obstacle_traversals": trav,
@@ -277,6 +284,23 @@ def score_task(candidate, cand_length, reference, ref_length, start, goal, obsta
         "h95": jnp.where(valid, h95, nan),
         "path_iou": jnp.where(valid, iou, nan),
     }
+
+
+def score_task(candidate, cand_length, reference, ref_length, start, goal, obstacles, z,
+               model, weight, c_star, request_ok=True, well_formed=True,
+               pixel_size_m: float = 30.0):
+    """All SPEC §4 per-task metrics of one padded candidate route.
+
+    ``model``: cost-model name (static) or ``MODEL_INDEX`` id (traceable).
+    ``c_star`` is cast to ``z``'s dtype. Returns a dict keyed by
+    :data:`METRIC_KEYS`; geometry is NaN unless the route is valid.
+    """
+    z = jnp.asarray(z)
+    obstacles = jnp.asarray(obstacles).astype(bool)
+    return _score_core(candidate, cand_length, reference, ref_length, start, goal, z.shape,
+                       lambda r, ok: _gather(z, r, ok), lambda r, ok: _gather(obstacles, r, ok),
+                       crop_stats(z, jnp), z.dtype, model, weight, c_star, request_ok,
+                       well_formed, pixel_size_m)
 
 
 def _score_batch(candidates, cand_lengths, references, ref_lengths, starts, goals, obstacles, z,
@@ -292,3 +316,29 @@ def _score_batch(candidates, cand_lengths, references, ref_lengths, starts, goal
 #: model_index (B,) int32, weight (B,), c_star (B,), request_ok (B,) bool,
 #: well_formed (B,) bool); ``pixel_size_m`` is static.
 score_batch = jax.jit(_score_batch, static_argnames=("pixel_size_m",))
+
+
+def _score_batch_gathered(candidates, cand_lengths, references, ref_lengths, starts, goals,
+                          grid_shape, on_obstacle, z_cells, crop_min, crop_range, crop_max_abs,
+                          model_index, weight, c_star, request_ok, well_formed,
+                          pixel_size_m=30.0):
+    from passage_jax.graph.costs import CropStats
+
+    def one(cand, cl, ref, rl, st, go, ob, zc, cmin, crng, cmax, mi, wt, cs, ro, wf):
+        return _score_core(cand, cl, ref, rl, st, go, grid_shape, lambda r, ok: zc,
+                           lambda r, ok: ob, CropStats(cmin, crng, cmax), zc.dtype, mi, wt, cs,
+                           ro, wf, pixel_size_m)
+
+    return jax.vmap(one)(candidates, cand_lengths, references, ref_lengths, starts, goals,
+                         on_obstacle, z_cells, crop_min, crop_range, crop_max_abs, model_index,
+                         weight, c_star, request_ok, well_formed)
+
+
+#: Like :data:`score_batch`, with the grid already read at the candidate's cells:
+#: ``on_obstacle`` (B, La) bool and ``z_cells`` (B, La) are the obstacle flag and
+#: elevation at each in-bounds live cell (anything elsewhere: masked), and the
+#: crop statistics come as (B,) arrays. ``grid_shape`` (H, W) is static. This is
+#: the host entry point's form: host-to-device traffic is O(B * La), not
+#: O(B * H * W).
+score_batch_gathered = jax.jit(_score_batch_gathered,
+                               static_argnames=("grid_shape", "pixel_size_m"))
