@@ -1,0 +1,49 @@
+"""bench: run + score + sidecar.json into a fresh folder; the CLI prints the table."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from test_score_support import runs, spec_dict
+
+from passage_jax.runner.files import code_hash, sha256_file
+
+
+def test_bench_cli(tmp_path, capsys):
+    from cli.__main__ import main
+
+    R = runs()
+    spec = tmp_path / "greedy.yaml"
+    d = spec_dict("greedy", R["cohort"], n_samples=3)
+    d["results_root"] = str(tmp_path / "results")
+    spec.write_text(yaml.safe_dump(d))
+    assert main(["bench", "--spec", str(spec), "--no-progress",
+                 "--container-digest", "sha256:" + "a" * 64]) == 0
+    text = capsys.readouterr().out
+    assert "regret median" in text and "success" in text
+    outs = sorted((tmp_path / "results").iterdir())
+    assert len(outs) == 1 and outs[0].name.startswith("greedy-")
+    out = outs[0]
+    side = json.loads((out / "sidecar.json").read_text())
+    m = json.loads((out / "seed-1234" / "metrics.json").read_text())
+    assert side["metrics"]["seed-1234"] == m["primary"]
+    assert side["seeds"] == [1234]
+    assert side["evaluated_subset"]["n_tasks"] == 3
+    assert side["dataset"]["shards"][0]["sha256"] == sha256_file(
+        next((R["cohort"] / "64x64" / "test").glob("*.parquet")))
+    assert side["evaluator"]["sha256"] == code_hash()["sha256"]
+    assert side["container_digest"] == "sha256:" + "a" * 64
+    assert side["files"]["seed-1234"]["per_sample.npz"] == sha256_file(
+        out / "seed-1234" / "per_sample.npz")
+    for k in ("hardware", "timing", "precision", "inference_kwargs", "spec_sha256"):
+        assert side[k] is not None, k
+    # a second bench never overwrites: a new folder; an explicit taken folder is refused
+    assert main(["bench", "--spec", str(spec), "--no-progress"]) == 0
+    outs2 = sorted((tmp_path / "results").iterdir())
+    assert len(outs2) == 2
+    assert "container_digest" not in json.loads((outs2[-1] / "sidecar.json").read_text()) or \
+        __import__("os").environ.get("PASSAGE_CONTAINER_DIGEST")
+    assert main(["bench", "--spec", str(spec), "--no-progress", "--output", str(out)]) == 2
+    assert "already holds a run" in capsys.readouterr().err

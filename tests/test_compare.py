@@ -1,0 +1,229 @@
+"""compare: refusal of mismatched runs, paired contrasts against a plain NumPy
+block bootstrap, both-valid geometry, rosters, ODD bins; report and bench."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from test_score_support import N_SAMPLES, runs, spec_dict
+
+from passage_jax.runner.compare import CompareError, bin_index, compare_runs
+from passage_jax.runner.score import score_run
+
+B = 300  # bootstrap draws in these tests
+
+
+@pytest.fixture(scope="module")
+def R():
+    return runs()
+
+
+def load(p):
+    with np.load(p, allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
+
+
+def edited_copy(src: Path, dest: Path, edit) -> Path:
+    """Copy a scored run, edit each seed's manifest, and score it again."""
+    shutil.copytree(src, dest)
+    for seed in dest.glob("seed-*"):
+        m = json.loads((seed / "manifest.json").read_text())
+        edit(m)
+        (seed / "manifest.json").write_text(json.dumps(m))
+    score_run(dest, force=True)
+    return dest
+
+
+def test_contrasts_match_plain_numpy(R, tmp_path):
+    out = tmp_path / "c.json"
+    res = compare_runs(R["bfs"], R["exact"], out, n_resamples=B, bootstrap_seed=7)
+    assert json.loads(out.read_text())["format"] == "passage-jax-compare-v1"
+    assert res["seed_mean"] and [p["label"] for p in res["pairs"]] == ["1234", "2026"]
+    pa = {s: load(R["bfs"] / f"seed-{s}" / "per_sample.npz") for s in (1234, 2026)}
+    pb = {s: load(R["exact"] / f"seed-{s}" / "per_sample.npz") for s in (1234, 2026)}
+    blocks = pa[1234]["cluster_id"]
+    labels = sorted(set(blocks))
+    assert res["blocks"]["census"]["n_blocks"] == len(labels)
+    assert res["blocks"]["uncertainty_status"] == "available"
+    # materialised block bootstrap with the same multiplicity rows as passage_jax.stats
+    from passage_jax.stats import multiplicity_matrix
+
+    mult = multiplicity_matrix(len(labels), B, 7)
+    bi = np.array([labels.index(b) for b in blocks])
+    specs = {"regret_median": ("regret", 50), "regret_p90": ("regret", 90),
+             "success_rate": ("success", None), "assd_mean": ("assd", None)}
+    for metric, (f, q) in specs.items():
+        def stat(x):
+            x = x[np.isfinite(x)]
+            return np.mean(x) if q is None else np.percentile(x, q)
+        draws = []
+        for row in mult:
+            idx = np.concatenate([np.flatnonzero(bi == k).repeat(1) for k in range(len(labels))
+                                  for _ in range(row[k])])
+            per = [stat(pa[s][f].astype(float)[idx]) - stat(pb[s][f].astype(float)[idx])
+                   for s in (1234, 2026)]
+            draws.append(np.mean(per))
+        lo, hi = np.percentile(draws, [2.5, 97.5])
+        c = res["contrasts"][metric]
+        est = np.mean([stat(pa[s][f].astype(float)) - stat(pb[s][f].astype(float))
+                       for s in (1234, 2026)])
+        assert c["delta"] == pytest.approx(est, rel=1e-9, abs=1e-12), metric
+        assert c["ci_low"] == pytest.approx(lo, rel=1e-9, abs=1e-12), metric
+        assert c["ci_high"] == pytest.approx(hi, rel=1e-9, abs=1e-12), metric
+    # bfs is never cheaper than exact
+    assert res["contrasts"]["regret_median"]["delta"] > 0
+    assert res["methods"]["B"]["per_seed"]["1234"]["n_path_valid"] == N_SAMPLES
+
+
+def test_both_valid_intersection_and_denominators(R, tmp_path):
+    res = compare_runs(R["bfs"] / "seed-1234", R["greedy"] / "seed-1234", tmp_path / "c.json",
+                       n_resamples=B)
+    a = load(R["bfs"] / "seed-1234" / "per_sample.npz")
+    b = load(R["greedy"] / "seed-1234" / "per_sample.npz")
+    both = a["valid_path"] & b["valid_path"]
+    c = res["valid_route_denominators"]["1234"]
+    assert (c["n_valid_a"], c["n_valid_b"], c["n_both_valid"]) == (
+        a["valid_path"].sum(), b["valid_path"].sum(), both.sum())
+    assert 0 < both.sum() < N_SAMPLES
+    g = res["geometry_both_valid"]["assd_mean"]
+    assert g["delta"] == pytest.approx(a["assd"][both].mean() - b["assd"][both].mean())
+    own = res["contrasts"]["assd_mean"]["delta"]
+    assert own == pytest.approx(a["assd"][a["valid_path"]].mean()
+                                - b["assd"][b["valid_path"]].mean())
+    assert res["contrasts"]["success_rate"]["delta"] == pytest.approx(
+        a["success"].mean() - b["success"].mean())
+
+
+def test_refuses_different_tasks(R, tmp_path):
+    from passage_jax.runner import parse_spec, run_spec
+
+    other = tmp_path / "greedy5"
+    run_spec(parse_spec(spec_dict("greedy", R["cohort"], n_samples=N_SAMPLES - 1)), other,
+             progress=False)
+    score_run(other)
+    with pytest.raises(CompareError, match="tasks differ"):
+        compare_runs(R["greedy"], other, tmp_path / "c.json", n_resamples=B)
+    assert not (tmp_path / "c.json").exists()
+
+
+def test_refuses_different_data_hash(R, tmp_path):
+    import pyarrow.parquet as pq
+
+    from passage_jax.runner import parse_spec, run_spec
+
+    cohort = tmp_path / "cohort"
+    shutil.copytree(R["cohort"], cohort)
+    shard = next((cohort / "64x64" / "test").glob("*.parquet"))
+    pq.write_table(pq.read_table(shard), shard, compression="gzip")  # same scenes, new bytes
+    other = tmp_path / "greedy-recompressed"
+    run_spec(parse_spec(spec_dict("greedy", cohort)), other, progress=False)
+    score_run(other)
+    with pytest.raises(CompareError, match="data hashes differ"):
+        compare_runs(R["greedy"], other, tmp_path / "c.json", n_resamples=B)
+
+
+def test_refuses_different_timing_profile_and_references(R, tmp_path):
+    def prof(m):
+        m["timing"]["profile"] = "supervised_service_v1"
+    other = edited_copy(R["greedy"], tmp_path / "g-prof", prof)
+    with pytest.raises(CompareError, match="timing profiles differ"):
+        compare_runs(R["greedy"], other, tmp_path / "c.json", n_resamples=B)
+
+    def refs(m):
+        m["references"]["identity"] = "0" * 64
+    other = edited_copy(R["greedy"], tmp_path / "g-ref", refs)
+    with pytest.raises(CompareError, match="references differ"):
+        compare_runs(R["greedy"], other, tmp_path / "c.json", n_resamples=B)
+
+
+def test_limits_listed_and_refused_under_flag(R, tmp_path):
+    def deadline(m):
+        m["budget"]["wall_time_ms"] = 5000.0
+        m["timing"]["latency_warmup"] = 3
+    other = edited_copy(R["greedy"], tmp_path / "g-lim", deadline)
+    res = compare_runs(R["greedy"], other, tmp_path / "ok.json", n_resamples=B)
+    assert {"budget", "deadline_ms", "latency_warmup"} <= set(res["procedure_limits"]["differ"])
+    with pytest.raises(CompareError, match="limits differ .*deadline_ms"):
+        compare_runs(R["greedy"], other, tmp_path / "c.json", n_resamples=B,
+                     require_identical_limits=True)
+    # identical limits pass the flag
+    compare_runs(R["greedy"], R["greedy"], tmp_path / "same.json", n_resamples=B,
+                 require_identical_limits=True)
+
+
+def test_roster_sha_and_blocks(R, tmp_path):
+    from passage_jax.stats import Roster, write_roster
+
+    p = load(R["greedy"] / "seed-1234" / "per_sample.npz")
+    ids = [str(s) for s in p["sample_id"]]
+    # one block per pair of tasks (a different blocking from the tiles)
+    roster = Roster(format="passage-roster-v1", task_ids=ids,
+                    blocks=[f"b{i // 2}" for i in range(len(ids))])
+    f = tmp_path / "roster.json"
+    sha = write_roster(f, roster)
+    with pytest.raises(CompareError, match="sha256"):
+        compare_runs(R["bfs"] / "seed-1234", R["greedy"], tmp_path / "c.json", n_resamples=B,
+                     roster=f, roster_sha256="f" * 64)
+    with pytest.raises(CompareError, match="roster-sha256"):
+        compare_runs(R["bfs"] / "seed-1234", R["greedy"], tmp_path / "c.json", n_resamples=B,
+                     roster=f)
+    res = compare_runs(R["bfs"] / "seed-1234", R["greedy"], tmp_path / "c.json", n_resamples=B,
+                       roster=f, roster_sha256=sha)
+    assert res["blocks"]["source"] == "roster" and res["blocks"]["sha256"] == sha
+    assert res["blocks"]["census"]["n_blocks"] == len(ids) // 2
+    # a roster whose tasks are not the runs' tasks
+    bad = Roster(format="passage-roster-v1", task_ids=ids[::-1], blocks=roster.blocks)
+    sha2 = write_roster(tmp_path / "bad.json", bad)
+    with pytest.raises(CompareError, match="not the runs' ordered sample ids"):
+        compare_runs(R["bfs"] / "seed-1234", R["greedy"], tmp_path / "c2.json", n_resamples=B,
+                     roster=tmp_path / "bad.json", roster_sha256=sha2)
+
+
+def test_odd_bins(R, tmp_path):
+    p = load(R["greedy"] / "seed-1234" / "per_sample.npz")
+    d = p["stratum_start_goal_distance_px"]
+    mid = float(np.median(d))
+    spec = tmp_path / "odd.yaml"
+    spec.write_text("stratifiers:\n"
+                    f"  start_goal_distance_px: [0, {mid}, {float(d.max()) + 1}]\n"
+                    "  obstacle_coverage: [0.0, 0.9, 1.0]\n")
+    res = compare_runs(R["bfs"] / "seed-1234", R["greedy"], tmp_path / "c.json", n_resamples=B,
+                       odd_spec=spec)
+    bins = res["odd"]["bins"]
+    assert len(bins) == 4 and res["odd"]["n_outside_support"] == 0
+    assert sum(b["n_tasks"] for b in bins) == N_SAMPLES
+    assert [b["n_tasks"] for b in bins if "[0.9, 1]" in b["bin"]["obstacle_coverage"]] == [0, 0]
+    lo = d < mid
+    a = load(R["bfs"] / "seed-1234" / "per_sample.npz")
+    b0 = next(b for b in bins if b["bin"]["start_goal_distance_px"].startswith("[0,")
+              and b["bin"]["obstacle_coverage"] == "[0, 0.9)")
+    assert b0["n_tasks"] == lo.sum()
+    assert b0["contrasts"]["success_rate"]["delta"] == pytest.approx(
+        a["success"][lo].mean() - p["success"][lo].mean())
+    # bins: half-open, last closed, outside -> -1
+    assert bin_index(np.array([0.0, 0.5, 1.0, 2.0, -1.0, np.nan]), [0, 1, 2]).tolist() == \
+        [0, 0, 1, 1, -1, -1]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("stratifiers:\n  elevation_colour: [0, 1]\n")
+    with pytest.raises(CompareError, match="elevation_colour"):
+        compare_runs(R["bfs"] / "seed-1234", R["greedy"], tmp_path / "c3.json", odd_spec=bad)
+
+
+def test_output_not_overwritten(R, tmp_path):
+    out = tmp_path / "c.json"
+    out.write_text("keep")
+    with pytest.raises(CompareError, match="exists"):
+        compare_runs(R["greedy"], R["greedy"], out, n_resamples=B)
+    assert out.read_text() == "keep"
+
+
+def test_unscored_run_refused(R, tmp_path):
+    d = tmp_path / "r"
+    shutil.copytree(R["greedy"], d)
+    (d / "seed-1234" / "per_sample.npz").unlink()
+    with pytest.raises(CompareError, match="not scored"):
+        compare_runs(R["greedy"], d, tmp_path / "c.json", n_resamples=B)
