@@ -471,11 +471,20 @@ def solve_batch(elevation_m, obstacles, start, goal, model_index, weight, *, max
         n = -(-n // nd) * nd
     pad = n - B
 
-    def padb(a):
-        return np.concatenate([a, np.repeat(a[:1], pad, axis=0)]) if pad else a
+    def padb(a, fill=None):
+        if not pad:
+            return a
+        extra = np.repeat(a[:1], pad, axis=0)
+        if fill is not None:
+            extra[...] = fill
+        return np.concatenate([a, extra])
 
-    args = [padb(a) for a in (z, obst, start.astype(np.int32), goal.astype(np.int32),
-                              midx, np.asarray(w, np.float64))]
+    # padding scenes are trivial (every cell blocked but (0, 0), which is both
+    # start and goal), so they converge in one check block
+    pad_obst = np.ones(obst.shape[1:], bool)
+    pad_obst[0, 0] = False
+    args = [padb(z), padb(obst, pad_obst), padb(start.astype(np.int32), 0),
+            padb(goal.astype(np.int32), 0), padb(midx), padb(np.asarray(w, np.float64))]
     if chunk == "auto":
         devs = sharding.device_set if sharding is not None else jax.devices()
         chunk = 1 if all(d.platform == "cpu" for d in devs) else None
