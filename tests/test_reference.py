@@ -213,6 +213,17 @@ def test_jit_and_nonjit_agree():
         assert np.array_equal(np.asarray(eager.status), np.asarray(jitted.status))
 
 
+def test_vmap_over_kernel_equals_flat_batch():
+    z, o, s, g, m, w = batch(8, 4, seed0=2)
+    flat = solve_batch(z, o, s, g, m, w, bucket=False)
+    with jax.enable_x64(True):
+        args = (z, o, np.asarray(s, np.int32), np.asarray(g, np.int32),
+                np.asarray([MODEL_INDEX[x] for x in m], np.int32), np.asarray(w))
+        nested = [a.reshape((2, 2) + a.shape[1:]) for a in args]
+        r = jax.vmap(lambda *xs: vi_kernel(*xs))(*nested)
+        np.testing.assert_allclose(np.asarray(r.c_star).ravel(), flat.c_star, rtol=1e-12)
+
+
 def test_chunked_equals_lockstep():
     z, o, s, g, m, w = batch(20, 4, seed0=9)
     a, ra = solve_batch(z, o, s, g, m, w, chunk=None, routes=True)
