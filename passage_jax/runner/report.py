@@ -320,7 +320,7 @@ def route_figure(cmp: dict, path: Path, n_tasks: int = 4) -> Path:
         rr = ref_routes[i]
         ax.plot(rr[:, 1], rr[:, 0], color="white", lw=4.0, zorder=3)
         ax.plot(rr[:, 1], rr[:, 0], color="black", lw=1.2, ls="--", zorder=3,
-                label="reference (exact)")
+                label="reference route")
         for d, color, lab, ls in ((da, "tab:red", f"A: {na}", "-"), (db, "tab:blue", f"B: {nb}", "-")):
             route = d["routes"][i]
             reg = d["rows"]["regret"][i]
