@@ -3,8 +3,10 @@
 Per resolution and split: scene counts; every scene valid or not (the first error
 of each failing scene, naming file, row and id); obstacle coverage and released
 route lengths (cells) as min/median/max; the block census under both block rules
-of SPEC §5 (computed over the valid scenes of the split). Exit status 0 when every
-scene validates, 1 when any scene fails, 2 when the layout itself is wrong
+of SPEC §5 (computed over the valid scenes of the split); reference qualification
+of every valid scene's six tasks (SPEC §3: value iteration cross-checked by A*,
+released route legal and optimal). Exit status 0 when every scene validates and
+qualifies, 1 when any scene fails either, 2 when the layout itself is wrong
 (missing root, resolution or split folder).
 """
 from __future__ import annotations
@@ -27,6 +29,10 @@ def register(parser) -> None:
     parser.add_argument("--json", type=Path, default=None, metavar="OUT",
                         help="also write the facts as JSON (atomically)")
     parser.add_argument("--workers", type=int, default=4, help="decode threads (default: %(default)s)")
+    parser.add_argument("--no-qualify", dest="qualify", action="store_false",
+                        help="skip reference qualification (validation, census and summaries only)")
+    parser.add_argument("--max-expansions", type=int, default=None, metavar="K",
+                        help="expansion budget of the A* cross-check (default: unbounded)")
 
 
 def _summary3(values) -> dict | None:
@@ -50,20 +56,22 @@ def _jsonable(x):
     return x
 
 
-def _qualify_scene(scene) -> dict:
-    # ---- reference qualification hook -------------------------------------------------
-    # Wired to passage_jax.reference.qualify_scene (SPEC §3). Returns
-    # {"<objective>/<variant>": Qualification.to_dict()} for one valid scene.
-    from passage_jax.reference import qualify_scene  # noqa: PLC0415 (optional stage)
+def _qualify_scene(scene, max_expansions=None) -> dict:
+    """{"<objective>/<variant>": Qualification.to_dict()} for one valid scene: value
+    iteration, cross-checked by the independent A* (SPEC §3)."""
+    from passage_jax.reference import qualify_scene
 
-    return {k: q.to_dict() for k, q in qualify_scene(scene).items()}
+    return {k: q.to_dict() for k, q in
+            qualify_scene(scene, max_expansions=max_expansions, cross_check=True).items()}
 
 
-def audit_dataset(root, resolutions, splits=None, workers: int = 4, qualify: bool = False) -> dict:
+def audit_dataset(root, resolutions, splits=None, workers: int = 4, qualify: bool = True,
+                  max_expansions=None) -> dict:
     """Scan the dataset and return ``{"scenes": [...], "summary": {...}}``.
 
-    Raises :class:`passage_jax.data.DataError` for layout problems. ``qualify``
-    (hook, off by default) adds reference qualification per valid scene.
+    Raises :class:`passage_jax.data.DataError` for layout problems. With ``qualify``
+    each valid scene's six references are qualified; its entry gains
+    ``"references"`` and failing tasks are listed in ``summary["unqualified"]``.
     """
     from passage_jax.data import DataError, canonical_split, present_splits, scene_summary
     from passage_jax.data.reader import dataset_root, id_places, scan_split
@@ -74,8 +82,8 @@ def audit_dataset(root, resolutions, splits=None, workers: int = 4, qualify: boo
 
     def on_scene(scene):
         info = scene_summary(scene)
-        if qualify:  # reference qualification hook (see _qualify_scene)
-            info["qualification"] = _qualify_scene(scene)
+        if qualify:
+            info["references"] = _qualify_scene(scene, max_expansions)
         return info
 
     scenes_out: list[dict] = []
@@ -111,8 +119,8 @@ def audit_dataset(root, resolutions, splits=None, workers: int = 4, qualify: boo
                     entry["obstacle_coverage"] = r.info["obstacle_coverage"]
                     entry["route_cells"] = r.info["route_cells"]
                     entry["markers"] = r.info["markers"]
-                    if "qualification" in r.info:
-                        entry["qualification"] = r.info["qualification"]
+                    if "references" in r.info:
+                        entry["references"] = r.info["references"]
                 scenes_out.append(entry)
             route_cells = {
                 f"{o}/{v}": _summary3([r.info["route_cells"][f"{o}/{v}"] for r in valid])
@@ -127,10 +135,13 @@ def audit_dataset(root, resolutions, splits=None, workers: int = 4, qualify: boo
                 "blocks": {rule: block_census(labels[rule]) for rule in BLOCK_RULES},
             }
             if qualify:
-                quals = [q for r in valid for q in r.info["qualification"].values()]
+                quals = [q for r in valid for q in r.info["references"].values()]
                 s["qualification"] = {
                     "n_tasks": len(quals),
                     "n_qualified": sum(bool(q.get("qualified")) for q in quals),
+                    "n_scenes_qualified": sum(
+                        all(q.get("qualified") for q in r.info["references"].values())
+                        for r in valid),
                 }
             per_split[split] = s
         per_res[str(n)] = {"splits_present": present, "splits": per_split}
@@ -145,6 +156,12 @@ def audit_dataset(root, resolutions, splits=None, workers: int = 4, qualify: boo
         "all_valid": not failing,
         "failing": failing,
         "reference_qualification": "checked" if qualify else "not run",
+        "unqualified": [
+            {"id": e["id"], "resolution": e["resolution"], "split": e["split"], "task": k,
+             "reason": q.get("reason")}
+            for e in scenes_out if e.get("references")
+            for k, q in e["references"].items() if not q.get("qualified")
+        ],
     }
     return _jsonable({"scenes": scenes_out, "summary": summary})
 
@@ -173,9 +190,11 @@ def print_report(report: dict, console) -> None:
 
     res = report["summary"]["resolutions"]
     t = Table(title=f"scenes in {report['summary']['dataset_path']}",
-              caption="coverage: obstacle share (min/med/max); blocks: count (largest share) "
+              caption="qualified: reference tasks qualified / tasks (SPEC §3); "
+                      "coverage: obstacle share (min/med/max); blocks: count (largest share) "
                       "under main_tile_5deg and union_5deg")
-    for col in ("res", "split", "scenes", "valid", "bad", "coverage %", "main 5°", "union 5°"):
+    for col in ("res", "split", "scenes", "valid", "bad", "qualified", "coverage %", "main 5°",
+                "union 5°"):
         t.add_column(col, justify="left" if col == "split" else "right", no_wrap=True)
     for n, r in res.items():
         for split, s in r["splits"].items():
@@ -184,8 +203,12 @@ def print_report(report: dict, console) -> None:
                 c = s["blocks"][rule]
                 share = "-" if c["largest_share"] is None else f"{100 * c['largest_share']:.0f}%"
                 blocks.append(f"{c['n_blocks']} ({share})")
+            q = s.get("qualification")
+            qual = "-" if q is None else f"{q['n_qualified']}/{q['n_tasks']}"
+            if q is not None and q["n_qualified"] < q["n_tasks"]:
+                qual = f"[red]{qual}[/red]"
             t.add_row(n, split, str(s["n_scenes"]), str(s["n_valid"]),
-                      f"[red]{s['n_invalid']}[/red]" if s["n_invalid"] else "0",
+                      f"[red]{s['n_invalid']}[/red]" if s["n_invalid"] else "0", qual,
                       _fmt3(s["obstacle_coverage"], pct=True), *blocks)
     console.print(t)
     t = Table(title="released route length in cells (min/median/max)")
@@ -212,9 +235,10 @@ def main(args) -> int:
 
     from passage_jax.data import DataError
 
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 120)
     try:
-        report = audit_dataset(args.dataset_path, args.resolution, args.split, workers=args.workers)
+        report = audit_dataset(args.dataset_path, args.resolution, args.split, workers=args.workers,
+                               qualify=args.qualify, max_expansions=args.max_expansions)
     except DataError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -223,12 +247,13 @@ def main(args) -> int:
         write_json_atomic(report, args.json)
         console.print(f"wrote {args.json}")
     failing = report["summary"]["failing"]
-    if failing:
-        for e in failing:
-            print(f"invalid scene {e['id']} ({e['resolution']}x{e['resolution']} {e['split']}): "
-                  f"{e['error']}", file=sys.stderr)
-        return 1
-    return 0
+    unqualified = report["summary"]["unqualified"]
+    for e in failing:
+        print(f"invalid scene {e['id']} ({e['resolution']}x{e['resolution']} {e['split']}): "
+              f"{e['error']}", file=sys.stderr)
+    for e in unqualified:
+        print(f"unqualified reference: {e['reason']}", file=sys.stderr)
+    return 1 if failing or unqualified else 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -176,8 +176,9 @@ def _check_policy(policy, reference_cohort_id):
 def qualify_scenes(scenes, policy: str = "released_labels", *, reference_cohort_id=None,
                    solver: str = "vi", max_expansions=None, max_sweeps: int = DEFAULT_MAX_SWEEPS,
                    cross_check: bool = True, batch_size: int = DEFAULT_BATCH,
-                   sharding=None) -> list[dict]:
-    """Qualify all 6 tasks (3 objectives x 2 variants) of each scene.
+                   sharding=None, keys=None) -> list[dict]:
+    """Qualify the tasks of each scene: all 6 (3 objectives x 2 variants), or only
+    those named in ``keys`` (``"<objective>/<variant>"``), e.g. the one a run uses.
 
     The exact references are solved with ``solver`` (value iteration batched
     over scenes by default); with ``cross_check`` every task is also solved by
@@ -188,7 +189,11 @@ def qualify_scenes(scenes, policy: str = "released_labels", *, reference_cohort_
     """
     _check_policy(policy, reference_cohort_id)
     scenes = list(scenes)
-    tasks = [s.task(o, v) for s in scenes for o in OBJECTIVES for v in VARIANTS]
+    keys = TASK_KEYS if keys is None else tuple(keys)
+    unknown = [k for k in keys if k not in TASK_KEYS]
+    if unknown:
+        raise ValueError(f"unknown task key(s) {unknown}; known: {list(TASK_KEYS)}")
+    tasks = [s.task(*k.split("/")) for s in scenes for k in keys]
     sols = solve_tasks(tasks, solver, max_expansions=max_expansions, max_sweeps=max_sweeps,
                        batch_size=batch_size, sharding=sharding)
     cross = [None] * len(tasks)
@@ -199,8 +204,8 @@ def qualify_scenes(scenes, policy: str = "released_labels", *, reference_cohort_
     out = []
     for i, s in enumerate(scenes):
         d = {}
-        for j, key in enumerate(TASK_KEYS):
-            t = i * len(TASK_KEYS) + j
+        for j, key in enumerate(keys):
+            t = i * len(keys) + j
             d[key] = _qualify(tasks[t], sols[t], policy, cross[t])
         out.append(d)
     return out

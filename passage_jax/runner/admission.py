@@ -144,7 +144,8 @@ def qualify_references(spec: RunSpec, tasks) -> References:
     try:
         quals = qualify_scenes([t.scene for t in tasks], spec.reference_policy,
                                reference_cohort_id=spec.reference_cohort_id, solver="vi",
-                               max_expansions=spec.reference_max_expansions, cross_check=cross)
+                               max_expansions=spec.reference_max_expansions, cross_check=cross,
+                               keys=[key_of])
     except Exception as e:  # noqa: BLE001
         raise AdmissionError(f"references: qualification failed: {type(e).__name__}: {e}") from None
     c_star, released_cost, solver, reason, work, routes, qualified = [], [], [], [], [], [], []
