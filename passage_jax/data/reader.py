@@ -69,10 +69,18 @@ def _split(split: str) -> str:
         raise DataError(str(e)) from None
 
 
+#: Dataset root value naming the real-terrain cohort shipped inside the package
+#: (a folder literally named ``shipped`` can be given as ``./shipped``).
+SHIPPED = "shipped"
+
+
 def dataset_root(root) -> Path:
-    """The local dataset root; DataError if it does not exist (never a fallback)."""
+    """The local dataset root; DataError if it does not exist (never a fallback).
+    ``"shipped"`` names :func:`shipped_cohort_root`."""
     if root is None:
         raise DataError("no dataset root given")
+    if str(root) == SHIPPED:
+        return shipped_cohort_root()
     p = Path(root).expanduser()
     if not p.exists():
         raise DataError(f"dataset root {p} does not exist")

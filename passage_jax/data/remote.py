@@ -55,7 +55,10 @@ def resolve_dataset_root(dataset_path=None, dataset_repo=None, dataset_revision=
 
     Exactly one of ``dataset_path`` or ``dataset_repo`` must be given. With
     ``dataset_repo`` the revision is checked before ``downloader`` (default
-    :func:`hub_download`) is called.
+    :func:`hub_download`) is called. ``dataset_path="shipped"`` names the real-terrain
+    cohort shipped inside the package (:func:`shipped_cohort_root`), wherever the
+    package is installed; a folder literally named ``shipped`` can be given as
+    ``./shipped``.
     """
     if dataset_repo is None and dataset_revision is not None:
         raise DataError("dataset_revision is given without dataset_repo")
@@ -67,8 +70,6 @@ def resolve_dataset_root(dataset_path=None, dataset_repo=None, dataset_revision=
         return Path((downloader or hub_download)(repo, rev, cache_dir))
     if dataset_path is None:
         raise DataError("no dataset given: set dataset_path, or dataset_repo and dataset_revision")
-    p = Path(dataset_path).expanduser()
-    if not p.is_dir():
-        raise DataError(f"dataset root {p} does not exist" if not p.exists()
-                        else f"dataset root {p} is not a directory")
-    return p
+    from passage_jax.data.reader import dataset_root
+
+    return dataset_root(dataset_path)

@@ -317,7 +317,7 @@ split: test                         # train | validation | calibration | test (r
 task_variant: obstacles             # obstacles | free
 n_samples: 8                        # deterministic prefix of the split; null = whole split
 seeds: [1234, 2026, 3407]           # one run folder per seed (compare needs these three)
-dataset_path: passage_jax/data/cohort   # local root holding <N>x<N>/<split>/*.parquet
+dataset_path: shipped   # "shipped" = the cohort inside the package, or a local root holding <N>x<N>/<split>/*.parquet
 dataset_repo: null                  # or a hub dataset ...
 dataset_revision: null              # ... with an exact 40-hex-character commit
 
