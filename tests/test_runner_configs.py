@@ -5,6 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from passage_jax.data import resolve_dataset_root, shipped_cohort_root
 from passage_jax.graph import route_cost
 from passage_jax.runner import load_paths, load_spec, read_requests, route_of, run_spec
 from passage_jax.runner.admission import entry_identity
@@ -17,7 +18,7 @@ CONFIGS = sorted((REPO / "configs").glob("*.yaml"))
 def test_config_is_valid(path, monkeypatch):
     monkeypatch.chdir(REPO)
     spec = load_spec(path)
-    assert (REPO / spec.dataset_path).is_dir()
+    assert resolve_dataset_root(dataset_path=spec.dataset_path) == shipped_cohort_root()
     assert spec.seeds == (1234, 2026, 3407)
     entry_identity(spec)  # the planner imports
 
