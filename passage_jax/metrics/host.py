@@ -1,30 +1,31 @@
 """Host entry point: ragged, possibly malformed routes -> per-task metric arrays.
 
 The shell normalises each candidate (without rounding or clipping anything),
-groups tasks by grid shape, buckets route lengths to powers of two so a large
-batch compiles only a handful of times, pads, runs the jitted
-:data:`~passage_jax.metrics.kernels.score_batch` under scoped float64, and
-scatters the results back into task order.
+checks each distinct reference once, reads the grids at the candidates' cells
+with vectorised NumPy (grouped by grid, never per cell in Python), buckets the
+tasks by route length so a large batch compiles only a handful of times, pads,
+runs the jitted :data:`~passage_jax.metrics.kernels.score_batch_gathered` under
+scoped float64 (dispatching every chunk before waiting for any, so the host
+prepares the next chunk while the previous one computes), and scatters the
+results back into task order.
 """
 from __future__ import annotations
-
-from collections import defaultdict
 
 import jax
 import numpy as np
 
 from passage_jax.graph.costs import MODEL_INDEX
 from passage_jax.graph.routes import route_problem
-from passage_jax.graph.costs import crop_stats
-from passage_jax.metrics.kernels import METRIC_KEYS, score_batch_gathered
+from passage_jax.metrics.kernels import (
+    METRIC_KEYS, PACKED_FLOAT_KEYS, PACKED_INT_KEYS, score_batch_packed,
+)
 
 #: Smallest padded route length (shorter routes share this bucket).
 MIN_BUCKET = 32
-#: Upper bounds on one kernel call's working set (elements).
-_MAX_PAIR_ELEMS = 1 << 25  # tasks * La * Lb (int32 squared distances)
-_MAX_BATCH = 512
-#: Padded batch sizes (a chunk is padded to the first that holds it).
-_BATCH_SIZES = (8, 16, 32, 64, 128, 256, 512)
+#: Pairwise squared distances per kernel call (tasks * L * L): sets the batch size
+#: of each length bucket, so every bucket compiles once.
+_PAIR_BUDGET = 1 << 21
+_MAX_BATCH = 1024
 _INT32 = np.iinfo(np.int32)
 
 _DTYPES = {
@@ -65,15 +66,100 @@ def normalise_candidate(route):
 
 
 def _bucket(n: int) -> int:
-    return max(MIN_BUCKET, 1 << max(int(n) - 1, 0).bit_length())
+    """Padded length for a route of ``n`` cells: the ladder 32, 48, 64, 96,
+    128, 192, ... (steps of 1.5 and 4/3, so padding wastes at most a third)."""
+    b = MIN_BUCKET
+    while b < n:
+        b = b * 3 // 2 if b & (b - 1) == 0 else b * 4 // 3
+    return b
 
 
-def _reference_array(task, ref, i):
-    where = f"task {i} (scene {task.id}, {task.objective}/{task.variant})"
-    problem = route_problem(ref, task.scene.start, task.scene.goal, task.obstacles)
-    if problem is not None:
-        raise ValueError(f"{where}: reference route is not a legal route: {problem}")
-    return np.asarray(ref, np.int32)
+def _batch_size(length: int, n: int) -> int:
+    """Tasks per kernel call for ``n`` tasks padded to ``length``: at most
+    ``_PAIR_BUDGET`` pairwise distances per call, and the calls of one bucket
+    evenly filled, rounded up to an eighth of the largest batch (so a bucket
+    has at most eight batch shapes)."""
+    most = max(1, min(_MAX_BATCH, _PAIR_BUDGET // (length * length)))
+    calls = -(-n // most)
+    step = max(1, most // 8)
+    return min(most, -(-(-(-n // calls)) // step) * step)
+
+
+def _is_int32_route(a) -> bool:
+    return type(a) is np.ndarray and a.dtype == np.int32 and a.ndim == 2 and a.shape[1] == 2
+
+
+def _concat(arrays, dtype):
+    """Concatenated (M, 2) cells and (K + 1,) offsets of a list of (L, 2) arrays."""
+    lens = np.fromiter((len(a) for a in arrays), np.int64, len(arrays))
+    offsets = np.zeros(len(arrays) + 1, np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    cells = (np.concatenate(arrays).astype(dtype, copy=False) if arrays
+             else np.zeros((0, 2), dtype))
+    return cells.reshape(-1, 2), lens, offsets
+
+
+def _cell_owner(lens):
+    """(M,) index of the route each concatenated cell belongs to."""
+    return np.repeat(np.arange(len(lens)), lens)
+
+
+class _Grids:
+    """The distinct grids of a batch of tasks, with flat vectorised lookups.
+
+    Obstacle grids without any obstacle are never read; the others are
+    concatenated once (bool) so obstacle flags at any set of cells are one
+    gather. Elevation grids are read group by group (cells sorted by grid).
+    """
+
+    def __init__(self):
+        self.obst_index = {}
+        self.obst_offset = []  # flat offset, -1 for a grid without obstacles
+        self._obst_parts = []
+        self._obst_size = 0
+        self.elev_index = {}
+        self.elev = []
+        self.stats = []
+
+    def obstacle_id(self, obstacles) -> int:
+        k = self.obst_index.get(id(obstacles))
+        if k is None:
+            k = self.obst_index[id(obstacles)] = len(self.obst_offset)
+            a = np.asarray(obstacles, bool)
+            if a.any():
+                self.obst_offset.append(self._obst_size)
+                self._obst_parts.append(a.ravel())
+                self._obst_size += a.size
+            else:
+                self.obst_offset.append(-1)
+        return k
+
+    def elevation_id(self, z) -> int:
+        k = self.elev_index.get(id(z))
+        if k is None:
+            k = self.elev_index[id(z)] = len(self.elev)
+            z64 = np.asarray(z, np.float64)
+            self.elev.append((z, z64))  # the original is kept alive with its id
+            # crop_stats' max |z| is max(|min z|, |max z|): two passes instead of three
+            lo, hi = z64.min(), z64.max()
+            self.stats.append(np.array([lo, hi - lo, np.maximum(abs(lo), abs(hi))], np.float64))
+        return k
+
+    def finish(self):
+        self.obst_offset = np.asarray(self.obst_offset, np.int64)
+        self.obst_flat = (np.concatenate(self._obst_parts) if self._obst_parts
+                          else np.zeros(0, bool))
+        self.stats = np.asarray(self.stats, np.float64).reshape(-1, 3)
+
+    def on_obstacle(self, cells, owner_obst, width, inb):
+        """Obstacle flag at each cell (False out of bounds); ``owner_obst`` and
+        ``width`` per cell."""
+        off = self.obst_offset[owner_obst]
+        use = inb & (off >= 0)
+        out = np.zeros(len(cells), bool)
+        flat = off[use] + cells[use, 0].astype(np.int64) * width[use] + cells[use, 1]
+        out[use] = self.obst_flat[flat]
+        return out
 
 
 def score_routes(candidates, tasks, c_star, request_ok, references=None,
@@ -109,88 +195,222 @@ def score_routes(candidates, tasks, c_star, request_ok, references=None,
         raise ValueError(f"request_ok has {request_ok.shape[0]} entries for {n} tasks")
     if request_ok.dtype != bool:
         raise ValueError(f"request_ok must be bool, got dtype {request_ok.dtype}")
-    if references is None:
-        references = [t.route for t in tasks]
-    elif len(references) != n:
+    if references is not None and len(references) != n:
         raise ValueError(f"{len(references)} references for {n} tasks")
 
-    cands, problems, refs = [], [], []
-    for i, (cand, task, ref) in enumerate(zip(candidates, tasks, references)):
-        if task.objective not in MODEL_INDEX:
-            raise ValueError(f"task {i} (scene {task.id}): unknown cost model {task.objective!r}")
-        a, why = normalise_candidate(cand)
-        cands.append(a)
-        problems.append(why)
-        refs.append(_reference_array(task, ref, i))
+    # ---- distinct tasks (a batch usually scores many candidates per task) ----
+    grids = _Grids()
+    task_of = {}
+    utask = []  # (task, first index)
+    tix = np.empty(n, np.int64)
+    for i, t in enumerate(tasks):
+        j = task_of.get(id(t))
+        if j is None:
+            j = task_of[id(t)] = len(utask)
+            utask.append((t, i))
+        tix[i] = j
+    nt = len(utask)
+    t_model = np.zeros(nt, np.int32)
+    t_weight = np.zeros(nt, np.float64)
+    t_start = np.zeros((nt, 2), np.int64)
+    t_goal = np.zeros((nt, 2), np.int64)
+    t_hw = np.zeros((nt, 2), np.int64)
+    t_obst = np.zeros(nt, np.int64)
+    t_elev = np.zeros(nt, np.int64)
+    bad_objective = None
+    for j, (t, i) in enumerate(utask):
+        if t.objective not in MODEL_INDEX:
+            bad_objective = i if bad_objective is None else min(bad_objective, i)
+            continue
+        t_model[j] = MODEL_INDEX[t.objective]
+        t_weight[j] = t.weight
+        t_start[j] = t.scene.start
+        t_goal[j] = t.scene.goal
+        t_hw[j] = np.shape(t.obstacles)
+        t_obst[j] = grids.obstacle_id(t.obstacles)
+        t_elev[j] = grids.elevation_id(t.elevation_m)
+    grids.finish()
 
-    groups = defaultdict(list)
-    for i, task in enumerate(tasks):
-        shape = tuple(np.shape(task.obstacles))
-        groups[(shape, _bucket(len(cands[i])), _bucket(len(refs[i])))].append(i)
+    # ---- references: each distinct (route, task) pair checked once ----------
+    if references is None:
+        rix = tix
+        uref = [(t.route, j, i) for j, (t, i) in enumerate(utask)]
+    else:
+        ref_of = {}
+        uref = []
+        rix = np.empty(n, np.int64)
+        for i, r in enumerate(references):
+            key = (id(r), tix[i])
+            k = ref_of.get(key)
+            if k is None:
+                k = ref_of[key] = len(uref)
+                uref.append((r, tix[i], i))
+            rix[i] = k
+    bad_ref = _check_references(uref, utask, t_start, t_goal, t_hw, t_obst, grids,
+                                skip=bad_objective)
+    if bad_objective is not None and (bad_ref is None or bad_objective <= bad_ref[0]):
+        t = tasks[bad_objective]
+        raise ValueError(f"task {bad_objective} (scene {t.id}): unknown cost model "
+                         f"{t.objective!r}")
+    if bad_ref is not None:
+        i, problem = bad_ref
+        task = tasks[i]
+        raise ValueError(f"task {i} (scene {task.id}, {task.objective}/{task.variant}): "
+                         f"reference route is not a legal route: {problem}")
+    ref_cells, ref_len, ref_off = _concat(
+        [r if _is_int32_route(r) else np.asarray(r, np.int32) for r, _, _ in uref], np.int32)
 
-    out = {k: np.empty(n, _DTYPES.get(k, np.float64)) for k in METRIC_KEYS}
-    stats_cache = {}  # crop statistics per elevation grid (the array is kept alive with them)
+    # ---- candidates ----------------------------------------------------------
+    cands = [None] * n
+    problems = [None] * n
+    for i, c in enumerate(candidates):
+        if _is_int32_route(c):
+            cands[i] = c
+        else:
+            cands[i], problems[i] = normalise_candidate(c)
+    well_formed = np.fromiter((p is None for p in problems), bool, n)
+    cand_len = np.fromiter((len(a) for a in cands), np.int64, n)
+
+    # ---- buckets: one padded length for both routes of a task ----------------
+    uniq, inv = np.unique(np.maximum(cand_len, ref_len[rix]), return_inverse=True)
+    bucket = np.array([_bucket(v) for v in uniq], np.int64)[inv.reshape(-1)]
+    # routes ordered by bucket, then elevation grid: each bucket's cells are one
+    # contiguous block and each grid within it is read with one gather
+    order = np.lexsort((t_elev[tix], bucket))
+    cells, lens_o, off_o = _concat([cands[i] for i in order], np.int32)
+    task_o = tix[order]
+    owner = np.repeat(task_o, lens_o)
+    hw = t_hw[owner]
+    inb = ((cells[:, 0] >= 0) & (cells[:, 0] < hw[:, 0])
+           & (cells[:, 1] >= 0) & (cells[:, 1] < hw[:, 1]))
+    on_obst = grids.on_obstacle(cells, t_obst[owner], hw[:, 1], inb)
+    z_cells = np.zeros(len(cells), np.float64)
+    group = bucket[order] * (len(grids.elev) + 1) + t_elev[task_o]
+    runs = np.flatnonzero(np.r_[True, group[1:] != group[:-1]]) if n else np.zeros(0, int)
+    for s, e in zip(runs, np.r_[runs[1:], n].astype(np.int64)):
+        cs, ce = off_o[s], off_o[e]
+        if ce > cs:
+            m = inb[cs:ce]
+            z = grids.elev[t_elev[task_o[s]]][1]
+            z_cells[cs:ce][m] = z[cells[cs:ce, 0][m], cells[cs:ce, 1][m]]
+
+    # ---- padding and asynchronous dispatch -----------------------------------
+    t_start32, t_goal32, t_hw32 = (a.astype(np.int32) for a in (t_start, t_goal, t_hw))
+    bucket_o = bucket[order]
+    edges = np.flatnonzero(np.r_[True, bucket_o[1:] != bucket_o[:-1]]) if n else np.zeros(0, int)
+    pending = []
     with jax.enable_x64(True):
-        for (shape, la, lb), idx in sorted(groups.items()):
-            h, w = shape
-            chunk = max(1, min(_MAX_BATCH, _MAX_PAIR_ELEMS // (la * lb)))
-            chunk = 1 << (chunk.bit_length() - 1)
-            # tasks of one scene together, so a chunk holds few distinct grids
-            for s in range(0, len(idx), chunk):
-                part = idx[s:s + chunk]
-                size = next((b for b in _BATCH_SIZES if b >= len(part) and b <= chunk), chunk)
-                res = _run_chunk(part, size, shape, la, lb, cands, refs, tasks, c_star,
-                                 request_ok, problems, pixel_size_m, stats_cache)
-                for k in METRIC_KEYS:
-                    out[k][part] = res[k][:len(part)]
-    out["malformed"] = np.array([p is not None for p in problems], bool)
+        for s, e in zip(edges, np.r_[edges[1:], n].astype(np.int64)):
+            length = int(bucket_o[s])
+            idx = order[s:e]
+            size = _batch_size(length, len(idx))
+            padded = -(-len(idx) // size) * size
+            cs, ce = off_o[s], off_o[e]
+            live = np.arange(length) < lens_o[s:e, None]
+            cand = _pad_rows(padded, live, cells[cs:ce], (2,), np.int32)
+            zc = _pad_rows(padded, live, z_cells[cs:ce], (), np.float64)
+            on = _pad_rows(padded, live, on_obst[cs:ce], (), bool)
+            ref = _ref_rows(rix[idx], padded, length, ref_cells, ref_len, ref_off)
+            tj = task_o[s:e]
+            st = grids.stats[t_elev[tj]]
+
+            def pad(a, fill=0):
+                o = np.full((padded,) + a.shape[1:], fill, a.dtype)
+                o[:len(a)] = a
+                return o
+
+            args = [cand, pad(cand_len[idx].astype(np.int32)), ref,
+                    pad(ref_len[rix[idx]].astype(np.int32)), pad(t_start32[tj]),
+                    pad(t_goal32[tj]), pad(t_hw32[tj]), on, zc, pad(st[:, 0]), pad(st[:, 1]), pad(st[:, 2]),
+                    pad(t_model[tj]), pad(t_weight[tj]), pad(c_star[idx], 1.0),
+                    pad(request_ok[idx]), pad(well_formed[idx])]
+            for k in range(0, len(idx), size):
+                res = score_batch_packed(*[a[k:k + size] for a in args],
+                                         pixel_size_m=float(pixel_size_m))
+                pending.append((idx[k:k + size], res))
+        out = {k: np.empty(n, _DTYPES.get(k, np.float64)) for k in METRIC_KEYS}
+        for part, res in pending:
+            flags, values = jax.device_get(res)
+            for c, k in enumerate(PACKED_INT_KEYS):
+                out[k][part] = flags[:len(part), c]
+            for c, k in enumerate(PACKED_FLOAT_KEYS):
+                out[k][part] = values[:len(part), c]
+    out["success"] = out["valid_path"].copy()
+    out["malformed"] = ~well_formed
     out["problem"] = np.array(problems, dtype=object)
     return out
 
 
-def _run_chunk(part, size, shape, la, lb, cands, refs, tasks, c_star, request_ok, problems,
-               pixel_size_m, stats_cache):
-    h, w = shape
-    cand = np.zeros((size, la, 2), np.int32)
-    ref = np.zeros((size, lb, 2), np.int32)
-    cl = np.zeros(size, np.int32)
-    rl = np.zeros(size, np.int32)
-    starts = np.zeros((size, 2), np.int32)
-    goals = np.zeros((size, 2), np.int32)
-    on_obst = np.zeros((size, la), bool)
-    zc = np.zeros((size, la), np.float64)
-    stats = np.zeros((3, size), np.float64)
-    model = np.zeros(size, np.int32)
-    weight = np.zeros(size, np.float64)
-    cs = np.ones(size, np.float64)
-    ok = np.zeros(size, bool)
-    wf = np.zeros(size, bool)
-    for j, i in enumerate(part):
-        t = tasks[i]
-        a = cands[i]
-        cand[j, :len(a)] = a
-        cl[j] = len(a)
-        if len(a):
-            # read the grid at in-bounds cells only; out-of-bounds cells stay masked
-            inb = (a[:, 0] >= 0) & (a[:, 0] < h) & (a[:, 1] >= 0) & (a[:, 1] < w)
-            rr, cc = a[inb, 0], a[inb, 1]
-            on_obst[j, :len(a)][inb] = np.asarray(t.obstacles, bool)[rr, cc]
-            zc[j, :len(a)][inb] = t.elevation_m[rr, cc]
-        key = id(t.scene.elevation_m)
-        if key not in stats_cache:
-            stats_cache[key] = (t.scene.elevation_m, np.array(crop_stats(
-                np.asarray(t.elevation_m, np.float64), np), np.float64))
-        stats[:, j] = stats_cache[key][1]
-        ref[j, :len(refs[i])] = refs[i]
-        rl[j] = len(refs[i])
-        starts[j] = t.scene.start
-        goals[j] = t.scene.goal
-        model[j] = MODEL_INDEX[t.objective]
-        weight[j] = t.weight
-        cs[j] = c_star[i]
-        ok[j] = request_ok[i]
-        wf[j] = problems[i] is None
-    res = score_batch_gathered(cand, cl, ref, rl, starts, goals, shape, on_obst, zc, stats[0],
-                               stats[1], stats[2], model, weight, cs, ok, wf,
-                               pixel_size_m=float(pixel_size_m))
-    return {k: np.asarray(v) for k, v in jax.device_get(res).items()}
+def _pad_rows(padded, live, values, tail, dtype):
+    """(padded, L) + tail array holding ``values`` (the rows' cells, concatenated
+    in row order) where ``live`` (nb, L) is True, zeros elsewhere."""
+    o = np.zeros((padded, live.shape[1]) + tail, dtype)
+    o[:live.shape[0]][live] = values
+    return o
+
+
+def _ref_rows(ridx, padded, length, ref_cells, ref_len, ref_off):
+    """Padded reference rows for the routes whose distinct references are ``ridx``:
+    each distinct reference is padded once, then rows are copied."""
+    u, inv = np.unique(ridx, return_inverse=True)
+    ln = ref_len[u]
+    src = np.repeat(ref_off[u] - np.cumsum(ln) + ln, ln) + np.arange(int(ln.sum()))
+    table = _pad_rows(len(u), np.arange(length) < ln[:, None], ref_cells[src], (2,), np.int32)
+    o = np.zeros((padded, length, 2), np.int32)
+    o[:len(ridx)] = table[inv.reshape(-1)]
+    return o
+
+
+def _check_references(uref, utask, t_start, t_goal, t_hw, t_obst, grids, skip=None):
+    """(first task index, problem) of the first illegal reference, or None.
+
+    Every distinct reference is checked by vectorised NumPy over all of them
+    at once; the strict per-route check (:func:`route_problem`) runs only on a
+    reference that fails, to name the problem. References of tasks with an
+    unknown cost model (``skip``) are not checked.
+    """
+    arrays, keep = [], np.ones(len(uref), bool)
+    for k, (r, j, i) in enumerate(uref):
+        if skip is not None and utask[j][0].objective not in MODEL_INDEX:
+            arrays.append(np.zeros((0, 2), np.int64))
+            keep[k] = False
+            continue
+        if _is_int32_route(r):
+            arrays.append(r)
+            continue
+        try:
+            a = np.asarray(r)
+        except (ValueError, TypeError):
+            a = None
+        if a is None or a.ndim != 2 or a.shape[1] != 2 or a.dtype.kind not in "iu":
+            a = np.zeros((0, 2), np.int64)  # fails below (too short); the message comes
+        arrays.append(a)                    # from route_problem
+    cells, lens, offsets = _concat(arrays, np.int64)
+    tj = np.array([j for _, j, _ in uref], np.int64).reshape(-1)
+    owner = _cell_owner(lens)
+    hw = t_hw[tj][owner]
+    inb = ((cells[:, 0] >= 0) & (cells[:, 0] < hw[:, 0])
+           & (cells[:, 1] >= 0) & (cells[:, 1] < hw[:, 1]))
+    bad_cell = ~inb | grids.on_obstacle(cells, t_obst[tj][owner], hw[:, 1], inb)
+    if len(cells) > 1:
+        step = np.abs(np.diff(cells, axis=0)).max(axis=1)
+        same_route = owner[1:] == owner[:-1]
+        bad_cell[1:] |= same_route & (step != 1)
+    bad = np.bincount(owner, weights=bad_cell, minlength=len(uref)) > 0
+    bad |= lens < 2
+    has = lens > 0
+    first = cells[np.minimum(offsets[:-1], max(len(cells) - 1, 0))] if len(cells) else None
+    last = cells[np.maximum(offsets[1:] - 1, 0)] if len(cells) else None
+    if len(cells):
+        bad |= has & np.any(first != t_start[tj], axis=1)
+        bad |= has & np.any(last != t_goal[tj], axis=1)
+    worst = None
+    for k in np.flatnonzero(bad & keep):
+        r, j, i = uref[k]
+        if worst is not None and i >= worst[0]:
+            continue
+        t = utask[j][0]
+        problem = route_problem(r, t.scene.start, t.scene.goal, t.obstacles)
+        if problem is not None:
+            worst = (i, problem)
+    return worst

@@ -199,25 +199,66 @@ def route_length_pixels(route, length, dtype=None):
     return jnp.sum(jnp.where(jnp.arange(n - 1) < length - 1, step, 0.0)).astype(dt)
 
 
-def _unique_count_and_shared(route, live, shared):
-    """Distinct live cells of ``route`` and how many of them are ``shared``."""
+def _percentile_of_sorted(xs, n, q, value):
+    """:func:`masked_percentile`'s interpolation on an ascending array ``xs``
+    whose first ``n`` entries are the data; ``value`` maps an entry to the
+    float it stands for (monotone non-decreasing), applied to the two order
+    statistics only."""
+    dt = value(xs[:1]).dtype
+    pos = (n - 1).astype(dt) * (jnp.asarray(q, dt) / 100)
+    pos = jnp.maximum(pos, 0)
+    lo = jnp.floor(pos).astype(jnp.int32)
+    hi = jnp.minimum(lo + 1, jnp.maximum(n - 1, 0))
+    t = pos - lo.astype(dt)
+    a, b = value(xs[lo]), value(xs[hi])
+    diff = b - a
+    val = jnp.where(t >= 0.5, b - diff * (1 - t), a + diff * t)
+    val = jnp.where(a == b, a, val)
+    return jnp.where(n > 0, val, jnp.nan)
+
+
+def _x64() -> bool:
+    return jax.dtypes.canonicalize_dtype(jnp.int64) == jnp.int64
+
+
+def _sorted_cells(route, sel):
+    """The cells of ``route`` where ``sel``, sorted in a total order (one int64
+    key when x64 is on, else row and column keys). Unselected rows get the
+    largest possible key, so the first ``sum(sel)`` entries are exactly the
+    selected multiset."""
     big = jnp.iinfo(jnp.int32).max
-    r = jnp.where(live, route[:, 0], big)
-    c = jnp.where(live, route[:, 1], big)
-    rs, cs, ss, ls = jax.lax.sort((r, c, shared, live), num_keys=2)
-    first = jnp.concatenate([jnp.ones((1,), bool), (rs[1:] != rs[:-1]) | (cs[1:] != cs[:-1])])
-    first = first & ls
-    return jnp.sum(first, dtype=jnp.int32), jnp.sum(first & ss, dtype=jnp.int32)
+    if _x64():
+        # (r, c) -> r * 2**32 + (c + 2**31): injective on int32 pairs, no overflow
+        key = (route[:, 0].astype(jnp.int64) << 32) + (route[:, 1].astype(jnp.int64) - jnp.iinfo(
+            jnp.int32).min)
+        return (jnp.sort(jnp.where(sel, key, jnp.iinfo(jnp.int64).max)),)
+    r = jnp.where(sel, route[:, 0], big)
+    c = jnp.where(sel, route[:, 1], big)
+    return jax.lax.sort((r, c), num_keys=2)
+
+
+def _distinct_count(keys, n):
+    """Distinct cells among the first ``n`` entries of sorted ``keys``."""
+    m = keys[0].shape[0]
+    if m == 0:
+        return jnp.zeros((), jnp.int32)
+    new = jnp.zeros((m - 1,), bool)
+    for k in keys:
+        new = new | (k[1:] != k[:-1])
+    first = jnp.concatenate([jnp.ones((1,), bool), new]) & (jnp.arange(m) < n)
+    return jnp.sum(first, dtype=jnp.int32)
 
 
 def route_geometry(a, la, b, lb, dtype=None):
     """(assd, h95, path_iou) between candidate cells ``a`` and reference cells ``b``.
 
     Distances in pixels between the two padded cell sets, by masked pairwise
-    squared distances (exact integers; square roots of the minima only). A
-    revisited cell counts once per visit for ASSD and H95; IoU uses the cell
-    sets. ASSD is normalised by the reference length in pixels. NaN when either
-    route is empty (and ASSD also when the reference has length 0).
+    squared distances (exact int32; one pair matrix gives both directed
+    minima; square roots of the minima only). A revisited cell counts once per
+    visit for ASSD and H95; IoU uses the cell sets. ASSD is normalised by the
+    reference length in pixels. NaN when either route is empty (and ASSD also
+    when the reference has length 0). Squared distances must fit in int32
+    (cells within a 32,768-pixel square).
     """
     dt = _float_dtype(dtype)
     a = jnp.asarray(a, jnp.int32)
@@ -226,10 +267,10 @@ def route_geometry(a, la, b, lb, dtype=None):
     lb = jnp.asarray(lb, jnp.int32)
     a_live = _live(la, a.shape[0])
     b_live = _live(lb, b.shape[0])
-    diff = a[:, None, :] - b[None, :, :]
-    d2 = diff[..., 0] * diff[..., 0] + diff[..., 1] * diff[..., 1]
-    d2 = jnp.where(a_live[:, None] & b_live[None, :], d2, _BIG_D2)
-    min_a = jnp.min(d2, axis=1)
+    dr = a[:, None, 0] - b[None, :, 0]
+    dc = a[:, None, 1] - b[None, :, 1]
+    d2 = jnp.where(a_live[:, None] & b_live[None, :], dr * dr + dc * dc, _BIG_D2)
+    min_a = jnp.min(d2, axis=1)  # _BIG_D2 on padding rows
     min_b = jnp.min(d2, axis=0)
     da = jnp.sqrt(min_a.astype(dt))
     db = jnp.sqrt(min_b.astype(dt))
@@ -238,10 +279,16 @@ def route_geometry(a, la, b, lb, dtype=None):
     l_star = route_length_pixels(b, lb, dt)
     nonempty = (la > 0) & (lb > 0)
     assd = jnp.where(nonempty, total / jnp.where(count > 0, count, 1) / l_star, jnp.nan)
-    h95 = jnp.maximum(masked_percentile(da, a_live, 95.0), masked_percentile(db, b_live, 95.0))
+    # P95 of the minima: sort the exact integers, take roots of two order statistics
+    root = lambda v: jnp.sqrt(v.astype(dt))  # noqa: E731
+    h95 = jnp.maximum(_percentile_of_sorted(jnp.sort(min_a), la, 95.0, root),
+                      _percentile_of_sorted(jnp.sort(min_b), lb, 95.0, root))
     h95 = jnp.where(nonempty, h95, jnp.nan)
-    ua, inter = _unique_count_and_shared(a, a_live, (min_a == 0) & a_live)
-    ub, _ = _unique_count_and_shared(b, b_live, (min_b == 0) & b_live)
+    # IoU of the cell sets: distinct cells of A, of B, and of A's cells found in B
+    ua = _distinct_count(_sorted_cells(a, a_live), la)
+    ub = _distinct_count(_sorted_cells(b, b_live), lb)
+    shared = (min_a == 0) & a_live
+    inter = _distinct_count(_sorted_cells(a, shared), jnp.sum(shared, dtype=jnp.int32))
     union = ua + ub - inter
     iou = jnp.where(nonempty, inter.astype(dt) / jnp.maximum(union, 1).astype(dt), jnp.nan)
     return assd.astype(dt), h95.astype(dt), iou.astype(dt)
@@ -319,26 +366,42 @@ score_batch = jax.jit(_score_batch, static_argnames=("pixel_size_m",))
 
 
 def _score_batch_gathered(candidates, cand_lengths, references, ref_lengths, starts, goals,
-                          grid_shape, on_obstacle, z_cells, crop_min, crop_range, crop_max_abs,
+                          grid_shapes, on_obstacle, z_cells, crop_min, crop_range, crop_max_abs,
                           model_index, weight, c_star, request_ok, well_formed,
                           pixel_size_m=30.0):
     from passage_jax.graph.costs import CropStats
 
-    def one(cand, cl, ref, rl, st, go, ob, zc, cmin, crng, cmax, mi, wt, cs, ro, wf):
-        return _score_core(cand, cl, ref, rl, st, go, grid_shape, lambda r, ok: zc,
+    def one(cand, cl, ref, rl, st, go, hw, ob, zc, cmin, crng, cmax, mi, wt, cs, ro, wf):
+        return _score_core(cand, cl, ref, rl, st, go, (hw[0], hw[1]), lambda r, ok: zc,
                            lambda r, ok: ob, CropStats(cmin, crng, cmax), zc.dtype, mi, wt, cs,
                            ro, wf, pixel_size_m)
 
     return jax.vmap(one)(candidates, cand_lengths, references, ref_lengths, starts, goals,
-                         on_obstacle, z_cells, crop_min, crop_range, crop_max_abs, model_index,
-                         weight, c_star, request_ok, well_formed)
+                         grid_shapes, on_obstacle, z_cells, crop_min, crop_range, crop_max_abs,
+                         model_index, weight, c_star, request_ok, well_formed)
 
 
 #: Like :data:`score_batch`, with the grid already read at the candidate's cells:
-#: ``on_obstacle`` (B, La) bool and ``z_cells`` (B, La) are the obstacle flag and
-#: elevation at each in-bounds live cell (anything elsewhere: masked), and the
-#: crop statistics come as (B,) arrays. ``grid_shape`` (H, W) is static. This is
-#: the host entry point's form: host-to-device traffic is O(B * La), not
-#: O(B * H * W).
-score_batch_gathered = jax.jit(_score_batch_gathered,
-                               static_argnames=("grid_shape", "pixel_size_m"))
+#: ``grid_shapes`` (B, 2) int32 holds each task's grid (H, W), ``on_obstacle``
+#: (B, La) bool and ``z_cells`` (B, La) are the obstacle flag and elevation at
+#: each in-bounds live cell (anything elsewhere: masked), and the crop
+#: statistics come as (B,) arrays. The grid size is data, not shape, so tasks on
+#: grids of any size share one compilation. This is the host entry point's
+#: form: host-to-device traffic is O(B * La), not O(B * H * W).
+score_batch_gathered = jax.jit(_score_batch_gathered, static_argnames=("pixel_size_m",))
+
+
+def _score_batch_packed(*args, pixel_size_m=30.0):
+    res = _score_batch_gathered(*args, pixel_size_m=pixel_size_m)
+    flags = jnp.stack([res[k].astype(jnp.int32) for k in PACKED_INT_KEYS], axis=-1)
+    values = jnp.stack([res[k] for k in PACKED_FLOAT_KEYS], axis=-1)
+    return flags, values
+
+
+#: :data:`score_batch_gathered` with its outputs packed into two arrays, (B, 4)
+#: int32 in the order of ``PACKED_INT_KEYS`` and (B, 5) floats in the order of
+#: ``PACKED_FLOAT_KEYS`` (``success`` equals ``valid_path``): what the host
+#: fetches, two transfers per call instead of ten.
+score_batch_packed = jax.jit(_score_batch_packed, static_argnames=("pixel_size_m",))
+PACKED_INT_KEYS = ("connected_path", "obstacle_traversals", "obstacle_violation", "valid_path")
+PACKED_FLOAT_KEYS = ("predicted_cost", "regret", "assd", "h95", "path_iou")
