@@ -1,5 +1,4 @@
 """Baseline planners against independent computations on tiny scenes."""
-import math
 from collections import deque
 
 import numpy as np

@@ -11,7 +11,7 @@ from passage_jax.graph import route_cost, route_problem
 from passage_jax.protocol import build_request
 from passage_jax.planners import bfs
 from passage_jax.runner import (
-    AdmissionError, RunError, SpecError, load_paths, parse_spec, read_requests, route_of,
+    AdmissionError, RunError, load_paths, parse_spec, read_requests, route_of,
     run_spec,
 )
 from passage_jax.runner.admission import admit

@@ -30,7 +30,7 @@ from passage_jax.data.scene import PASSAGE_CALIBRATION, SPLITS, canonical_split,
     normalise_elevation
 from passage_jax.data.terrain import RASTERS, load_raster
 from passage_jax.data.writer import write_split
-from passage_jax.graph import COST_MODELS, MOVES, OBJECTIVES, VARIANTS, GraphSpec, edge_cost_field_np, \
+from passage_jax.graph import COST_MODELS, MOVES, OBJECTIVES, VARIANTS, edge_cost_field_np, \
     route_cost, route_problem
 
 #: Objective weights used when writing fixture cohorts (SPEC §2 defaults).

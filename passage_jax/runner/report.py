@@ -19,6 +19,7 @@ Also :func:`print_metrics_table` (the rich six-metric table of ``score`` and
 """
 from __future__ import annotations
 
+import io
 import json
 import math
 from pathlib import Path
@@ -26,6 +27,18 @@ from pathlib import Path
 import numpy as np
 
 from passage_jax.runner.files import atomic_write_bytes, atomic_write_text
+
+
+def _save_figure(fig, path):
+    """Lay out, render to PNG and write atomically; closes the figure."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())
+    return path
 
 PRIMARY = ("regret_median", "regret_p90", "assd_mean", "h95_mean", "success_rate",
            "obstacle_violation_rate")
@@ -280,7 +293,6 @@ def route_figure(cmp: dict, path: Path, n_tasks: int = 4) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
-    import io
 
     import matplotlib.pyplot as plt
 
@@ -343,16 +355,10 @@ def route_figure(cmp: dict, path: Path, n_tasks: int = 4) -> Path:
     for ax in axes.ravel()[len(chosen):]:
         ax.axis("off")
     fig.suptitle(f"Routes on terrain (seed pair {pair['label']}); black = obstacles", fontsize=12)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    atomic_write_bytes(path, buf.getvalue())
-    return path
+    return _save_figure(fig, path)
 
 
 def regret_figure(cmp: dict, path: Path) -> Path:
-    import io
 
     import matplotlib
 
@@ -388,12 +394,7 @@ def regret_figure(cmp: dict, path: Path) -> Path:
     ax.set_title("Regret distribution (quality repeat, all seeds pooled)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    atomic_write_bytes(path, buf.getvalue())
-    return path
+    return _save_figure(fig, path)
 
 
 def write_report(compare_json, output, n_route_tasks: int = 4, force: bool = False) -> dict:

@@ -102,15 +102,13 @@ def read_json(path) -> dict:
 
 
 def read_requests(path) -> list[dict]:
-    out = []
-    with open(path) as f:
-        for i, line in enumerate(f):
-            if line.strip():
-                try:
-                    out.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise ScoreError(f"{path} line {i + 1}: not JSON: {e}") from None
-    return out
+    """The run's ``requests.jsonl`` records (ScoreError when a line is not JSON)."""
+    from passage_jax.runner.run import read_requests as read
+
+    try:
+        return read(path)
+    except ValueError as e:
+        raise ScoreError(str(e)) from None
 
 
 def load_npz(path) -> dict:

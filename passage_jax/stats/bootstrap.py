@@ -136,7 +136,6 @@ def resample_draws(block_index: np.ndarray, n_blocks: int, mean_series: Sequence
     Returns ``(mean_draws (D, Jm), quantile_draws (D, Jq, len(qs)))`` as float64 NumPy.
     """
     block_index = np.asarray(block_index, dtype=np.int32)
-    n = block_index.shape[0]
     K = int(n_blocks)
     qs = tuple(float(q) for q in qs)
     if mult is not None:

@@ -72,7 +72,6 @@ def block_randomization_test(A, B, blocks, task_ids: Sequence[str] | None = None
     seeds = DEFAULT_SEEDS
     data, idx, labels, ids = validate_primary(A, B, blocks, task_ids, seeds)
     K = len(labels)
-    n = len(ids)
     pats, exact = swap_patterns(K, exact_limit, n_random, seed)
     # observed labelling first, then the patterns
     pats = np.concatenate([np.zeros((1, K), np.uint8), pats]).astype(np.float64)
