@@ -27,6 +27,7 @@ MIN_BUCKET = 32
 _PAIR_BUDGET = 1 << 21
 _MAX_BATCH = 1024
 _INT32 = np.iinfo(np.int32)
+_I32 = np.dtype(np.int32)
 
 _DTYPES = {
     "connected_path": bool, "obstacle_traversals": np.int64, "obstacle_violation": bool,
@@ -66,11 +67,12 @@ def normalise_candidate(route):
 
 
 def _bucket(n: int) -> int:
-    """Padded length for a route of ``n`` cells: the ladder 32, 48, 64, 96,
-    128, 192, ... (steps of 1.5 and 4/3, so padding wastes at most a third)."""
+    """Padded length for a route of ``n`` cells: 32, 64, then steps of 1.5 and
+    4/3 (96, 128, 192, 256, 384, ...), so padding wastes at most a third of
+    the length beyond 64 while a run needs only a handful of shapes."""
     b = MIN_BUCKET
     while b < n:
-        b = b * 3 // 2 if b & (b - 1) == 0 else b * 4 // 3
+        b = b * 2 if b < 64 else (b * 3 // 2 if b & (b - 1) == 0 else b * 4 // 3)
     return b
 
 
@@ -105,11 +107,12 @@ def _cell_owner(lens):
 
 
 class _Grids:
-    """The distinct grids of a batch of tasks, with flat vectorised lookups.
+    """The distinct grids of a batch of tasks (by identity, within one call).
 
     Obstacle grids without any obstacle are never read; the others are
     concatenated once (bool) so obstacle flags at any set of cells are one
-    gather. Elevation grids are read group by group (cells sorted by grid).
+    gather. Elevation grids are read run by run (cells sorted by grid), and
+    their crop statistics are computed once each.
     """
 
     def __init__(self):
@@ -118,7 +121,7 @@ class _Grids:
         self._obst_parts = []
         self._obst_size = 0
         self.elev_index = {}
-        self.elev = []
+        self.elev = []  # (original, flat float64)
         self.stats = []
 
     def obstacle_id(self, obstacles) -> int:
@@ -139,10 +142,10 @@ class _Grids:
         if k is None:
             k = self.elev_index[id(z)] = len(self.elev)
             z64 = np.asarray(z, np.float64)
-            self.elev.append((z, z64))  # the original is kept alive with its id
+            self.elev.append((z, z64.ravel()))
             # crop_stats' max |z| is max(|min z|, |max z|): two passes instead of three
             lo, hi = z64.min(), z64.max()
-            self.stats.append(np.array([lo, hi - lo, np.maximum(abs(lo), abs(hi))], np.float64))
+            self.stats.append((lo, hi - lo, np.maximum(abs(lo), abs(hi))))
         return k
 
     def finish(self):
@@ -151,15 +154,23 @@ class _Grids:
                           else np.zeros(0, bool))
         self.stats = np.asarray(self.stats, np.float64).reshape(-1, 3)
 
-    def on_obstacle(self, cells, owner_obst, width, inb):
-        """Obstacle flag at each cell (False out of bounds); ``owner_obst`` and
-        ``width`` per cell."""
-        off = self.obst_offset[owner_obst]
-        use = inb & (off >= 0)
-        out = np.zeros(len(cells), bool)
-        flat = off[use] + cells[use, 0].astype(np.int64) * width[use] + cells[use, 1]
-        out[use] = self.obst_flat[flat]
+    def on_obstacle(self, flat, grid_offset, inb):
+        """Obstacle flag at cells with in-grid flat index ``flat`` (valid where
+        ``inb``) of grids with flat offset ``grid_offset`` (-1: no obstacle)."""
+        use = inb & (grid_offset >= 0)
+        out = np.zeros(len(flat), bool)
+        out[use] = self.obst_flat[grid_offset[use] + flat[use]]
         return out
+
+
+def _cells_in_grid(cells, h, w):
+    """(in bounds, flat index r * w + c; 0 where out of bounds) of int32
+    ``cells`` (M, 2) on grids of per-cell height ``h`` and width ``w``."""
+    u = cells.view(np.uint32)  # negative coordinates become huge: one compare each
+    inb = (u[:, 0] < h) & (u[:, 1] < w)
+    flat = cells[:, 0].astype(np.int64) * w + cells[:, 1]
+    flat[~inb] = 0
+    return inb, flat
 
 
 def score_routes(candidates, tasks, c_star, request_ok, references=None,
@@ -199,6 +210,7 @@ def score_routes(candidates, tasks, c_star, request_ok, references=None,
         raise ValueError(f"{len(references)} references for {n} tasks")
 
     # ---- distinct tasks (a batch usually scores many candidates per task) ----
+    # identities are stable for this call: ``tasks`` holds every object looked up
     grids = _Grids()
     task_of = {}
     utask = []  # (task, first index)
@@ -209,27 +221,26 @@ def score_routes(candidates, tasks, c_star, request_ok, references=None,
             j = task_of[id(t)] = len(utask)
             utask.append((t, i))
         tix[i] = j
-    nt = len(utask)
-    t_model = np.zeros(nt, np.int32)
-    t_weight = np.zeros(nt, np.float64)
-    t_start = np.zeros((nt, 2), np.int64)
-    t_goal = np.zeros((nt, 2), np.int64)
-    t_hw = np.zeros((nt, 2), np.int64)
-    t_obst = np.zeros(nt, np.int64)
-    t_elev = np.zeros(nt, np.int64)
+    rows = []
     bad_objective = None
-    for j, (t, i) in enumerate(utask):
+    for t, i in utask:
         if t.objective not in MODEL_INDEX:
             bad_objective = i if bad_objective is None else min(bad_objective, i)
+            rows.append((0, 0.0, 0, 0, 0, 0, 0, 0, 0, 0))
             continue
-        t_model[j] = MODEL_INDEX[t.objective]
-        t_weight[j] = t.weight
-        t_start[j] = t.scene.start
-        t_goal[j] = t.scene.goal
-        t_hw[j] = np.shape(t.obstacles)
-        t_obst[j] = grids.obstacle_id(t.obstacles)
-        t_elev[j] = grids.elevation_id(t.elevation_m)
+        h, w = np.shape(t.obstacles)
+        (r0, c0), (r1, c1) = t.scene.start, t.scene.goal
+        rows.append((MODEL_INDEX[t.objective], t.weight, r0, c0, r1, c1, h, w,
+                     grids.obstacle_id(t.obstacles), grids.elevation_id(t.elevation_m)))
     grids.finish()
+    table = np.array(rows, np.float64).reshape(-1, 10)
+    t_model = table[:, 0].astype(np.int32)
+    t_weight = np.array([r[1] for r in rows], np.float64)  # exact, whatever its type
+    t_start = table[:, 2:4].astype(np.int64)
+    t_goal = table[:, 4:6].astype(np.int64)
+    t_hw = table[:, 6:8].astype(np.int64)
+    t_obst = table[:, 8].astype(np.int64)
+    t_elev = table[:, 9].astype(np.int64)
 
     # ---- references: each distinct (route, task) pair checked once ----------
     if references is None:
@@ -263,69 +274,72 @@ def score_routes(candidates, tasks, c_star, request_ok, references=None,
     # ---- candidates ----------------------------------------------------------
     cands = [None] * n
     problems = [None] * n
+    nd, i32 = np.ndarray, _I32
     for i, c in enumerate(candidates):
-        if _is_int32_route(c):
+        if type(c) is nd and c.dtype is i32 and c.ndim == 2 and c.shape[1] == 2:
             cands[i] = c
         else:
             cands[i], problems[i] = normalise_candidate(c)
     well_formed = np.fromiter((p is None for p in problems), bool, n)
-    cand_len = np.fromiter((len(a) for a in cands), np.int64, n)
+    cand_len = np.fromiter(map(len, cands), np.int64, n)
 
     # ---- buckets: one padded length for both routes of a task ----------------
     uniq, inv = np.unique(np.maximum(cand_len, ref_len[rix]), return_inverse=True)
     bucket = np.array([_bucket(v) for v in uniq], np.int64)[inv.reshape(-1)]
-    # routes ordered by bucket, then elevation grid: each bucket's cells are one
-    # contiguous block and each grid within it is read with one gather
-    order = np.lexsort((t_elev[tix], bucket))
+    # routes ordered by bucket (longest first: the costliest calls are dispatched
+    # first and the host prepares the rest meanwhile), then by elevation grid, so
+    # each bucket's cells are one block and each grid in it is read in one gather
+    order = np.lexsort((t_elev[tix], -bucket))
     cells, lens_o, off_o = _concat([cands[i] for i in order], np.int32)
     task_o = tix[order]
-    owner = np.repeat(task_o, lens_o)
-    hw = t_hw[owner]
-    inb = ((cells[:, 0] >= 0) & (cells[:, 0] < hw[:, 0])
-           & (cells[:, 1] >= 0) & (cells[:, 1] < hw[:, 1]))
-    on_obst = grids.on_obstacle(cells, t_obst[owner], hw[:, 1], inb)
-    z_cells = np.zeros(len(cells), np.float64)
-    group = bucket[order] * (len(grids.elev) + 1) + t_elev[task_o]
-    runs = np.flatnonzero(np.r_[True, group[1:] != group[:-1]]) if n else np.zeros(0, int)
-    for s, e in zip(runs, np.r_[runs[1:], n].astype(np.int64)):
-        cs, ce = off_o[s], off_o[e]
-        if ce > cs:
-            m = inb[cs:ce]
-            z = grids.elev[t_elev[task_o[s]]][1]
-            z_cells[cs:ce][m] = z[cells[cs:ce, 0][m], cells[cs:ce, 1][m]]
-
-    # ---- padding and asynchronous dispatch -----------------------------------
-    t_start32, t_goal32, t_hw32 = (a.astype(np.int32) for a in (t_start, t_goal, t_hw))
     bucket_o = bucket[order]
-    edges = np.flatnonzero(np.r_[True, bucket_o[1:] != bucket_o[:-1]]) if n else np.zeros(0, int)
+    elev_o = t_elev[task_o]
+    t_start32, t_goal32, t_hw32 = (a.astype(np.int32) for a in (t_start, t_goal, t_hw))
+    t_hwu = t_hw.astype(np.uint32)
+    edges = np.flatnonzero(np.r_[True, bucket_o[1:] != bucket_o[:-1]]) if n else []
     pending = []
     with jax.enable_x64(True):
         for s, e in zip(edges, np.r_[edges[1:], n].astype(np.int64)):
             length = int(bucket_o[s])
             idx = order[s:e]
-            size = _batch_size(length, len(idx))
-            padded = -(-len(idx) // size) * size
-            cs, ce = off_o[s], off_o[e]
-            live = np.arange(length) < lens_o[s:e, None]
-            cand = _pad_rows(padded, live, cells[cs:ce], (2,), np.int32)
-            zc = _pad_rows(padded, live, z_cells[cs:ce], (), np.float64)
-            on = _pad_rows(padded, live, on_obst[cs:ce], (), bool)
-            ref = _ref_rows(rix[idx], padded, length, ref_cells, ref_len, ref_off)
             tj = task_o[s:e]
+            ln = lens_o[s:e]
+            cs, ce = off_o[s], off_o[e]
+            block = cells[cs:ce]
+            # the grid read at the candidate's in-bounds cells only
+            inb, flat = _cells_in_grid(block, np.repeat(t_hwu[tj, 0], ln),
+                                       np.repeat(t_hwu[tj, 1], ln))
+            on = grids.on_obstacle(flat, np.repeat(grids.obst_offset[t_obst[tj]], ln), inb)
+            zc = np.zeros(ce - cs, np.float64)
+            ev = elev_o[s:e]
+            runs = np.flatnonzero(np.r_[True, ev[1:] != ev[:-1]])
+            for a, b in zip(runs, np.r_[runs[1:], e - s]):
+                ra, rb = off_o[s + a] - cs, off_o[s + b] - cs
+                zc[ra:rb] = grids.elev[ev[a]][1][flat[ra:rb]]
+            zc[~inb] = 0.0
+
+            size = _batch_size(length, e - s)
+            padded = -(-(e - s) // size) * size
+            live = np.arange(length) < ln[:, None]
             st = grids.stats[t_elev[tj]]
 
-            def pad(a, fill=0):
-                o = np.full((padded,) + a.shape[1:], fill, a.dtype)
-                o[:len(a)] = a
+            def pad(x, fill=0):
+                o = np.full((padded,) + x.shape[1:], fill, x.dtype)
+                o[:len(x)] = x
                 return o
 
-            args = [cand, pad(cand_len[idx].astype(np.int32)), ref,
+            args = [_pad_rows(padded, live, block, (2,), np.int32),
+                    pad(ln.astype(np.int32)),
+                    _ref_rows(rix[idx], padded, length, ref_cells, ref_len, ref_off),
                     pad(ref_len[rix[idx]].astype(np.int32)), pad(t_start32[tj]),
-                    pad(t_goal32[tj]), pad(t_hw32[tj]), on, zc, pad(st[:, 0]), pad(st[:, 1]), pad(st[:, 2]),
-                    pad(t_model[tj]), pad(t_weight[tj]), pad(c_star[idx], 1.0),
-                    pad(request_ok[idx]), pad(well_formed[idx])]
-            for k in range(0, len(idx), size):
-                res = score_batch_packed(*[a[k:k + size] for a in args],
+                    pad(t_goal32[tj]), pad(t_hw32[tj]),
+                    _pad_rows(padded, live, on, (), bool),
+                    _pad_rows(padded, live, zc, (), np.float64),
+                    pad(st[:, 0]), pad(st[:, 1]), pad(st[:, 2]), pad(t_model[tj]),
+                    pad(t_weight[tj]), pad(c_star[idx], 1.0), pad(request_ok[idx]),
+                    pad(well_formed[idx])]
+            for k in range(0, e - s, size):
+                res = score_batch_packed(*[x[k:k + size] for x in args],
                                          pixel_size_m=float(pixel_size_m))
                 pending.append((idx[k:k + size], res))
         out = {k: np.empty(n, _DTYPES.get(k, np.float64)) for k in METRIC_KEYS}
@@ -345,7 +359,11 @@ def _pad_rows(padded, live, values, tail, dtype):
     """(padded, L) + tail array holding ``values`` (the rows' cells, concatenated
     in row order) where ``live`` (nb, L) is True, zeros elsewhere."""
     o = np.zeros((padded, live.shape[1]) + tail, dtype)
-    o[:live.shape[0]][live] = values
+    if tail == (2,) and dtype == np.int32:  # move (row, col) pairs as one 8-byte item
+        o.view(np.int64)[:live.shape[0]][..., 0][live] = np.ascontiguousarray(
+            values, np.int32).view(np.int64)[:, 0]
+    else:
+        o[:live.shape[0]][live] = values
     return o
 
 
@@ -391,7 +409,8 @@ def _check_references(uref, utask, t_start, t_goal, t_hw, t_obst, grids, skip=No
     hw = t_hw[tj][owner]
     inb = ((cells[:, 0] >= 0) & (cells[:, 0] < hw[:, 0])
            & (cells[:, 1] >= 0) & (cells[:, 1] < hw[:, 1]))
-    bad_cell = ~inb | grids.on_obstacle(cells, t_obst[tj][owner], hw[:, 1], inb)
+    flat = np.where(inb, cells[:, 0] * hw[:, 1] + cells[:, 1], 0)
+    bad_cell = ~inb | grids.on_obstacle(flat, grids.obst_offset[t_obst[tj]][owner], inb)
     if len(cells) > 1:
         step = np.abs(np.diff(cells, axis=0)).max(axis=1)
         same_route = owner[1:] == owner[:-1]
