@@ -392,3 +392,105 @@ def test_primary_metrics_of_scored_batch(terrain_batch):
     np.testing.assert_allclose(pm["regret_median"], np.median(got["regret"]), rtol=RTOL)
     np.testing.assert_allclose(pm["assd_mean"], got["assd"][v].mean(), rtol=RTOL)
     assert pm["n_tasks"] == len(tasks) and pm["n_path_valid"] == v.sum()
+
+
+# --------------------------------------------------------------------------- #
+# Host path: buckets, input forms, reference checks; geometry window
+# --------------------------------------------------------------------------- #
+
+def _back_and_forth(route, n_cells):
+    """A legal route of exactly ``n_cells`` cells: shuttle between the first two
+    cells, then follow ``route`` to the goal."""
+    r = np.asarray(route)
+    extra = n_cells - len(r)
+    assert extra >= 0 and extra % 2 == 0
+    head = [r[0]] + [r[1], r[0]] * (extra // 2)
+    return np.concatenate([np.array(head), r[1:]]).astype(np.int32)
+
+
+def test_bucket_edges_match_numpy(terrain_batch):
+    cands, tasks, cstar, ok = terrain_batch
+    t = next(x for x in tasks if len(x.route) % 2 == 0)
+    routes, want_len = [], []
+    for n_cells in (32, 34, 64, 66, 96, 98, 128, 130, 384, 386):
+        n_cells += len(t.route) % 2  # keep the parity of the reference
+        if n_cells < len(t.route):
+            continue
+        routes.append(_back_and_forth(t.route, n_cells))
+        want_len.append(n_cells)
+    assert [len(r) for r in routes] == want_len
+    got = score_routes(routes, [t] * len(routes), [cstar[tasks.index(t)]] * len(routes),
+                       [True] * len(routes))
+    for j, r in enumerate(routes):
+        assert_matches(got, j, np_metrics(r, t, cstar[tasks.index(t)], True))
+    assert got["valid_path"].all()
+
+
+def test_candidate_forms_agree(terrain_batch):
+    cands, tasks, cstar, ok = terrain_batch
+    idx = [i for i in range(0, len(tasks), 7) if np.asarray(cands[i]).size][:12]
+    base = score_routes([cands[i] for i in idx], [tasks[i] for i in idx], cstar[idx], ok[idx])
+    for form in (lambda a: np.asarray(a, np.int64), lambda a: np.asarray(a).tolist(),
+                 lambda a: [tuple(p) for p in np.asarray(a).tolist()],
+                 lambda a: np.asfortranarray(np.asarray(a, np.int32)),
+                 lambda a: np.asarray(a, np.int16)):
+        got = score_routes([form(cands[i]) for i in idx], [tasks[i] for i in idx], cstar[idx],
+                           ok[idx])
+        for k in METRIC_KEYS:
+            np.testing.assert_array_equal(got[k], base[k], err_msg=k)
+        assert not got["malformed"].any()
+
+
+@pytest.mark.parametrize("bad,expect", [
+    (lambda r: np.concatenate([r[:1], r[2:]]), "gap|not one of the 8 moves"),
+    (lambda r: np.concatenate([r[:2], r[1:]]), "repeats the previous cell"),
+    (lambda r: r[1:], "starts at"),
+    (lambda r: r[:-1], "ends at"),
+    (lambda r: r[:1], "at least 2"),
+    (lambda r: r.astype(np.float64), "integers"),
+    (lambda r: np.concatenate([[[-1, r[0][1]]], r]), "out of bounds"),
+])
+def test_bad_references_name_the_first_task_and_problem(bad, expect):
+    t = tiny_task(route=((0, 0), (0, 1), (1, 2), (0, 3)), goal=(0, 3))
+    ok_route = np.asarray(t.route)
+    refs = [ok_route, ok_route, bad(ok_route), bad(ok_route)]
+    with pytest.raises(ValueError, match=rf"task 2 \(scene tiny.*reference route.*({expect})"):
+        score_routes([ok_route] * 4, [t] * 4, [100.0] * 4, [True] * 4, references=refs)
+
+
+def test_reference_on_obstacle_is_refused():
+    t = tiny_task(obstacles=((1, 1),), route=((0, 0), (0, 1), (0, 2)))
+    with pytest.raises(ValueError, match=r"task 1 .*obstacle"):
+        score_routes([[[0, 0], [0, 1], [0, 2]]] * 2, [t, t], [100.0] * 2, [True] * 2,
+                     references=[[[0, 0], [0, 1], [0, 2]], [[0, 0], [1, 1], [0, 2]]])
+
+
+def test_geometry_window_and_float32():
+    with jax.enable_x64(True):
+        geom = jax.jit(route_geometry)
+        span = 1 << 15
+        a = np.array([[0, 0], [1, 1], [2, 1]], np.int32)
+        for far, defined in ((span - 1, True), (span, False)):
+            b = np.array([[0, 0], [far, 1]], np.int32)  # not a path: geometry of cell sets
+            assd, h95, iou = (float(v) for v in geom(a, 3, b, 2))
+            if not defined:
+                assert np.isnan(assd) and np.isnan(h95) and np.isnan(iou)
+                continue
+            da, _ = cKDTree(b).query(a)
+            db, _ = cKDTree(a).query(b)
+            # L* counts the one (non-move) step of b as 1 pixel, as np_metrics does
+            np.testing.assert_allclose(assd, (da.sum() + db.sum()) / 5 / 1.0, rtol=RTOL)
+            np.testing.assert_allclose(h95, max(np.percentile(da, 95), np.percentile(db, 95)),
+                                       rtol=RTOL)
+            assert iou == 1 / 4
+    # float32 kernels (x64 off): same cell-set IoU, distances to float32 precision
+    rng = np.random.default_rng(5)
+    a = np.cumsum(rng.integers(-1, 2, (40, 2)), axis=0).astype(np.int32) + 50
+    b = np.cumsum(rng.integers(-1, 2, (30, 2)), axis=0).astype(np.int32) + 50
+    g32 = [float(v) for v in jax.jit(route_geometry)(a, 40, b, 30)]
+    with jax.enable_x64(True):
+        g64 = [float(v) for v in jax.jit(route_geometry)(a, 40, b, 30)]
+    np.testing.assert_allclose(g32[:2], g64[:2], rtol=1e-6)
+    np.testing.assert_allclose(g32[2], g64[2], rtol=1e-7)  # same counts, float32 ratio
+    sa, sb = set(map(tuple, a.tolist())), set(map(tuple, b.tolist()))
+    np.testing.assert_allclose(g64[2], len(sa & sb) / len(sa | sb), rtol=RTOL)
