@@ -3,10 +3,10 @@ geometry, primary aggregates, a training-loop accumulator and field
 diagnostics. Every metric exists as a pure jittable JAX kernel on padded
 inputs; :func:`score_routes` is the host entry point for ragged routes."""
 from passage_jax.metrics.kernels import (  # noqa: F401
-    CENSOR_FACTOR, FAILURE_REGRET, GEOMETRY_SPAN, METRIC_KEYS, censored_cost, connected_path, in_bounds,
-    masked_percentile, obstacle_traversals, regret, route_cost, route_geometry, score_batch_gathered,
-    score_batch_packed,
-    route_length_pixels, route_validity, score_batch, score_task,
+    CENSOR_FACTOR, FAILURE_REGRET, GEOMETRY_SPAN, METRIC_KEYS, censored_cost, connected_path,
+    in_bounds, masked_percentile, obstacle_traversals, regret, route_cost, route_geometry,
+    route_length_pixels, route_validity, score_batch, score_batch_gathered, score_batch_packed,
+    score_task,
 )
 from passage_jax.metrics.host import MIN_BUCKET, normalise_candidate, score_routes  # noqa: F401
 from passage_jax.metrics.aggregate import (  # noqa: F401
