@@ -6,21 +6,23 @@
 
 Two phases run inside one ``lax.while_loop`` each:
 
-1. **Directional sweeps** (strategy ``"scan"``, the default). One sweep relaxes
-   the field along whole lines for each of the 8 moves in turn: for the move
-   ``m``, every line of cells ``u, u+m, u+2m, ...`` (rows, columns, both
-   diagonals) is solved in closed form by a min-plus linear recurrence
-   ``V'(u) = min(V(u), C[m, u] + V'(u+m))`` computed with
-   ``lax.associative_scan``. Values propagate across the grid in one sweep per
-   straight stretch of the optimal route, so the sweep count follows the
-   route's turns, not its cells. The scan reassociates the float additions, so
-   values can keep moving by an ulp; the phase stops when no cell changed by
-   more than ``scan_rtol`` (relative) in a sweep.
+1. **Directional sweeps.** The default strategy ``"sweep"`` (fast sweeping) runs
+   four ``lax.scan``s per sweep, over rows top->bottom and bottom->top and over
+   columns left->right and right->left; each line relaxes the three moves whose
+   successor lies in the previous line, with the additions in Dijkstra's order
+   (``C + V(next)``), so straight and diagonal stretches of a route propagate
+   across the whole grid in one sweep and the sweep count follows the route's
+   turns, not its cells. ``"sequential"`` relaxes each of the 8 moves in turn
+   along whole lines (rows, columns, both diagonals) with a sequential scan;
+   ``"scan"`` does the same with a min-plus ``lax.associative_scan``, which
+   reassociates the float additions so values can keep moving by an ulp: its
+   phase stops when no cell changed by more than ``scan_rtol`` (relative).
+   The exact strategies stop when a sweep changes nothing.
 2. **Exact finish**: plain Bellman (Jacobi) sweeps ``V <- T(V)`` with the
-   additions in Dijkstra's order (``C + V(next)``), until a sweep changes
-   nothing at all. ``T`` has a unique fixed point in floating point (every step
-   costs more than zero), so the result is the value a Dijkstra search from the
-   goal with the same additions computes, independent of the sweep order.
+   additions in Dijkstra's order, until a sweep changes nothing at all. ``T``
+   has a unique fixed point in floating point (every step costs more than
+   zero), so the result is the value a Dijkstra search from the goal with the
+   same additions computes, independent of the sweep order.
 
 Strategy ``"jacobi"`` skips phase 1 (exact Bellman sweeps from the start:
 as many sweeps as the longest optimal route has cells). Convergence is checked
