@@ -42,7 +42,9 @@ def main(args) -> int:
 
     a, b = res["runs"]["A"]["method_name"], res["runs"]["B"]["method_name"]
     t = Table(title=f"{a} (A) − {b} (B), uncertainty {res['blocks']['uncertainty_status']}")
-    for c in ("metric", "seed-mean Δ", "low", "high"):
+    head = ("seed-mean Δ" if res["seed_mean"] else
+            "Δ" if len(res["pairs"]) == 1 else "mean Δ over pairs")
+    for c in ("metric", head, "low", "high"):
         t.add_column(c, justify="left" if c == "metric" else "right")
     for k, c in res["contrasts"].items():
         f = (lambda x: "n/a" if x is None else f"{x:.4g}")

@@ -89,11 +89,11 @@ def limits(score: dict) -> dict:
             "device": m.get("device")}
 
 
-def _first_diff(a: list, b: list) -> str:
+def _first_diff(a: list, b: list, name_a: str = "A", name_b: str = "B") -> str:
     if len(a) != len(b):
-        return f"A has {len(a)} tasks, B has {len(b)}"
+        return f"{name_a} has {len(a)} tasks, {name_b} has {len(b)}"
     i = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
-    return f"position {i}: A {a[i]!r}, B {b[i]!r}"
+    return f"position {i}: {name_a} {a[i]!r}, {name_b} {b[i]!r}"
 
 
 def check_identity(A: dict, B: dict) -> dict:
@@ -110,15 +110,18 @@ def check_identity(A: dict, B: dict) -> dict:
     if a["tasks"]["sample_ids"] != b["tasks"]["sample_ids"]:
         raise CompareError("tasks differ: the ordered sample ids are not identical ("
                            + _first_diff(a["tasks"]["sample_ids"], b["tasks"]["sample_ids"]) + ")")
-    if a["tasks"]["tasks_sha256"] != b["tasks"]["tasks_sha256"]:
-        raise CompareError(f"tasks differ: same sample ids but different task inputs "
-                           f"(tasks_sha256 A {a['tasks']['tasks_sha256']} vs B "
-                           f"{b['tasks']['tasks_sha256']})")
+    # data first: a different resolution, split or cost model also changes the task hash,
+    # and naming it says more than the hash does
     for k in a["data"]:
         if a["data"][k] != b["data"][k]:
             what = "data hashes" if k == "shards" else f"data {k}"
             raise CompareError(f"{what} differ: A {a['data'][k]!r} vs B {b['data'][k]!r}")
-    for k in a["references"]:
+    if a["tasks"]["tasks_sha256"] != b["tasks"]["tasks_sha256"]:
+        raise CompareError(f"tasks differ: same sample ids but different task inputs "
+                           f"(tasks_sha256 A {a['tasks']['tasks_sha256']} vs B "
+                           f"{b['tasks']['tasks_sha256']})")
+    # the policy and cohort first: the identity hash changes with them
+    for k in ("policy", "cohort_id", "identity"):
         if a["references"][k] != b["references"][k]:
             raise CompareError(f"references differ ({k}): A {a['references'][k]!r} vs B "
                                f"{b['references'][k]!r}")
@@ -189,9 +192,14 @@ def blocks_for(ids: list, clusters: np.ndarray, roster=None, roster_sha256=None)
             raise CompareError(str(e)) from None
         if [str(t) for t in r.task_ids] != list(ids):
             raise CompareError(f"roster {roster}: its task ids are not the runs' ordered sample "
-                               f"ids (" + _first_diff([str(t) for t in r.task_ids], ids) + ")")
-        blocks = list(r.blocks)
-        labels = [None if b is None or b == r.unplaced_block else b for b in blocks]
+                               f"ids (" + _first_diff([str(t) for t in r.task_ids], ids,
+                                                      "the roster", "the runs") + ")")
+        # the roster's unplaced block (and the conventional name "unplaced") is one shared
+        # resampling block but no geographic identity; it is labelled UNPLACED so that every
+        # consumer (census, ODD bins, compare_primary_metrics) counts it as unknown alike
+        unplaced = {r.unplaced_block, UNPLACED} - {None}
+        blocks = [UNPLACED if b in unplaced else b for b in r.blocks]
+        labels = [None if b is None or b == UNPLACED else b for b in blocks]
         src = {"source": "roster", "roster": str(Path(roster).resolve()), "sha256": r.sha256,
                "format": r.format, "rule": r.block_rule, "rule_version": r.block_rule_version}
     from passage_jax.stats import block_census
@@ -238,7 +246,7 @@ def contrast(xa: list, xb: list, labels: list, statistic, nan_policy: str, block
     """Seed-mean contrast over the pairs (per pair too) with a block interval when
     ``available``; otherwise estimates only."""
     from passage_jax.stats import seed_mean_bootstrap
-    from passage_jax.stats.bootstrap import parse_statistic
+    from passage_jax.stats.bootstrap import _stat_name, parse_statistic
 
     q = parse_statistic(statistic)
     keys = tuple(range(len(labels)))
@@ -263,7 +271,9 @@ def contrast(xa: list, xb: list, labels: list, statistic, nan_policy: str, block
                     "n_a": int(np.isfinite(np.asarray(xa[k], float)).sum()),
                     "n_b": int(np.isfinite(np.asarray(xb[k], float)).sum())}
     return _clean({"delta": float(np.mean(deltas)), "ci_low": None, "ci_high": None,
-                   "ci_available": False, "statistic": statistic, "per_seed": per})
+                   "ci_available": False, "statistic": _stat_name(q),
+                   "n_a": sum(p["n_a"] for p in per.values()),
+                   "n_b": sum(p["n_b"] for p in per.values()), "per_seed": per})
 
 
 def primary_contrasts(RA: list, RB: list, labels: list, blocks, boot, available) -> dict:
