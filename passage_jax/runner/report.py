@@ -117,11 +117,30 @@ def _md_table(header, rows) -> str:
 
 
 def _interval(c: dict) -> str:
+    """The percentile interval, or why there is none (undefined draws are counted)."""
     if c.get("delta") is None:
         return "n/a"
     if c.get("ci_available"):
         return f"[{_fmt(c['ci_low'])}, {_fmt(c['ci_high'])}]"
+    bad, n = c.get("n_undefined_draws"), c.get("n_bootstrap")
+    if bad:
+        return f"unavailable ({bad}/{n} draws undefined)"
     return "unavailable"
+
+
+def _delta_header(cmp: dict) -> str:
+    """Column name of the aggregate contrast: a seed mean only when both runs hold the same
+    seeds; otherwise the mean over the compared pairs (or the single pair's contrast)."""
+    if cmp["seed_mean"]:
+        return "seed-mean Δ"
+    return "Δ" if len(cmp["pairs"]) == 1 else "mean Δ over pairs"
+
+
+def _block_source(blk: dict) -> str:
+    if blk.get("source") == "roster":
+        rule = f"rule `{blk['rule']}`" if blk.get("rule") else "no block rule (v1)"
+        return f"roster `{blk.get('format')}` ({rule}, sha256 `{str(blk.get('sha256'))[:16]}…`)"
+    return f"{blk.get('source')} (rule `{blk.get('rule')}`)"
 
 
 def render_markdown(cmp: dict, figures: dict) -> str:
@@ -156,12 +175,12 @@ def render_markdown(cmp: dict, figures: dict) -> str:
     blk = cmp["blocks"]
     boot = cmp["bootstrap"]
     lines += ["## Contrasts A − B", "",
-              f"Paired {boot['interval']}, {boot['n_resamples']} resamples, alpha "
-              f"{boot['alpha']}, blocks from {blk['source']} (rule `{blk.get('rule')}`): "
+              f"Intervals: {boot['interval']}, {boot['n_resamples']} resamples, alpha "
+              f"{boot['alpha']}, bootstrap seed {boot['seed']}; blocks from {_block_source(blk)}: "
               f"uncertainty **{blk['uncertainty_status']}**"
               + (f" ({blk['reason']})" if blk.get("reason") else "") + ".", ""]
     labels = [p["label"] for p in cmp["pairs"]]
-    header = ["metric", "better", "seed-mean Δ", "interval"] + [f"Δ seed {lab}" for lab in labels]
+    header = ["metric", "better", _delta_header(cmp), "interval"] + [f"Δ seed {lab}" for lab in labels]
     rows = []
     for k in PRIMARY:
         c = cmp["contrasts"][k]
@@ -170,6 +189,8 @@ def render_markdown(cmp: dict, figures: dict) -> str:
                        for lab in labels])
     lines += [_md_table(header, rows), ""]
     pc = cmp.get("primary_comparison")
+    if pc and "unavailable" in pc:
+        lines += [f"Six-metric comparison (SPEC §5) unavailable: {pc['unavailable']}", ""]
     if pc and "inference_status" in pc:
         lines += [f"Inference status: `{pc['inference_status']}` (no confirmatory verdict "
                   f"without declared paired-test evidence)." if pc["decision"] is None else
@@ -367,7 +388,9 @@ def regret_figure(cmp: dict, path: Path) -> Path:
 
     from passage_jax.runner.score import load_score
 
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    fig, ax = plt.subplots(figsize=(7.5, 5.0))
+    linthresh = 1e-3
+    lowest = 0.0
     for side, color in (("A", "tab:red"), ("B", "tab:blue")):
         run = cmp["runs"][side]
         vals, fails, n = [], 0, 0
@@ -379,21 +402,30 @@ def regret_figure(cmp: dict, path: Path) -> Path:
             fails += int(np.sum(r >= FAILURE_REGRET))
             vals.append(r[(r < FAILURE_REGRET) & np.isfinite(r)])
         v = np.sort(np.concatenate(vals)) if vals else np.zeros(0)
-        lab = f"{side}: {run['method_name']} ({fails}/{n} failures, regret 999999, off scale)"
+        lowest = min(lowest, float(v[0])) if v.size else lowest
+        undefined = n - fails - v.size
+        lab = (f"{side}: {run['method_name']} ("
+               + (f"{fails}/{n} failures at regret 999999, not drawn" if fails else
+                  f"0/{n} failures")
+               + (f"; {undefined} undefined (c* <= 0)" if undefined else "") + ")")
         if v.size:
             y = np.arange(1, v.size + 1) / n
             ax.step(np.concatenate([[v[0]], v]), np.concatenate([[0], y]), where="post",
                     color=color, lw=2, label=lab)
         else:
             ax.plot([], [], color=color, label=lab)
-    ax.set_xscale("symlog", linthresh=1e-3)
-    ax.set_xlim(left=0)
+    ax.set_xscale("symlog", linthresh=linthresh)
+    # start left of zero so a curve at regret 0 (an optimal planner) is not hidden under the
+    # axis, and negative regrets (a route cheaper than the reference) stay visible
+    ax.set_xlim(left=min(-0.3 * linthresh, 1.5 * lowest))
+    ax.axvline(0.0, color="0.5", lw=0.8, ls=":", zorder=1)
     ax.set_ylim(0, 1.02)
     ax.set_xlabel("regret (predicted cost − c*) / c*  [symlog]")
     ax.set_ylabel("fraction of all tasks")
     ax.set_title("Regret distribution (quality repeat, all seeds pooled)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    # below the axes: inside, it would cover part of a curve (one at 0 rises along the left)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=1, frameon=False)
     return _save_figure(fig, path)
 
 
