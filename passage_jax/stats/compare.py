@@ -71,9 +71,12 @@ def holm_bonferroni(p_values: Mapping[str, float], alpha: float = FAMILY_ALPHA) 
 def metric_vote(metric: str, delta: float, reject: bool) -> str | None:
     """'A' or 'B' for a rejected metric by the sign of the seed-mean estimate and the metric's
     direction; ``None`` when not rejected or the estimate is 0 or NaN."""
+    if metric not in DIRECTIONS:
+        raise ValueError(f"unknown metric {metric!r}; its direction is not defined "
+                         f"(primary metrics: {list(PRIMARY_METRICS)})")
     if not reject or delta is None or not math.isfinite(delta) or delta == 0:
         return None
-    better_lower = DIRECTIONS.get(metric, "lower") == "lower"
+    better_lower = DIRECTIONS[metric] == "lower"
     return "A" if (delta < 0) == better_lower else "B"
 
 

@@ -67,8 +67,10 @@ def block_randomization_test(A, B, blocks, task_ids: Sequence[str] | None = None
                              chunk: int | None = None) -> RandomizationResult:
     """Two-sided block randomization p-values for the six primary metrics (same inputs as
     :func:`passage_jax.stats.compare.compare_primary_metrics`)."""
-    if not isinstance(n_random, int) or n_random < 1:
-        raise ValueError(f"n_random must be a positive integer, got {n_random!r}")
+    for name, v, low in (("n_random", n_random, 1), ("exact_limit", exact_limit, 0)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < low:
+            raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
+    n_random, exact_limit = int(n_random), int(exact_limit)
     seeds = DEFAULT_SEEDS
     data, idx, labels, ids = validate_primary(A, B, blocks, task_ids, seeds)
     K = len(labels)
