@@ -182,3 +182,18 @@ def test_randomization_accepts_numpy_integers_and_checks_limits():
         block_randomization_test(A, Bm, blocks, exact_limit=-1)
     with pytest.raises(ValueError, match="n_random"):
         block_randomization_test(A, Bm, blocks, n_random=0)
+
+
+def test_latency_without_recorded_time_is_unavailable_not_a_refusal():
+    from passage_jax.runner.compare import latency_contrast
+
+    boot = {"n": 50, "alpha": 0.05, "seed": 0}
+    lat_a = np.array([1.0, 2.0, 3.0, 4.0])
+    lat_b = np.array([2.0, np.nan, 1.0, 5.0])
+    blocks = ["x", "x", "y", "y"]
+    out = latency_contrast([{"latency_ms": lat_a}], [{"latency_ms": lat_b}], ["1234"], blocks,
+                           boot, True)
+    assert out["delta"] is None and not out["ci_available"] and "1234" in out["reason"]
+    ok = latency_contrast([{"latency_ms": lat_a}], [{"latency_ms": np.array([2., 2., 1., 5.])}],
+                          ["1234"], blocks, boot, True)
+    assert ok["delta"] == pytest.approx(np.median(lat_a) - 2.0, rel=1e-12)

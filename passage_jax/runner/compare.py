@@ -325,6 +325,25 @@ def geometry_intersection(RA, RB, labels, blocks, boot, available) -> dict:
     return out
 
 
+def latency_contrast(RA, RB, labels, blocks, boot, available) -> dict:
+    """Median request-time contrast of the quality repeat (secondary). A request without a
+    recorded time (a censored one from an external runner) makes it unavailable rather than
+    refusing the whole comparison: dropping it would bias the median down."""
+    note = ("median request time of the quality repeat; timeouts enter at their recorded time "
+            "(treated as finite)")
+    missing = {lab: int(np.count_nonzero(~np.isfinite(np.asarray(r["latency_ms"], np.float64))))
+               for side in (RA, RB) for lab, r in zip(labels, side)}
+    if any(missing.values()):
+        bad = sorted(lab for lab, k in missing.items() if k)
+        return {"delta": None, "ci_low": None, "ci_high": None, "ci_available": False,
+                "statistic": "median", "note": note,
+                "reason": f"requests without a recorded time in pair(s) {bad}"}
+    out = contrast([r["latency_ms"] for r in RA], [r["latency_ms"] for r in RB], labels,
+                   "median", "raise", blocks, boot, available)
+    out["note"] = note
+    return out
+
+
 # --------------------------------------------------------------------------- #
 # ODD bins
 # --------------------------------------------------------------------------- #
@@ -466,10 +485,7 @@ def compare_runs(a, b, output, n_resamples: int = DEFAULT_RESAMPLES, alpha: floa
     blocks = blk["labels"]
     contrasts = primary_contrasts(RA, RB, labels, blocks, boot, avail)
     geometry = geometry_intersection(RA, RB, labels, blocks, boot, avail)
-    latency = contrast([r["latency_ms"] for r in RA], [r["latency_ms"] for r in RB], labels,
-                       "median", "raise", blocks, boot, avail)
-    latency["note"] = ("median request time of the quality repeat; timeouts enter at their "
-                       "recorded time (treated as finite)")
+    latency = latency_contrast(RA, RB, labels, blocks, boot, avail)
     official = None
     from passage_jax.stats import DEFAULT_SEEDS, compare_primary_metrics
 

@@ -240,7 +240,8 @@ def render_markdown(cmp: dict, figures: dict) -> str:
               "shown as a lower bound (`passage-censored-latency/v1`).", ""]
     lc = cmp["latency_contrast"]
     lines += [f"Median latency contrast A − B (quality repeat): {_fmt(lc['delta'], 3)} ms, "
-              f"interval {_interval(lc)}.", ""]
+              f"interval {_interval(lc)}"
+              + (f" ({lc['reason']})" if lc.get("reason") else "") + ".", ""]
 
     lines += ["## Procedure limits", ""]
     lim = cmp["procedure_limits"]
