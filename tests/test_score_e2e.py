@@ -264,6 +264,12 @@ def test_non_ok_status_fails_and_malformed_route_invalid(R, tmp_path):
     assert not ps["success"][i_late] and ps["regret"][i_late] == 999999.0  # ... but it failed
     assert np.isnan(ps["assd"][i_late])
     assert ps["malformed"][i_bad] and not ps["connected_path"][i_bad]
+    # a float route has no length in cells, even though it has an (L, 2) shape
+    assert rows.shape[0] >= 2
+    assert ps["route_length"][i_bad] == -1
+    n_cells = np.diff(offsets)[ps["record_index"]]
+    ok_rows = ps["record_index"] != bad
+    np.testing.assert_array_equal(ps["route_length"][ok_rows], n_cells[ok_rows])
     assert not ps["success"][i_bad] and ps["regret"][i_bad] == 999999.0
     assert m["primary"]["success_rate"] == pytest.approx((N_SAMPLES - 2) / N_SAMPLES)
     cen = m["latency"]["warm"]["censored"]

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from passage_jax.runner.files import (
-    atomic_write_json, atomic_write_npz, array_sha256, code_hash, load_paths, route_of,
+    ROUTE_FORMAT_CODE, atomic_write_json, atomic_write_npz, array_sha256, code_hash, load_paths, route_of,
     sha256_file, unpack_routes,
 )
 from passage_jax.runner.latency import series_latency
@@ -352,8 +352,10 @@ def score_folder(folder, force: bool = False, dataset_path=None) -> dict:
     lat = np.array([np.nan if r.get("latency_ms") is None else float(r["latency_ms"])
                     for r in records], np.float64)
     fmt = np.array([str(r.get("route_format") or "") for r in records], dtype=str)
-    rlen = np.array([len(c) if isinstance(c, np.ndarray) and c.ndim == 2 else -1
-                     for c in cands], np.int64)
+    # only an exact integer route has a length in cells; a malformed route that still
+    # has an (L, 2) shape (float coordinates) is -1 like any other malformed one
+    rlen = np.array([len(c) if int(paths["route_format"][i]) == ROUTE_FORMAT_CODE["int"] else -1
+                     for i, c in enumerate(cands)], np.int64)
     rows = {
         "metric_contract": np.array(METRIC_CONTRACT),
         "reference_qualified": qualified[warm],
