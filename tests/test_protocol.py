@@ -268,3 +268,22 @@ def test_factory_rule_and_load_planner():
         load_planner("passage_jax.planners.bfs:nope")
     with pytest.raises(ValueError, match="module:attr"):
         load_planner("passage_jax.planners.bfs")
+
+
+@pytest.mark.parametrize("markers_key", [True, False])
+def test_request_tensor_keeps_the_release_marker_convention(tmp_path, markers_key):
+    # a release whose start is marked -1: the tensor a planner gets carries the stored
+    # signs, and the request's metadata.markers says which sign is the start (also when
+    # the file had no markers key and the convention was detected from the routes)
+    import fixtures_data as D
+    from passage_jax.data import load_scenes
+
+    D.write_rows(tmp_path, D.make_rows(2, flipped=True, markers_key=markers_key))
+    for s in load_scenes(tmp_path, 8, "test"):
+        req = build_request(s.task("elevation", "obstacles"))
+        t = np.asarray(req.input_tensor)
+        # the start is the first cell of the released routes (hand-built: (1, 1))
+        assert req.start == (1, 1) and req.goal == (6, 6)
+        assert dict(req.metadata["markers"]) == {"start": -1, "goal": 1}
+        assert np.argwhere(t[..., 1] == -1).tolist() == [[1, 1]]
+        assert np.argwhere(t[..., 1] == 1).tolist() == [[6, 6]]
