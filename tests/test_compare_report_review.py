@@ -197,3 +197,21 @@ def test_latency_without_recorded_time_is_unavailable_not_a_refusal():
     ok = latency_contrast([{"latency_ms": lat_a}], [{"latency_ms": np.array([2., 2., 1., 5.])}],
                           ["1234"], blocks, boot, True)
     assert ok["delta"] == pytest.approx(np.median(lat_a) - 2.0, rel=1e-12)
+
+
+def test_tileless_task_without_roster_leaves_uncertainty_unknown():
+    """SPEC §5 / seed: missing block identities leave uncertainty unknown; only a
+    sealed roster may gather tile-less tasks into a declared unplaced block."""
+    import numpy as np
+
+    from passage_jax.runner.compare import blocks_for
+    from passage_jax.runner.score import UNPLACED
+
+    ids = [f"{i:010d}" for i in range(4)]
+    placed = np.array(["5deg:+35:-115", "5deg:+35:-115", "5deg:+45:+5", "5deg:+45:+5"])
+    assert blocks_for(ids, placed)["uncertainty_status"] == "available"
+    one_missing = placed.copy()
+    one_missing[2] = UNPLACED
+    b = blocks_for(ids, one_missing)
+    assert b["uncertainty_status"] == "unknown"
+    assert b["labels"][2] is None and b["reason"] == "some tasks have no block identity"

@@ -180,7 +180,9 @@ def blocks_for(ids: list, clusters: np.ndarray, roster=None, roster_sha256=None)
     if roster is None:
         labels = [None if str(c) == UNPLACED else str(c) for c in clusters]
         src = {"source": "metadata.tile", "rule": "main_tile_5deg"}
-        blocks = [UNPLACED if b is None else b for b in labels]
+        # a task without a tile has no block identity: uncertainty is unknown (only a
+        # sealed roster may gather such tasks into one declared unplaced block)
+        blocks = list(labels)
     else:
         from passage_jax.stats import RosterError, read_roster
 
