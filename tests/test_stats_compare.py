@@ -273,3 +273,26 @@ def test_randomization_geometry_unavailable():
     assert math.isnan(r.p_values["assd_mean"]) and "valid paths" in r.reasons["assd_mean"]
     assert math.isnan(r.p_values["h95_mean"])
     assert not math.isnan(r.p_values["regret_median"])
+
+
+def test_holm_reject_agrees_with_adjusted_p_at_the_threshold():
+    from passage_jax.stats import holm_bonferroni
+
+    # 3 * (0.05 / 3) may round above or below 0.05; the decision must follow the
+    # adjusted p that is reported
+    fam = {"a": 0.05 / 3, "b": 0.5, "c": float("nan")}
+    rec = holm_bonferroni(fam, alpha=0.05)
+    for r in rec.values():
+        if r.adjusted == r.adjusted:  # not NaN
+            assert r.reject == (r.adjusted <= 0.05)
+    assert rec["a"].reject and not rec["b"].reject and not rec["c"].reject
+
+
+def test_negative_or_non_integer_bootstrap_seed_is_refused():
+    import pytest
+
+    from passage_jax.stats import paired_bootstrap
+
+    for bad in (-1, 1.5, "7"):
+        with pytest.raises(ValueError, match="seed"):
+            paired_bootstrap([1.0, 2.0, 3.0], [1.0, 2.5, 2.0], seed=bad, n_bootstrap=10)

@@ -48,6 +48,8 @@ class MultiplicityStream:
     def __init__(self, n_blocks: int, seed: int):
         if n_blocks < 1:
             raise ValueError("need at least one block to resample")
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise ValueError(f"bootstrap seed must be a non-negative integer, got {seed!r}")
         self.n_blocks = int(n_blocks)
         self.rng = np.random.default_rng(seed)
 

@@ -51,20 +51,22 @@ def holm_bonferroni(p_values: Mapping[str, float], alpha: float = FAMILY_ALPHA) 
     """Holm step-down over the whole family (NaN = unavailable: never rejects, still counted).
 
     The k-th smallest available p (k = 1..) is compared with ``alpha / (m - k + 1)`` where m is
-    the family size including unavailable tests; rejection stops at the first failure.
-    Adjusted p = running max of ``min(1, (m - k + 1) p_(k))``. Records keep the input order.
+    the family size including unavailable tests; rejection stops at the first failure. This is
+    decided as adjusted p <= alpha, with adjusted p = running max of ``min(1, (m - k + 1) p_(k))``.
+    Records keep the input order.
     """
     _check_alpha(alpha)
     ps = {k: _check_p(k, v) for k, v in p_values.items()}
     m = len(ps)
     avail = sorted((p, i, k) for i, (k, p) in enumerate(ps.items()) if not math.isnan(p))
     out = {k: HolmRecord(p, float("nan"), False) for k, p in ps.items() if math.isnan(p)}
-    running, rejecting = 0.0, True
+    running = 0.0
     for rank, (p, _, k) in enumerate(avail):
         factor = m - rank
         running = max(running, min(1.0, factor * p))
-        rejecting = rejecting and p <= alpha / factor
-        out[k] = HolmRecord(p, running, rejecting)
+        # reject from the adjusted p itself (equivalent to p <= alpha / factor step-down,
+        # and never inconsistent with the reported adjusted p in the last digit)
+        out[k] = HolmRecord(p, running, running <= alpha)
     return {k: out[k] for k in ps}
 
 
