@@ -80,9 +80,14 @@ class Admitted:
         return [t.id for t in self.tasks]
 
     def input_hashes(self) -> list:
-        return [array_sha256(t.elevation_m, np.asarray(t.obstacles, bool),
-                             np.asarray(t.scene.start, np.int64), np.asarray(t.scene.goal, np.int64))
-                for t in self.tasks]
+        return [input_hash(t) for t in self.tasks]
+
+
+def input_hash(task) -> str:
+    """Identity of what a planner sees of a task: elevation, obstacles, start, goal."""
+    return array_sha256(task.elevation_m, np.asarray(task.obstacles, bool),
+                        np.asarray(task.scene.start, np.int64),
+                        np.asarray(task.scene.goal, np.int64))
 
 
 def resolve_root(spec: RunSpec) -> Path:

@@ -27,7 +27,7 @@ from passage_jax.runner.files import (
     code_hash, holds_run, pack_routes, sha256_file, to_json,
 )
 from passage_jax.runner.spec import RunSpec, load_spec
-from passage_jax.runner.timing import execute
+from passage_jax.runner.timing import TIMING_PROFILE, execute
 
 RUN_FORMAT = "passage-jax-run-v1"
 REQUESTS_FORMAT = "passage-jax-requests-v1"
@@ -185,6 +185,7 @@ def run_seed(admitted: adm.Admitted, seed: int, folder: Path, progress=None,
             "solvers": sorted(set(refs.solver)),
         },
         "timing": {
+            "profile": TIMING_PROFILE,
             "latency_warmup": spec.latency_warmup, "latency_repeats": spec.latency_repeats,
             "quality_repeat_index": spec.quality_repeat_index,
             "passes": [list(p) for p in plan],

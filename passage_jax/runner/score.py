@@ -26,7 +26,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
-import types
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +35,7 @@ from passage_jax.runner.files import (
     sha256_file, unpack_routes,
 )
 from passage_jax.runner.latency import series_latency
+from passage_jax.runner.timing import TIMING_PROFILE as DEFAULT_TIMING_PROFILE
 
 METRIC_CONTRACT = "passage-qualified-complete-v1"
 SCORE_FORMAT = "passage-jax-score-v1"
@@ -163,10 +163,10 @@ def references_from_npz(ref: dict, where: str) -> dict:
 # --------------------------------------------------------------------------- #
 
 def _input_hashes(tasks) -> list:
-    # the same identity the runner recorded at admission (Admitted.input_hashes)
-    from passage_jax.runner.admission import Admitted
+    # the same identity the runner recorded at admission
+    from passage_jax.runner.admission import input_hash
 
-    return Admitted.input_hashes(types.SimpleNamespace(tasks=tasks))
+    return [input_hash(t) for t in tasks]
 
 
 def dataset_root(manifest: dict, override=None) -> Path:
@@ -485,13 +485,12 @@ def _versions() -> dict:
     return package_versions()
 
 
-DEFAULT_TIMING_PROFILE = "in_process_complete_request_v1"
 
 
 def timing_profile(manifest: dict) -> dict:
-    """The timing profile of a run: its name and its timer boundary. Runs of
-    this runner carry no explicit profile name; they all use the in-process
-    complete-request boundary described by ``timing.timer``."""
+    """The timing profile of a run: its name (``timing.profile`` in the manifest;
+    runs written before it was recorded use this runner's in-process
+    complete-request profile) and its timer boundary."""
     t = manifest.get("timing") or {}
     return {"profile": t.get("profile", DEFAULT_TIMING_PROFILE),
             "runner_format": manifest.get("format"),

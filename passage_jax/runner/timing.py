@@ -29,6 +29,11 @@ from passage_jax.protocol.contracts import (
 from passage_jax.protocol.requests import build_request
 from passage_jax.runner.files import ROUTE_FORMAT_CODE, ROUTE_FORMATS, snapshot_route
 
+#: Name of this runner's timing profile (recorded in manifest.json ``timing.profile``):
+#: in-process, one complete request per call, timer from input preparation to the
+#: recosted route.
+TIMING_PROFILE = "in_process_complete_request_v1"
+
 
 def block_until_ready(tree) -> int:
     """Wait for every JAX array in ``tree`` (nested lists/tuples/dicts/dataclass
