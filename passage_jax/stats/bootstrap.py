@@ -33,7 +33,54 @@ __all__ = [
     "seed_mean_bootstrap",
     "percentile_interval",
     "resample_draws",
+    "draw_placement",
 ]
+
+
+# ----------------------------------------------------------------------------- placement
+
+def draw_placement(sharding):
+    """Resolve a ``sharding=`` argument for the draws axis of a multiplicity matrix chunk.
+
+    ``None`` -> ``None`` (today's single-device path). ``"auto"`` -> a 1-D mesh ``("draws",)``
+    over all local devices of the default backend when there is more than one, else ``None``.
+    A ``jax.sharding.Sharding`` must split only axis 0 (the draws) of a 2-D (draws, blocks)
+    array; multi-device shardings must be ``NamedSharding`` (their mesh gives the replicated
+    placement of the per-block sums and sorted values).
+
+    Returns ``None`` or ``(draw_sharding, replicated_sharding, n_shards)``, where ``n_shards``
+    is how many pieces the draws axis is cut into (chunks are padded to a multiple of it).
+    """
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
+
+    if sharding is None:
+        return None
+    if isinstance(sharding, str):
+        if sharding != "auto":
+            raise ValueError(f"sharding must be None, 'auto' or a jax.sharding.Sharding, got {sharding!r}")
+        devs = jax.local_devices()
+        if len(devs) < 2:
+            return None
+        mesh = Mesh(np.asarray(devs), ("draws",))
+        return NamedSharding(mesh, PartitionSpec("draws", None)), NamedSharding(mesh, PartitionSpec()), len(devs)
+    if not isinstance(sharding, Sharding):
+        raise ValueError(f"sharding must be None, 'auto' or a jax.sharding.Sharding, got {type(sharding).__name__}")
+    nd = int(sharding.num_devices)
+    try:
+        shard = sharding.shard_shape((nd, nd))
+    except Exception as e:  # a sharding for arrays of another rank
+        raise ValueError(f"sharding does not apply to a 2-D (draws, blocks) array: {e}") from None
+    if shard[1] != nd:
+        raise ValueError("sharding must split only the draws axis (axis 0) of the (draws, blocks) "
+                         f"matrix; it splits axis 1 ({sharding})")
+    n_shards = nd // int(shard[0])
+    if nd == 1:
+        return sharding, sharding, 1
+    if not isinstance(sharding, NamedSharding):
+        raise ValueError("a multi-device sharding must be a jax.sharding.NamedSharding "
+                         f"(e.g. NamedSharding(Mesh(devices, ('draws',)), PartitionSpec('draws', None))), "
+                         f"got {type(sharding).__name__}")
+    return sharding, NamedSharding(sharding.mesh, PartitionSpec()), n_shards
 
 
 # ----------------------------------------------------------------------------- draws
@@ -129,16 +176,24 @@ def _segment_for(m: int, n_blocks: int, n_targets: int, n_series: int = 1) -> in
 def resample_draws(block_index: np.ndarray, n_blocks: int, mean_series: Sequence[np.ndarray],
                    quantile_series: Sequence[np.ndarray], qs: Sequence[float], n_draws: int,
                    seed: int | None = None, mult: np.ndarray | None = None,
-                   chunk: int | None = None, segment: int | None | str = "auto"):
+                   chunk: int | None = None, segment: int | None | str = "auto", sharding=None):
     """Draws of means and quantiles for many series under one multiplicity matrix.
 
     ``mean_series`` / ``quantile_series`` are (n,) float arrays over the same tasks; a
     non-finite entry is left out of that series (callers enforce their NaN policy first).
     The matrix comes from ``seed`` (streamed in chunks) or is given as ``mult``.
     Returns ``(mean_draws (D, Jm), quantile_draws (D, Jq, len(qs)))`` as float64 NumPy.
+
+    ``sharding`` (see :func:`draw_placement`) splits each chunk of draws across devices: the
+    chunk is padded with zero rows to a multiple of the shard count (the padded rows are
+    dropped), the per-block sums, sorted values and block ids are replicated once on every
+    device. With an automatic chunk size each device keeps the single-device working set.
+    The multiplicity rows, and so the results, do not depend on the placement.
     """
     block_index = np.asarray(block_index, dtype=np.int32)
     K = int(n_blocks)
+    place = draw_placement(sharding)
+    n_shards = 1 if place is None else place[2]
     qs = tuple(float(q) for q in qs)
     if mult is not None:
         mult = np.asarray(mult)
@@ -187,21 +242,27 @@ def resample_draws(block_index: np.ndarray, n_blocks: int, mean_series: Sequence
         else:
             per_draw = K + Jm
         if chunk is None:
-            chunk = max(1, min(n_draws, _CHUNK_ELEMENTS // max(1, per_draw)))
+            chunk = max(1, min(n_draws, n_shards * (_CHUNK_ELEMENTS // max(1, per_draw))))
         chunk = max(1, min(int(chunk), max(1, n_draws)))
+        width = -(-chunk // n_shards) * n_shards     # rows per kernel call (padded)
 
+        if place is None:
+            put_rep = put_draws = jax.numpy.asarray
+        else:
+            put_rep = lambda a: jax.device_put(a, place[1])     # noqa: E731
+            put_draws = lambda a: jax.device_put(a, place[0])   # noqa: E731
         mean_out = np.empty((n_draws, Jm))
         q_out = np.empty((n_draws, Jq, len(qs)))
-        j_sums = jax.numpy.asarray(sums)
-        j_counts = jax.numpy.asarray(counts)
+        j_sums = put_rep(sums)
+        j_counts = put_rep(counts)
         if Jq:
-            j_vals, j_blk, j_coarse = map(jax.numpy.asarray, (vals, blk, coarse))
+            j_vals, j_blk, j_coarse = map(put_rep, (vals, blk, coarse))
         for start in range(0, n_draws, chunk):
             stop = min(n_draws, start + chunk)
             rows = stream.next(stop - start) if stream is not None else mult[start:stop]
-            block = np.zeros((chunk, K), dtype=np.float64)
+            block = np.zeros((width, K), dtype=np.float64)
             block[: stop - start] = rows
-            jm = jax.numpy.asarray(block)
+            jm = put_draws(block)
             if Jm:
                 mean_out[start:stop] = np.asarray(block_mean_draws(jm, j_sums, j_counts))[: stop - start]
             if Jq:
@@ -304,13 +365,15 @@ def _result(cls, delta, draws, alpha, n_a, n_b, q, n_bootstrap, return_draws, **
 
 def paired_bootstrap(a, b, statistic="mean", blocks=None, n_bootstrap: int = 10000,
                      alpha: float = 0.05, seed: int = 0, nan_policy: str = "raise",
-                     return_draws: bool = False) -> BootstrapResult:
+                     return_draws: bool = False, sharding=None) -> BootstrapResult:
     """Paired bootstrap of ``T(a) - T(b)`` over tasks paired by index.
 
     ``statistic``: 'mean', 'median', 'pNN' or a quantile level. With ``blocks`` (one label per
     task) each draw takes as many whole blocks as observed, with replacement, the same for both
     methods; without, tasks are resampled. ``nan_policy='omit'`` reduces each method's finite
     subset; a draw leaving a subset empty is undefined and makes the interval unavailable.
+    ``sharding``: None, ``"auto"`` or a ``jax.sharding.Sharding`` of the draws axis (see
+    :func:`draw_placement`); the result does not depend on it.
     """
     _check_alpha(alpha)
     _check_draws(n_bootstrap)
@@ -322,10 +385,10 @@ def paired_bootstrap(a, b, statistic="mean", blocks=None, n_bootstrap: int = 100
     idx, labels = encode_blocks(blocks, a.shape[0])
     K = a.shape[0] if labels is None else len(labels)
     if q is None:
-        m, _ = resample_draws(idx, K, [a, b], [], (), n_bootstrap, seed)
+        m, _ = resample_draws(idx, K, [a, b], [], (), n_bootstrap, seed, sharding=sharding)
         da, db = m[:, 0], m[:, 1]
     else:
-        _, qd = resample_draws(idx, K, [], [a, b], (q,), n_bootstrap, seed)
+        _, qd = resample_draws(idx, K, [], [a, b], (q,), n_bootstrap, seed, sharding=sharding)
         da, db = qd[:, 0, 0], qd[:, 1, 0]
     delta = observed_statistic(a, q) - observed_statistic(b, q)
     return _result(BootstrapResult, delta, da - db, alpha, np.isfinite(a).sum(),
@@ -346,13 +409,15 @@ def _seed_arrays(X, seeds, name):
 
 def seed_mean_bootstrap(A, B, statistic="mean", blocks=None, seeds: Sequence[int] = DEFAULT_SEEDS,
                         n_bootstrap: int = 10000, alpha: float = 0.05, seed: int = 0,
-                        nan_policy: str = "raise", return_draws: bool = False) -> SeedMeanResult:
+                        nan_policy: str = "raise", return_draws: bool = False,
+                        sharding=None) -> SeedMeanResult:
     """Bootstrap of the mean over training seeds of ``T(A_s) - T(B_s)``.
 
     ``A``/``B`` map each training seed to a per-task array (or are sequences in ``seeds``
     order) over the identical ordered task roster. Every draw uses the same block
     multiplicities for every seed and both methods; its value is the mean of the per-seed
     contrasts. ``per_seed`` holds each seed's own estimate and interval from the same draws.
+    ``sharding`` places the draws axis as in :func:`paired_bootstrap`.
     """
     _check_alpha(alpha)
     _check_draws(n_bootstrap)
@@ -369,10 +434,10 @@ def seed_mean_bootstrap(A, B, statistic="mean", blocks=None, seeds: Sequence[int
     K = n if labels is None else len(labels)
     series = [x for pair in zip(xa, xb) for x in pair]
     if q is None:
-        m, _ = resample_draws(idx, K, series, [], (), n_bootstrap, seed)
+        m, _ = resample_draws(idx, K, series, [], (), n_bootstrap, seed, sharding=sharding)
         d = m
     else:
-        _, qd = resample_draws(idx, K, [], series, (q,), n_bootstrap, seed)
+        _, qd = resample_draws(idx, K, [], series, (q,), n_bootstrap, seed, sharding=sharding)
         d = qd[:, :, 0]
     per_seed = {}
     contrasts = []

@@ -140,7 +140,8 @@ class Comparison:
         }
 
 
-def primary_seed_mean_draws(data, block_index, n_blocks, n_draws, seed=None, mult=None, seeds=DEFAULT_SEEDS):
+def primary_seed_mean_draws(data, block_index, n_blocks, n_draws, seed=None, mult=None, seeds=DEFAULT_SEEDS,
+                            sharding=None):
     """Per metric: (draws of A (D, S), draws of B (D, S)) under one shared multiplicity matrix."""
     means, quants = [], []
     for s in seeds:
@@ -148,7 +149,7 @@ def primary_seed_mean_draws(data, block_index, n_blocks, n_draws, seed=None, mul
             means += [data[mth][s][f] for f in MEAN_FIELDS]
             quants.append(data[mth][s]["regret"])
     md, qd = resample_draws(block_index, n_blocks, means, quants, (0.5, 0.9), n_draws,
-                            seed=seed, mult=mult)
+                            seed=seed, mult=mult, sharding=sharding)
     S = len(seeds)
     out = {}
     for metric, (f, q, _) in METRIC_SPEC.items():
@@ -165,7 +166,7 @@ def compare_primary_metrics(A, B, blocks, n_bootstrap: int = 10000, alpha: float
                             seed: int = 0, p_values: Mapping[str, float] | None = None,
                             paired_test: str | None = None, test_assumptions: Any = None,
                             task_ids: Sequence[str] | None = None,
-                            return_draws: bool = False) -> Comparison:
+                            return_draws: bool = False, sharding=None) -> Comparison:
     """Compare two methods on the six primary metrics over the three training seeds.
 
     See :mod:`passage_jax.stats.primary` for the input format. ``blocks`` gives each task's
@@ -175,7 +176,8 @@ def compare_primary_metrics(A, B, blocks, n_bootstrap: int = 10000, alpha: float
     Without ``p_values`` the result has ``inference_status='test_not_provided'`` and no
     decision. With six p-values (plus ``paired_test`` and ``test_assumptions``), Holm at
     family-wise 0.05 decides which metrics count, each rejected metric votes by the sign of its
-    seed-mean estimate, and the votes give the verdict.
+    seed-mean estimate, and the votes give the verdict. ``sharding`` (None, ``"auto"`` or a
+    ``jax.sharding.Sharding`` of the draws axis) places the draws; results do not depend on it.
     """
     _check_alpha(alpha)
     _check_draws(n_bootstrap)
@@ -198,7 +200,8 @@ def compare_primary_metrics(A, B, blocks, n_bootstrap: int = 10000, alpha: float
 
     seeds = DEFAULT_SEEDS
     data, idx, labels, ids = validate_primary(A, B, blocks, task_ids, seeds)
-    draws = primary_seed_mean_draws(data, idx, len(labels), n_bootstrap, seed=seed, seeds=seeds)
+    draws = primary_seed_mean_draws(data, idx, len(labels), n_bootstrap, seed=seed, seeds=seeds,
+                                    sharding=sharding)
 
     deltas = {}
     for metric in PRIMARY_METRICS:

@@ -64,9 +64,11 @@ def swap_patterns(n_blocks: int, exact_limit: int = 12, n_random: int = 9999, se
 
 def block_randomization_test(A, B, blocks, task_ids: Sequence[str] | None = None,
                              exact_limit: int = 12, n_random: int = 9999, seed: int = 0,
-                             chunk: int | None = None) -> RandomizationResult:
+                             chunk: int | None = None, sharding=None) -> RandomizationResult:
     """Two-sided block randomization p-values for the six primary metrics (same inputs as
-    :func:`passage_jax.stats.compare.compare_primary_metrics`)."""
+    :func:`passage_jax.stats.compare.compare_primary_metrics`). ``sharding`` (None, ``"auto"``
+    or a ``jax.sharding.Sharding``) splits the swap patterns across devices; the p-values do
+    not depend on it."""
     for name, v, low in (("n_random", n_random, 1), ("exact_limit", exact_limit, 0)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < low:
             raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
@@ -87,8 +89,10 @@ def block_randomization_test(A, B, blocks, task_ids: Sequence[str] | None = None
         means += [np.concatenate([data["A"][s][f], data["B"][s][f]]) for f in MEAN_FIELDS]
         quants.append(np.concatenate([data["A"][s]["regret"], data["B"][s]["regret"]]))
     P = pats.shape[0]
-    ma, qa = resample_draws(idx2, 2 * K, means, quants, (0.5, 0.9), P, mult=keep_a, chunk=chunk)
-    mb, qb = resample_draws(idx2, 2 * K, means, quants, (0.5, 0.9), P, mult=keep_b, chunk=chunk)
+    ma, qa = resample_draws(idx2, 2 * K, means, quants, (0.5, 0.9), P, mult=keep_a, chunk=chunk,
+                            sharding=sharding)
+    mb, qb = resample_draws(idx2, 2 * K, means, quants, (0.5, 0.9), P, mult=keep_b, chunk=chunk,
+                            sharding=sharding)
     S = len(seeds)
     p_values, observed, reasons = {}, {}, {}
     for metric in PRIMARY_METRICS:
