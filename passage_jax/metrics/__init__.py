@@ -8,7 +8,9 @@ from passage_jax.metrics.kernels import (  # noqa: F401
     route_length_pixels, route_validity, score_batch, score_batch_gathered, score_batch_packed,
     score_task,
 )
-from passage_jax.metrics.host import MIN_BUCKET, normalise_candidate, score_routes  # noqa: F401
+from passage_jax.metrics.host import (  # noqa: F401
+    MIN_BUCKET, normalise_candidate, resolve_sharding, score_routes, sharding_devices,
+)
 from passage_jax.metrics.aggregate import (  # noqa: F401
     PRIMARY_METRICS, primary_metrics, primary_metrics_jax, regret_summary_jax,
 )

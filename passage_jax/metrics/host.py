@@ -7,7 +7,9 @@ tasks by route length so a large batch compiles only a handful of times, pads,
 runs the jitted :data:`~passage_jax.metrics.kernels.score_batch_gathered` under
 scoped float64 (dispatching every chunk before waiting for any, so the host
 prepares the next chunk while the previous one computes), and scatters the
-results back into task order.
+results back into task order. With a ``sharding`` over the batch axis each
+chunk is placed on the devices with ``jax.device_put`` and the kernel runs SPMD;
+the results are the same on any number of devices.
 """
 from __future__ import annotations
 
@@ -76,15 +78,49 @@ def _bucket(n: int) -> int:
     return b
 
 
-def _batch_size(length: int, n: int) -> int:
+def _batch_size(length: int, n: int, n_dev: int = 1) -> int:
     """Tasks per kernel call for ``n`` tasks padded to ``length``: at most
-    ``_PAIR_BUDGET`` pairwise distances per call, and the calls of one bucket
-    evenly filled, rounded up to an eighth of the largest batch (so a bucket
-    has at most eight batch shapes)."""
+    ``_PAIR_BUDGET`` pairwise distances per call and device, and the calls of
+    one bucket evenly filled, rounded up to an eighth of the largest batch (so a
+    bucket has at most eight batch shapes). On ``n_dev`` devices each call holds
+    ``n_dev`` times as many tasks, a multiple of ``n_dev``."""
     most = max(1, min(_MAX_BATCH, _PAIR_BUDGET // (length * length)))
+    if n_dev > 1:
+        most = -(-most // 8) * 8 * n_dev  # each eighth splits evenly over the devices
     calls = -(-n // most)
     step = max(1, most // 8)
     return min(most, -(-(-(-n // calls)) // step) * step)
+
+
+def resolve_sharding(sharding):
+    """The batch-axis placement ``score_routes`` uses for ``sharding``: None
+    (unsharded, the default device), a ``jax.sharding.Sharding`` as given, or
+    for ``"auto"`` a ``NamedSharding`` over all local devices of the default
+    backend on a 1-D ``("batch",)`` mesh when there is more than one, else None.
+    """
+    if sharding is None:
+        return None
+    if isinstance(sharding, str):
+        if sharding != "auto":
+            raise ValueError(f"sharding must be None, 'auto' or a jax.sharding.Sharding, "
+                             f"got {sharding!r}")
+        devices = jax.local_devices()
+        if len(devices) < 2:
+            return None
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec
+        return NamedSharding(Mesh(np.array(devices), ("batch",)), PartitionSpec("batch"))
+    if not isinstance(sharding, jax.sharding.Sharding):
+        raise ValueError(f"sharding must be None, 'auto' or a jax.sharding.Sharding, "
+                         f"got {type(sharding).__name__}")
+    return sharding
+
+
+def sharding_devices(sharding) -> list[str]:
+    """Names of the devices ``score_routes(..., sharding=sharding)`` runs on,
+    ordered by device id (the default device when unsharded)."""
+    s = resolve_sharding(sharding)
+    devices = sorted(s.device_set, key=lambda d: d.id) if s is not None else [jax.devices()[0]]
+    return [f"{d.platform}:{d.id}" for d in devices]
 
 
 def _is_int32_route(a) -> bool:
@@ -174,7 +210,7 @@ def _cells_in_grid(cells, h, w):
 
 
 def score_routes(candidates, tasks, c_star, request_ok, references=None,
-                 pixel_size_m: float = 30.0) -> dict:
+                 pixel_size_m: float = 30.0, sharding=None) -> dict:
     """Score candidate routes against their tasks (SPEC §4).
 
     Parameters
@@ -190,6 +226,13 @@ def score_routes(candidates, tasks, c_star, request_ok, references=None,
     references : optional N reference routes for the geometry (default
         ``task.route``); a reference that is not a legal route raises
         ValueError naming the task.
+    sharding : None (default: the default device, unsharded), a
+        ``jax.sharding.Sharding`` that splits the leading (batch) axis of
+        arrays of rank 1 to 3, e.g. ``NamedSharding(Mesh(devices, ("batch",)),
+        PartitionSpec("batch"))``, or ``"auto"`` (see :func:`resolve_sharding`).
+        Each kernel call's batch is then padded to a multiple of the sharding's
+        device count and placed with ``jax.device_put``; padding rows are
+        dropped, and the results equal the unsharded ones.
 
     Returns a dict of (N,) NumPy arrays keyed by ``METRIC_KEYS`` plus
     ``malformed`` (bool) and ``problem`` (object array of str/None: why a
@@ -208,6 +251,8 @@ def score_routes(candidates, tasks, c_star, request_ok, references=None,
         raise ValueError(f"request_ok must be bool, got dtype {request_ok.dtype}")
     if references is not None and len(references) != n:
         raise ValueError(f"{len(references)} references for {n} tasks")
+    sharding = resolve_sharding(sharding)
+    n_dev = sharding.num_devices if sharding is not None else 1
 
     # ---- distinct tasks (a batch usually scores many candidates per task) ----
     # identities are stable for this call: ``tasks`` holds every object looked up
@@ -318,7 +363,7 @@ def score_routes(candidates, tasks, c_star, request_ok, references=None,
                 zc[ra:rb] = grids.elev[ev[a]][1][flat[ra:rb]]
             zc[~inb] = 0.0
 
-            size = _batch_size(length, e - s)
+            size = _batch_size(length, e - s, n_dev)
             padded = -(-(e - s) // size) * size
             live = np.arange(length) < ln[:, None]
             st = grids.stats[t_elev[tj]]
@@ -339,8 +384,10 @@ def score_routes(candidates, tasks, c_star, request_ok, references=None,
                     pad(t_weight[tj]), pad(c_star[idx], 1.0), pad(request_ok[idx]),
                     pad(well_formed[idx])]
             for k in range(0, e - s, size):
-                res = score_batch_packed(*[x[k:k + size] for x in args],
-                                         pixel_size_m=float(pixel_size_m))
+                chunk = [x[k:k + size] for x in args]
+                if sharding is not None:
+                    chunk = jax.device_put(chunk, sharding)
+                res = score_batch_packed(*chunk, pixel_size_m=float(pixel_size_m))
                 pending.append((idx[k:k + size], res))
         out = {k: np.empty(n, _DTYPES.get(k, np.float64)) for k in METRIC_KEYS}
         for part, res in pending:
