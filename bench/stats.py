@@ -7,6 +7,8 @@ Both use the same multiplicity rows; the first peer draws are checked against ou
 
     python bench/stats.py            # 40,000 tasks, 200 blocks, 3 seeds, 10,000 draws
     python bench/stats.py --quick    # small sizes, about a minute on a 2-core CPU
+    python bench/stats.py --shard    # ours with sharding="auto": draws split over all local
+                                     # devices of the default backend (one device: unsharded)
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import time
 import jax
 import numpy as np
 
-from passage_jax.stats.bootstrap import MultiplicityStream
+from passage_jax.stats.bootstrap import MultiplicityStream, draw_placement
 from passage_jax.stats.compare import primary_seed_mean_draws
 from passage_jax.stats.primary import METRIC_SPEC, PRIMARY_METRICS
 
@@ -68,7 +70,12 @@ def peer_draws(data, blocks, K, mult):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--shard", action="store_true",
+                    help='run ours with sharding="auto" (draws split over all local devices)')
     args = ap.parse_args()
+    sharding = "auto" if args.shard else None
+    place = draw_placement(sharding)
+    n_shards = 1 if place is None else place[2]
     if args.quick:
         n, K, D, D_peer = 8000, 100, 2000, 60
     else:
@@ -79,10 +86,10 @@ def main():
 
     # first call compiles; the second, timed, is the figure
     t0 = time.perf_counter()
-    primary_seed_mean_draws(data, blocks, K, D, seed=seed, seeds=SEEDS)
+    primary_seed_mean_draws(data, blocks, K, D, seed=seed, seeds=SEEDS, sharding=sharding)
     t_cold = time.perf_counter() - t0
     t0 = time.perf_counter()
-    ours = primary_seed_mean_draws(data, blocks, K, D, seed=seed, seeds=SEEDS)
+    ours = primary_seed_mean_draws(data, blocks, K, D, seed=seed, seeds=SEEDS, sharding=sharding)
     t_ours = time.perf_counter() - t0
     ours_sm = np.stack([np.mean(ours[m][0] - ours[m][1], axis=1) for m in PRIMARY_METRICS], axis=1)
 
@@ -95,6 +102,9 @@ def main():
 
     print(f"machine: {platform.processor() or platform.machine()}, jax {jax.__version__} "
           f"({jax.default_backend()})")
+    how = (f"sharded over {n_shards} devices" if n_shards > 1 else
+           "unsharded (one device: --shard takes the same path)" if args.shard else "unsharded")
+    print(f"devices: {jax.local_device_count()} local {jax.default_backend()}; draws {how}")
     print(f"tasks {n}, blocks {K}, seeds {len(SEEDS)}, metrics {len(PRIMARY_METRICS)}, draws {D}")
     print(f"{'implementation':<44}{'seconds':>12}")
     print(f"{'passage_jax.stats, first call (compiles)':<44}{t_cold:>12.3f}")
