@@ -19,6 +19,8 @@ def register(p):
     p.add_argument("--require-identical-limits", action="store_true",
                    help="also refuse runs whose budgets, timing series or deadlines differ")
     p.add_argument("--force", action="store_true", help="replace an existing output file")
+    p.add_argument("--shard-draws", action="store_true",
+                   help="split the bootstrap draws over all local devices (same results)")
 
 
 def main(args) -> int:
@@ -33,7 +35,7 @@ def main(args) -> int:
                            bootstrap_seed=args.bootstrap_seed, roster=args.roster,
                            roster_sha256=args.roster_sha256, odd_spec=args.odd_spec,
                            require_identical_limits=args.require_identical_limits,
-                           force=args.force)
+                           force=args.force, shard_draws=args.shard_draws)
     except CompareError as e:
         print(f"compare: {e}", file=sys.stderr)
         return 2

@@ -307,3 +307,26 @@ def test_two_by_two_mesh_and_single_device_give_the_same_draws(data):
     r2 = paired_bootstrap(a, b, sharding=SingleDeviceSharding(jax.devices()[2]), **kw)
     same(r0.draws, r1.draws)
     same(r0.draws, r2.draws)
+
+
+def test_runner_compare_shard_draws_gives_the_same_file(tmp_path):
+    pytest.importorskip("test_score_support")
+    from test_score_support import runs
+
+    from passage_jax.runner.compare import compare_runs
+
+    R = runs()
+    r0 = compare_runs(R["bfs"], R["exact"], tmp_path / "a.json", n_resamples=101, bootstrap_seed=3)
+    r1 = compare_runs(R["bfs"], R["exact"], tmp_path / "b.json", n_resamples=101, bootstrap_seed=3,
+                      shard_draws=True)
+    f0 = _flatten({k: v for k, v in r0.items() if k != "created_utc"})
+    f1 = _flatten({k: v for k, v in r1.items() if k != "created_utc"})
+    assert f0.keys() == f1.keys()
+    n_float = 0
+    for k, v in f0.items():
+        if isinstance(v, float):
+            same(v, f1[k])
+            n_float += 1
+        else:
+            assert v == f1[k], k
+    assert n_float > 20 and r0["blocks"]["uncertainty_status"] == "available"

@@ -257,7 +257,8 @@ def contrast(xa: list, xb: list, labels: list, statistic, nan_policy: str, block
         try:
             r = seed_mean_bootstrap(dict(zip(keys, xa)), dict(zip(keys, xb)), statistic=statistic,
                                     blocks=blocks, seeds=keys, n_bootstrap=boot["n"],
-                                    alpha=boot["alpha"], seed=boot["seed"], nan_policy=nan_policy)
+                                    alpha=boot["alpha"], seed=boot["seed"], nan_policy=nan_policy,
+                                    sharding=boot.get("sharding"))
         except ValueError as e:
             raise CompareError(f"bootstrap of {statistic}: {e}") from None
         d = r.to_dict()
@@ -459,7 +460,10 @@ def _odd_contrasts(ra, rb, labels, bl, boot, avail):
 
 def compare_runs(a, b, output, n_resamples: int = DEFAULT_RESAMPLES, alpha: float = 0.05,
                  bootstrap_seed: int = 0, roster=None, roster_sha256=None, odd_spec=None,
-                 require_identical_limits: bool = False, force: bool = False) -> dict:
+                 require_identical_limits: bool = False, force: bool = False,
+                 shard_draws: bool = False) -> dict:
+    """Paired comparison of two scored runs written to ``output``. ``shard_draws`` splits the
+    bootstrap draws over all local devices (``sharding="auto"``); results do not depend on it."""
     output = Path(output)
     if output.exists() and not force:
         raise CompareError(f"{output} exists; choose a new file (or pass --force)")
@@ -483,7 +487,8 @@ def compare_runs(a, b, output, n_resamples: int = DEFAULT_RESAMPLES, alpha: floa
         raise CompareError("the two runs assign different geographic blocks to the same tasks")
     blk = blocks_for(ids, RA[0]["cluster_id"], roster, roster_sha256)
     avail = blk["uncertainty_status"] == "available"
-    boot = {"n": int(n_resamples), "alpha": float(alpha), "seed": int(bootstrap_seed)}
+    boot = {"n": int(n_resamples), "alpha": float(alpha), "seed": int(bootstrap_seed),
+            "sharding": "auto" if shard_draws else None}
     blocks = blk["labels"]
     contrasts = primary_contrasts(RA, RB, labels, blocks, boot, avail)
     geometry = geometry_intersection(RA, RB, labels, blocks, boot, avail)
@@ -499,7 +504,8 @@ def compare_runs(a, b, output, n_resamples: int = DEFAULT_RESAMPLES, alpha: floa
                 for i, lab in enumerate(labels)})
         try:
             cmp = compare_primary_metrics(recs[0], recs[1], blocks, n_bootstrap=n_resamples,
-                                          alpha=alpha, seed=bootstrap_seed, task_ids=ids)
+                                          alpha=alpha, seed=bootstrap_seed, task_ids=ids,
+                                          sharding=boot["sharding"])
             official = _clean(cmp.to_dict())
         except ValueError as e:
             official = {"unavailable": str(e)}
