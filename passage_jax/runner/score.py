@@ -335,7 +335,7 @@ def score_folder(folder, force: bool = False, dataset_path=None) -> dict:
     status = np.array([r["status"] for r in records], dtype=str)
     cands = [route_of(paths, i) for i in range(len(records))]
     per = score_routes(cands, [tasks[j] for j in ti], refs["c_star"][ti], status == "ok",
-                       references=[refs["routes"][j] for j in ti])
+                       references=[refs["routes"][j] for j in ti], sharding="auto")
     series = np.array([r["series"] for r in records], dtype=str)
     repeat = np.array([int(r["repeat"]) for r in records], np.int64)
     qualified = refs["qualified"][ti]
