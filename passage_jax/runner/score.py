@@ -37,6 +37,10 @@ from passage_jax.runner.files import (
 from passage_jax.runner.latency import series_latency
 from passage_jax.runner.timing import TIMING_PROFILE as DEFAULT_TIMING_PROFILE
 
+#: Scoring spreads each kernel call over every local device of the default backend
+#: (one device: the plain path); the devices used are recorded in score_receipt.json.
+SCORE_SHARDING = "auto"
+
 METRIC_CONTRACT = "passage-qualified-complete-v1"
 SCORE_FORMAT = "passage-jax-score-v1"
 RECEIPT_FORMAT = "passage-jax-score-receipt-v1"
@@ -295,7 +299,7 @@ def _clean(obj):
 
 def score_folder(folder, force: bool = False, dataset_path=None) -> dict:
     """Score one seed folder; returns the metrics dict (also written)."""
-    from passage_jax.metrics import score_routes
+    from passage_jax.metrics import score_routes, sharding_devices
 
     folder = Path(folder)
     where = str(folder)
@@ -335,7 +339,7 @@ def score_folder(folder, force: bool = False, dataset_path=None) -> dict:
     status = np.array([r["status"] for r in records], dtype=str)
     cands = [route_of(paths, i) for i in range(len(records))]
     per = score_routes(cands, [tasks[j] for j in ti], refs["c_star"][ti], status == "ok",
-                       references=[refs["routes"][j] for j in ti], sharding="auto")
+                       references=[refs["routes"][j] for j in ti], sharding=SCORE_SHARDING)
     series = np.array([r["series"] for r in records], dtype=str)
     repeat = np.array([int(r["repeat"]) for r in records], np.int64)
     qualified = refs["qualified"][ti]
@@ -465,6 +469,7 @@ def score_folder(folder, force: bool = False, dataset_path=None) -> dict:
         "outputs": {n: sha256_file(folder / n) for n in ("per_sample.npz", "metrics.json")},
         "evaluator": code_hash(),
         "versions": _versions(),
+        "devices": sharding_devices(SCORE_SHARDING),
         "scored_utc": utc_now(),
         "forced": bool(existing),
     }
