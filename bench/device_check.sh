@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# One prepared run of the GPU checks on a lent accelerator machine (its image has
+# jax with CUDA, flax, optax, pyarrow, scipy, scikit-image, rich, pyyaml, pytest;
+# zstandard is carried as a wheel in .whl/, see bench/RESULTS.md "GPU").
+#
+#   bash bench/device_check.sh [bench|tests|all]     (default: bench)
+#
+# Logs go to $OUT (or ./device-out) so they come back with the run.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+what="${1:-bench}"
+out="${OUT:-device-out}"
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl && export PYTHONPATH="$PYTHONPATH:/tmp/site" || exit 1
+fi
+python3 - <<'PY' 2>&1 | tee "$out/devices.log"
+import jax, platform
+print("python", platform.python_version(), "jax", jax.__version__, jax.devices())
+PY
+if [ "$what" = tests ] || [ "$what" = all ]; then
+  python3 -m pytest -q -x -p no:cacheprovider 2>&1 | tee "$out/tests.log"
+fi
+if [ "$what" = bench ] || [ "$what" = all ]; then
+  python3 bench/reference.py 2>&1 | tee "$out/reference.log"
+  python3 bench/reference.py --strategy jacobi --compare-jacobi 2>&1 | tee "$out/reference_jacobi.log"
+  python3 bench/stats.py 2>&1 | tee "$out/stats.log"
+  python3 bench/metrics.py 2>&1 | tee "$out/metrics.log"
+fi
