@@ -14,7 +14,9 @@ _KWARGS = ("max_sweeps", "check_every", "strategy")
 
 
 class ExactPlanner:
-    def __init__(self, max_sweeps: int = 4096, check_every: int = 4, strategy: str = "scan"):
+    # defaults are the reference solver's (fast sweeping: the strategy measured best,
+    # docs/reference.md)
+    def __init__(self, max_sweeps: int = 4096, check_every: int = 2, strategy: str = "sweep"):
         self.max_sweeps = int(max_sweeps)
         self.check_every = int(check_every)
         self.strategy = strategy
