@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
-import json
 import math
 import platform
 import re
@@ -26,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from passage_jax.runner.files import array_sha256, sha256_file
+from passage_jax.runner.files import array_sha256, read_document, sha256_file
 from passage_jax.runner.spec import RunSpec
 
 
@@ -261,12 +260,7 @@ def verify_runtime_bundle(path) -> dict | None:
     if path is None:
         return None
     p = Path(path)
-    if not p.is_file():
-        raise AdmissionError(f"runtime_bundle_manifest {p}: file not found")
-    try:
-        data = json.loads(p.read_text())
-    except json.JSONDecodeError as e:
-        raise AdmissionError(f"runtime_bundle_manifest {p}: not JSON: {e}") from None
+    data = read_document(p, AdmissionError, "runtime_bundle_manifest")
     if not isinstance(data, dict) or data.get("schema") != "passage-runtime-bundle-v1":
         raise AdmissionError(f"runtime_bundle_manifest {p}: schema must be 'passage-runtime-bundle-v1'")
     files = data.get("files")

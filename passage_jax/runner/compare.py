@@ -19,15 +19,13 @@ differ), and writes one JSON file with:
 """
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
 import math
 from pathlib import Path
 
 import numpy as np
 
-from passage_jax.runner.files import atomic_write_json
+from passage_jax.runner.files import atomic_write_json, read_document, sha256_file
 from passage_jax.runner.score import (
     STRATIFIERS, UNPLACED, ScoreError, load_score, seed_folders, timing_profile, utc_now,
 )
@@ -352,16 +350,8 @@ def latency_contrast(RA, RB, labels, blocks, boot, available) -> dict:
 # --------------------------------------------------------------------------- #
 
 def read_odd_spec(path) -> dict:
-    import yaml
-
     p = Path(path)
-    if not p.is_file():
-        raise CompareError(f"odd spec {p}: file not found")
-    raw = p.read_bytes()
-    try:
-        data = json.loads(raw) if p.suffix.lower() == ".json" else yaml.safe_load(raw)
-    except (json.JSONDecodeError, yaml.YAMLError) as e:
-        raise CompareError(f"odd spec {p}: cannot parse: {e}") from None
+    data = read_document(p, CompareError, "odd spec", yaml_allowed=True)
     where = f"odd spec {p}"
     if not isinstance(data, dict) or "stratifiers" not in data:
         raise CompareError(f"{where}: expected a mapping with 'stratifiers'")
@@ -385,7 +375,7 @@ def read_odd_spec(path) -> dict:
         if any(b <= a for a, b in zip(edges, edges[1:])):
             raise CompareError(f"{where}: stratifiers.{name}: edges must increase strictly")
         out[name] = [float(e) for e in edges]
-    return {"path": str(p.resolve()), "sha256": hashlib.sha256(raw).hexdigest(),
+    return {"path": str(p.resolve()), "sha256": sha256_file(p),
             "stratifiers": out}
 
 

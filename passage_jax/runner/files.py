@@ -97,6 +97,26 @@ def atomic_write_npz(path, arrays: dict) -> Path:
     return atomic_write_bytes(path, buf.getvalue())
 
 
+def read_document(path, error=ValueError, label: str = "", yaml_allowed: bool = False):
+    """Parse a JSON file (or, with ``yaml_allowed``, YAML unless the suffix is ``.json``).
+
+    A missing file or a parse failure raises ``error("<label> <path>: ...")``.
+    """
+    import yaml
+
+    p = Path(path)
+    where = f"{label} {p}" if label else str(p)
+    if not p.is_file():
+        raise error(f"{where}: file not found")
+    text = p.read_text()
+    try:
+        if yaml_allowed and p.suffix.lower() != ".json":
+            return yaml.safe_load(text)
+        return json.loads(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as e:
+        raise error(f"{where}: {'cannot parse' if yaml_allowed else 'not JSON'}: {e}") from None
+
+
 def sha256_file(path, chunk: int = 1 << 20) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from passage_jax.runner.files import atomic_write_bytes, atomic_write_text
+from passage_jax.runner.files import atomic_write_bytes, atomic_write_text, read_document
 
 
 def _save_figure(fig, path):
@@ -432,12 +432,7 @@ def regret_figure(cmp: dict, path: Path) -> Path:
 
 def write_report(compare_json, output, n_route_tasks: int = 4, force: bool = False) -> dict:
     compare_json, output = Path(compare_json), Path(output)
-    if not compare_json.is_file():
-        raise ReportError(f"{compare_json}: file not found")
-    try:
-        cmp = json.loads(compare_json.read_text())
-    except json.JSONDecodeError as e:
-        raise ReportError(f"{compare_json}: not JSON: {e}") from None
+    cmp = read_document(compare_json, ReportError)
     from passage_jax.runner.compare import COMPARE_FORMAT
 
     if cmp.get("format") != COMPARE_FORMAT:

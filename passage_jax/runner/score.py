@@ -32,7 +32,7 @@ import numpy as np
 
 from passage_jax.runner.files import (
     ROUTE_FORMAT_CODE, atomic_write_json, atomic_write_npz, array_sha256, code_hash, load_paths, route_of,
-    sha256_file, unpack_routes,
+    read_document, sha256_file, unpack_routes,
 )
 from passage_jax.runner.latency import series_latency
 from passage_jax.runner.timing import TIMING_PROFILE as DEFAULT_TIMING_PROFILE
@@ -96,13 +96,7 @@ def seed_folders(path) -> list[Path]:
 
 
 def read_json(path) -> dict:
-    path = Path(path)
-    if not path.is_file():
-        raise ScoreError(f"{path}: file not found")
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ScoreError(f"{path}: not JSON: {e}") from None
+    return read_document(path, ScoreError)
 
 
 def read_requests(path) -> list[dict]:

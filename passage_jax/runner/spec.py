@@ -13,11 +13,11 @@ import re
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from passage_jax.graph.spec import OBJECTIVES, VARIANTS
 from passage_jax.protocol.adapters import INFERENCE_FORMATS
 from passage_jax.protocol.contracts import BudgetSpec, ProtocolError
+from passage_jax.runner.files import read_document
 
 REFERENCE_POLICIES = ("released_labels", "independent_analytic_reference")
 DEFAULT_SEEDS = (1234, 2026, 3407)
@@ -281,15 +281,8 @@ def _check_component_control(cc, where):
 
 def load_spec(path) -> RunSpec:
     """Read a YAML or JSON spec file and validate it."""
-    path = Path(path)
-    if not path.is_file():
-        raise SpecError(f"spec {path}: file not found")
-    text = path.read_text()
-    try:
-        data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as e:
-        raise SpecError(f"spec {path}: cannot parse: {e}") from None
-    return parse_spec(data, str(path))
+    data = read_document(path, SpecError, "spec", yaml_allowed=True)
+    return parse_spec(data, str(Path(path)))
 
 
 STARTER_SPEC = """\
