@@ -134,6 +134,15 @@ def _open(path: Path) -> pq.ParquetFile:
         raise DataError(f"{path}: not a readable Parquet file: {' '.join(str(e).split())}") from None
 
 
+def _shard_rows(pf: pq.ParquetFile, path) -> Iterator[RawRow]:
+    """The required columns of an open shard, row by row in file order."""
+    row = 0
+    for batch in pf.iter_batches(batch_size=READ_BATCH_ROWS, columns=list(REQUIRED_COLUMNS)):
+        for values in batch.to_pylist():
+            yield RawRow(str(path), row, values)
+            row += 1
+
+
 def iter_raw_rows(root, resolution: int, split: str, n_samples=None) -> Iterator[RawRow]:
     """Undecoded rows (required columns only) in file order, capped at ``n_samples``."""
     n_samples = _check_n_samples(n_samples)
@@ -148,15 +157,14 @@ def iter_raw_rows(root, resolution: int, split: str, n_samples=None) -> Iterator
         if missing:
             raise DataError(f"{path}: every row: missing required column(s) {missing} "
                             f"(columns: {names})")
-        row = 0
+        row = 0  # the row being read
         try:
-            for batch in pf.iter_batches(batch_size=READ_BATCH_ROWS, columns=list(REQUIRED_COLUMNS)):
-                for values in batch.to_pylist():
-                    yield RawRow(str(path), row, values)
-                    row += 1
-                    count += 1
-                    if n_samples is not None and count >= n_samples:
-                        return
+            for raw in _shard_rows(pf, path):
+                yield raw
+                row = raw.row + 1
+                count += 1
+                if n_samples is not None and count >= n_samples:
+                    return
         except (pa.ArrowException, OSError) as e:
             why = " ".join(str(e).split())
             raise DataError(f"{path} row {row}: cannot read the shard: {why}") from None
@@ -385,12 +393,11 @@ def _file_rows(path: Path, resolution: int, split: str):
             yield RowReport(sid, resolution, split, str(path), i, False,
                             f"{ref}: missing required column(s) {missing}")
         return
-    row = 0
+    row = 0  # the row being read
     try:
-        for batch in pf.iter_batches(batch_size=READ_BATCH_ROWS, columns=list(REQUIRED_COLUMNS)):
-            for values in batch.to_pylist():
-                yield RawRow(str(path), row, values)
-                row += 1
+        for raw in _shard_rows(pf, path):
+            yield raw
+            row = raw.row + 1
     except (pa.ArrowException, OSError) as e:
         why = " ".join(str(e).split())
         try:  # name the scenes that could not be read, if the id column still reads
