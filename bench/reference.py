@@ -15,11 +15,10 @@ import time
 
 import jax
 import numpy as np
-import scipy.sparse as sp
 from scipy.sparse.csgraph import dijkstra as sp_dijkstra
 
-from passage_jax.graph import MOVES, OBJECTIVES, VARIANTS, edge_cost_field_np
-from passage_jax.reference import solve_batch
+from passage_jax.graph import OBJECTIVES, VARIANTS
+from passage_jax.reference import STRATEGIES, scipy_task_graph, solve_batch
 
 WEIGHTS = {"elevation": 62.4, "slope_uphill": 10.0, "energy": 62.4}
 
@@ -75,15 +74,9 @@ def raster_items(res: int, limit: int, seed: int = 0):
 
 
 def scipy_graph(it: Item):
-    C = edge_cost_field_np(it.z, it.obstacles, it.model, it.weight)
+    """The task's graph (``passage_jax.reference.scipy_task_graph``) and its node ids."""
     h, w = it.z.shape
-    idx = np.arange(h * w).reshape(h, w)
-    rows, cols, vals = [], [], []
-    for k, (dr, dc) in enumerate(MOVES.tolist()):
-        r, c = np.nonzero(np.isfinite(C[k]))
-        rows.append(idx[r, c]), cols.append(idx[r + dr, c + dc]), vals.append(C[k][r, c])
-    return sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
-                         shape=(h * w, h * w)), idx
+    return scipy_task_graph(it.z, it.obstacles, it.model, it.weight), np.arange(h * w).reshape(h, w)
 
 
 def run_scipy(items):
@@ -134,7 +127,8 @@ def run_jax(items, b: int, strategy: str, sharding=None):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small sizes, about a minute on CPU")
-    ap.add_argument("--strategy", default="sweep", help="value-iteration strategy")
+    ap.add_argument("--strategy", default="sweep", choices=STRATEGIES,
+                    help="value-iteration strategy")
     ap.add_argument("--compare-jacobi", action="store_true",
                     help="also time plain Jacobi at batch 16 (sweep-strategy evidence)")
     a = ap.parse_args(argv)

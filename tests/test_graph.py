@@ -10,8 +10,24 @@ import numpy as np
 import pytest
 
 from passage_jax.graph import (
-    MODEL_INDEX, MOVES, edge_cost_field, edge_cost_field_batched, edge_cost_field_np,
-    legal_move_mask, route_cost, route_length_pixels, route_step_costs,
+    DIAGONAL,
+    MODEL_INDEX,
+    MOVES,
+    STEP_PIXELS,
+    bellman_backup,
+    cell_mask,
+    descent_policy,
+    edge_cost_field,
+    edge_cost_field_batched,
+    edge_cost_field_np,
+    legal_move_mask,
+    move_index,
+    move_values,
+    neighbours,
+    route_cost,
+    route_length_pixels,
+    route_step_costs,
+    shift,
 )
 
 INF = math.inf
@@ -203,7 +219,7 @@ def _random_walk(rng, n, length):
 def test_route_cost_matches_plain_loop(model):
     rng = np.random.default_rng(11)
     z = rng.uniform(-50.0, 900.0, (12, 12))
-    for trial in range(5):
+    for _trial in range(5):
         route = _random_walk(rng, 12, 40)
         w = float(rng.uniform(0.5, 70.0))
         got = route_cost(np.array(route), z, model, w)
@@ -268,7 +284,7 @@ def _cohort_scenes():
 
 
 def test_recost_every_released_route_of_the_shipped_cohort():
-    from passage_jax.graph import GraphSpec, OBJECTIVES, VARIANTS
+    from passage_jax.graph import OBJECTIVES, VARIANTS, GraphSpec
     scenes = _cohort_scenes()
     assert scenes
     n_routes = n_cstar = 0
@@ -286,3 +302,86 @@ def test_recost_every_released_route_of_the_shipped_cohort():
                     assert GraphSpec(obj, w).costs_agree(got, c_star), (s.where, obj, var, got, c_star)
                     n_cstar += 1
     assert n_routes == 6 * len(scenes)
+
+
+# --------------------------------------------------------------------------- #
+# move table and grid operators (passage_jax.graph.moves, passage_jax.graph.grid)
+# --------------------------------------------------------------------------- #
+
+def test_move_table():
+    assert [move_index(int(dr), int(dc)) for dr, dc in MOVES] == list(range(8))
+    with pytest.raises(ValueError, match="not one of the 8 moves"):
+        move_index(0, 0)
+    assert DIAGONAL.tolist() == [True, False, True, False, False, True, False, True]
+    np.testing.assert_array_equal(STEP_PIXELS, np.where(DIAGONAL, math.sqrt(2.0), 1.0))
+
+
+def test_spec_and_costs_import_without_each_other():
+    """graph.spec and graph.costs do not import each other's module at import time in a
+    cycle: each imports cleanly first in a fresh interpreter."""
+    import subprocess
+    import sys
+    for mod in ("passage_jax.graph.spec", "passage_jax.graph.costs", "passage_jax.graph.grid"):
+        subprocess.run([sys.executable, "-c", f"import {mod}"], check=True)
+
+
+@pytest.mark.parametrize("offset", [(-1, -1), (0, 1), (1, 0), (2, -1), (0, 0)])
+def test_shift_matches_plain_loop(offset):
+    rng = np.random.default_rng(1)
+    a = rng.normal(size=(4, 5))
+    dr, dc = offset
+    want = np.full_like(a, -7.0)
+    for r in range(4):
+        for c in range(5):
+            if 0 <= r + dr < 4 and 0 <= c + dc < 5:
+                want[r, c] = a[r + dr, c + dc]
+    np.testing.assert_array_equal(shift(a, dr, dc, -7.0, np), want)
+    with jax.enable_x64(True):
+        np.testing.assert_array_equal(np.asarray(shift(jnp.asarray(a), dr, dc, -7.0)), want)
+        # leading batch axes are carried along
+        batched = np.asarray(shift(jnp.asarray(np.stack([a, 2 * a])), dr, dc, -7.0))
+    np.testing.assert_array_equal(batched[1], np.where(want == -7.0, -7.0, 2 * want))
+
+
+def test_neighbours_and_bellman_backup_by_hand():
+    # 2x2 grid, V = [[0, 1], [2, 3]], every move costs 10 (off-grid moves +inf)
+    v = np.array([[0.0, 1.0], [2.0, 3.0]])
+    nb = neighbours(v, np.inf, np)
+    assert nb.shape == (8, 2, 2)
+    # from (0, 0): only (0, +1) -> 1, (+1, -1) off grid, (+1, 0) -> 2, (+1, +1) -> 3
+    assert nb[:, 0, 0].tolist() == [INF, INF, INF, INF, 1.0, INF, 2.0, 3.0]
+    c = np.where(np.isfinite(nb), 10.0, np.inf)
+    np.testing.assert_array_equal(bellman_backup(v, c, np), [[11.0, 10.0], [10.0, 10.0]])
+    np.testing.assert_array_equal(np.asarray(bellman_backup(jnp.asarray(v), jnp.asarray(c))),
+                                  [[11.0, 10.0], [10.0, 10.0]])
+
+
+def test_descent_policy_tie_break_and_unreachable():
+    # from (1, 1) of a flat 3x3 grid towards V = 0 at (2, 2) through two equal choices
+    v = np.array([[4.0, 3.0, 2.0], [3.0, 2.0, 1.0], [2.0, 1.0, 0.0]])
+    c = np.where(np.isfinite(neighbours(v, np.inf, np)), 1.0, np.inf)
+    c[7, 1, 1] = 2.0  # the diagonal now ties with (0, +1) and (+1, 0): 1 + 1 = 2 + 0
+    move, backup = descent_policy(jnp.asarray(v), jnp.asarray(c))
+    assert int(move[1, 1]) == move_index(0, 1)  # the first of the ties in MOVES order
+    assert float(backup[1, 1]) == 2.0
+    np.testing.assert_array_equal(np.asarray(move), descent_policy(v, c, np)[0])
+    # a cell without a legal move backs up +inf
+    c[:, 0, 0] = np.inf
+    _, backup = descent_policy(v, c, np)
+    assert backup[0, 0] == np.inf and cell_mask((3, 3), (0, 2), np).sum() == 1
+
+
+def test_descent_policy_equals_argmin_of_move_values():
+    """The move-by-move policy equals argmin/min over the stacked move values, ties and
+    NaN included (a NaN counts as the minimum, as in argmin)."""
+    rng = np.random.default_rng(5)
+    v = rng.integers(0, 4, (6, 7)).astype(float)  # many ties
+    v[2, 3] = np.nan
+    c = rng.integers(1, 3, (8, 6, 7)).astype(float)
+    c[:, 0, 0] = np.inf
+    q = np.asarray(move_values(v, c, np))
+    move, backup = descent_policy(jnp.asarray(v, jnp.float32), jnp.asarray(c, jnp.float32))
+    np.testing.assert_array_equal(np.asarray(move), np.argmin(q, axis=0))
+    np.testing.assert_array_equal(np.asarray(backup), np.min(q, axis=0))
+    np.testing.assert_array_equal(np.asarray(bellman_backup(jnp.asarray(v), jnp.asarray(c))),
+                                  np.min(q, axis=0))

@@ -5,20 +5,40 @@ from __future__ import annotations
 import math
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
-import scipy.sparse as sp
 from scipy.sparse.csgraph import dijkstra as sp_dijkstra
 
 from passage_jax.data.scene import Scene
 from passage_jax.graph import (
-    MODEL_INDEX, MOVES, OBJECTIVES, VARIANTS, GraphSpec, edge_cost_field_np, route_cost,
+    MODEL_INDEX,
+    MOVES,
+    OBJECTIVES,
+    VARIANTS,
+    GraphSpec,
+    edge_cost_field_np,
+    route_cost,
     route_problem,
 )
 from passage_jax.reference import (
-    astar, dijkstra, qualification_failures, qualify_scene, qualify_scenes, solve_batch,
-    solve_tasks, vi_kernel,
+    SceneInputs,
+    SolverConfig,
+    VIResult,
+    astar,
+    descend_route,
+    dijkstra,
+    qualification_failures,
+    qualify_scene,
+    qualify_scenes,
+    scipy_graph,
+    scipy_task_graph,
+    solve_batch,
+    solve_scene,
+    solve_tasks,
+    vi_kernel,
 )
+from passage_jax.reference.vi import init, step, terminate
 
 WEIGHTS = {"elevation": 62.4, "slope_uphill": 10.0, "energy": 62.4}
 
@@ -67,13 +87,7 @@ def scipy_costs_from(C, source_or_target, reverse=False):
     """Independent SciPy csgraph Dijkstra on the graph of the NumPy edge field."""
     _, h, w = C.shape
     idx = np.arange(h * w).reshape(h, w)
-    rows, cols, vals = [], [], []
-    for k, (dr, dc) in enumerate(MOVES.tolist()):
-        ok = np.isfinite(C[k])
-        r, c = np.nonzero(ok)
-        rows.append(idx[r, c]), cols.append(idx[r + dr, c + dc]), vals.append(C[k][ok])
-    g = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
-                      shape=(h * w, h * w))
+    g = scipy_graph(C)
     if reverse:
         g = g.T.tocsr()
     src = int(idx[source_or_target])
@@ -83,8 +97,8 @@ def scipy_costs_from(C, source_or_target, reverse=False):
 @pytest.fixture(scope="module")
 def solved32():
     z, o, s, g, m, w = batch(32, 12)
-    res, routes = solve_batch(z, o, s, g, m, w, routes=True)
-    return (z, o, s, g, m, w), res, routes
+    res = solve_batch(z, o, s, g, m, w, routes=True)
+    return (z, o, s, g, m, w), res, res.routes
 
 
 def test_vi_equals_search_and_scipy(solved32):
@@ -105,7 +119,7 @@ def test_vi_whole_field_equals_backward_dijkstra(solved32):
     for i in (0, 4, 11):
         C = edge_cost_field_np(z[i], o[i], m[i], w[i])
         back = scipy_costs_from(C, g[i], reverse=True)  # cost-to-go of every cell
-        V = res.V[i]
+        V = res.values[i]
         assert np.array_equal(np.isinf(V), np.isinf(back))
         fin = np.isfinite(back)
         np.testing.assert_allclose(V[fin], back[fin], rtol=1e-12, atol=0)
@@ -121,22 +135,22 @@ def test_vi_routes_legal_and_cost_matches(solved32):
         assert GraphSpec(m[i], w[i]).costs_agree(rc, res.c_star[i])
         assert abs(rc - res.c_star[i]) <= 1e-12 * rc
         # V strictly decreases along the descent
-        assert np.all(np.diff(res.V[i][r[:, 0], r[:, 1]]) < 0)
+        assert np.all(np.diff(res.values[i][r[:, 0], r[:, 1]]) < 0)
 
 
-@pytest.mark.parametrize("strategies", [
-    ("sweep",), pytest.param(("scan", "sequential"), marks=pytest.mark.slow)])
-def test_strategies_agree(strategies):
+def test_strategies_agree():
     z, o, s, g, m, w = batch(16, 6, seed0=7)
     base = solve_batch(z, o, s, g, m, w, strategy="jacobi")
-    for strat in strategies:
-        r = solve_batch(z, o, s, g, m, w, strategy=strat)
-        assert r.status == base.status
-        np.testing.assert_allclose(r.c_star, base.c_star, rtol=1e-12)
-        fin = np.isfinite(base.V)
-        np.testing.assert_allclose(r.V[fin], base.V[fin], rtol=1e-12)
-        # line sweeps need far fewer sweeps than plain Jacobi on these routes
-        assert r.scan_sweeps.max() < base.sweeps.max()
+    r = solve_batch(z, o, s, g, m, w, strategy="sweep")
+    assert r.status == base.status
+    np.testing.assert_allclose(r.c_star, base.c_star, rtol=1e-12)
+    fin = np.isfinite(base.values)
+    np.testing.assert_allclose(r.values[fin], base.values[fin], rtol=1e-12)
+    # line sweeps need far fewer sweeps than plain Jacobi on these routes
+    assert r.directional_sweeps.max() < base.sweeps.max()
+    assert not base.directional_sweeps.any()
+    with pytest.raises(ValueError, match="unknown strategy"):
+        solve_batch(z, o, s, g, m, w, strategy="scan")
 
 
 def test_hand_worked_3x3():
@@ -144,18 +158,20 @@ def test_hand_worked_3x3():
     z = np.zeros((3, 3))
     z[1, 1] = 100.0
     o = np.zeros((3, 3), bool)
-    res, routes = solve_batch(z[None], o[None], [(0, 0)], [(2, 2)], ["elevation"], [62.4],
-                              routes=True)
+    res = solve_batch(z[None], o[None], [(0, 0)], [(2, 2)], ["elevation"], [62.4], routes=True)
+    routes = res.routes
     r2 = 30.0 * math.sqrt(2.0)
     expect_V = np.array([
         [30.0 + (r2 + 30.0), r2 + 30.0, 60.0],
         [r2 + 30.0, r2 + 62.4, 30.0],
         [60.0, 30.0, 0.0],
     ])
-    np.testing.assert_allclose(res.V[0], expect_V, rtol=1e-12)
+    np.testing.assert_allclose(res.values[0], expect_V, rtol=1e-12)
     assert res.c_star[0] == pytest.approx(60.0 + r2, rel=1e-12)
     # tie between (0,1) and (1,0): the first move in MOVES order, (0,+1), wins
     assert routes[0].tolist() == [[0, 0], [0, 1], [1, 2], [2, 2]]
+    C = edge_cost_field_np(z, o, "elevation", 62.4)
+    assert descend_route(C, res.values[0], (0, 0), (2, 2)).tolist() == routes[0].tolist()
     a = astar(z, o, (0, 0), (2, 2), "elevation", 62.4)
     assert a.cost == pytest.approx(60.0 + r2, rel=1e-12)
 
@@ -165,10 +181,9 @@ def test_unreachable_goal():
     o[:] = False
     o[9:12, 9:12] = True
     o[10, 10] = False  # goal enclosed by a ring of obstacles
-    res, routes = solve_batch(z[None], o[None], [(0, 0)], [(10, 10)], ["energy"], [62.4],
-                              routes=True)
+    res = solve_batch(z[None], o[None], [(0, 0)], [(10, 10)], ["energy"], [62.4], routes=True)
     assert res.status == ("unreachable",)
-    assert np.isinf(res.c_star[0]) and routes[0] is None and res.converged[0]
+    assert np.isinf(res.c_star[0]) and res.routes[0] is None and res.converged[0]
     for fn in (astar, dijkstra):
         r = fn(z, o, (0, 0), (10, 10), "energy", 62.4)
         assert r.status == "unreachable" and r.route is None and math.isinf(r.cost)
@@ -178,6 +193,7 @@ def test_unreachable_goal():
 def test_budget_exhaustion():
     z, o, s, g, m, w = batch(32, 2, seed0=3)
     res = solve_batch(z, o, s, g, m, w, max_sweeps=2, check_every=2)
+    assert isinstance(res, VIResult) and res.routes is None
     assert res.status == ("budget_exhausted", "budget_exhausted")
     assert np.all(np.isnan(res.c_star)) and not res.converged.any()
     r = astar(z[0], o[0], s[0], g[0], m[0], w[0], max_expansions=10)
@@ -199,42 +215,106 @@ def test_search_counters_and_heuristic():
         assert route_cost(d.route, z[i], m[i], w[i]) == d.cost
 
 
+def _scenes(z, o, s, g, m, w) -> SceneInputs:
+    return SceneInputs(elevation_m=jnp.asarray(z), obstacles=jnp.asarray(o),
+                       start=jnp.asarray(s, jnp.int32), goal=jnp.asarray(g, jnp.int32),
+                       model_index=jnp.asarray([MODEL_INDEX[x] for x in m], jnp.int32),
+                       weight=jnp.asarray(w))
+
+
 def test_jit_and_nonjit_agree():
     z, o, s, g, m, w = batch(8, 3, seed0=5)
     with jax.enable_x64(True):
-        args = (z, o, np.asarray(s, np.int32), np.asarray(g, np.int32),
-                np.asarray([MODEL_INDEX[x] for x in m], np.int32), np.asarray(w))
-        jitted = vi_kernel(*args)
+        scenes = _scenes(z, o, s, g, m, w)
+        jitted = vi_kernel(scenes)
         with jax.disable_jit():
-            eager = vi_kernel(*args)
+            eager = vi_kernel(scenes)
         np.testing.assert_allclose(np.asarray(eager.c_star), np.asarray(jitted.c_star), rtol=1e-12)
-        fin = np.isfinite(np.asarray(jitted.V))
-        np.testing.assert_allclose(np.asarray(eager.V)[fin], np.asarray(jitted.V)[fin], rtol=1e-12)
+        fin = np.isfinite(np.asarray(jitted.values))
+        np.testing.assert_allclose(np.asarray(eager.values)[fin], np.asarray(jitted.values)[fin],
+                                   rtol=1e-12)
         assert np.array_equal(np.asarray(eager.status), np.asarray(jitted.status))
+
+
+@pytest.mark.parametrize("strategy", ["sweep", "jacobi"])
+def test_step_jitted_and_unjitted_agree(strategy):
+    """The per-scene step function, run jitted and un-jitted, gives the same state."""
+    z, o, s, g, m, w = batch(12, 1, seed0=4)
+    config = SolverConfig(strategy=strategy, check_every=3)
+    with jax.enable_x64(True):
+        scene = jax.tree_util.tree_map(lambda a: a[0], _scenes(z, o, s, g, m, w))
+        problem, state = init(scene, config)
+        jit_step = jax.jit(step, static_argnames="config")
+        eager_state = jitted_state = state
+        for _ in range(3):
+            jitted_state = jit_step(problem, jitted_state, config=config)
+            with jax.disable_jit():
+                eager_state = step(problem, eager_state, config)
+            assert jitted_state.phase == eager_state.phase
+            assert int(jitted_state.sweeps) == int(eager_state.sweeps)
+            assert bool(jitted_state.changed) == bool(eager_state.changed)
+            assert bool(terminate(jitted_state, config)) == bool(terminate(eager_state, config))
+            fin = np.isfinite(np.asarray(jitted_state.values))
+            assert np.array_equal(fin, np.isfinite(np.asarray(eager_state.values)))
+            np.testing.assert_allclose(np.asarray(eager_state.values)[fin],
+                                       np.asarray(jitted_state.values)[fin], rtol=1e-12)
+        # the goal keeps its value 0 and every block counts its sweeps
+        assert float(jitted_state.values[g[0]]) == 0.0
+        assert int(jitted_state.sweeps) == 9
+
+
+def test_solve_scene_equals_batch_item():
+    z, o, s, g, m, w = batch(12, 3, seed0=6)
+    flat = solve_batch(z, o, s, g, m, w, bucket=False, routes=True)
+    with jax.enable_x64(True):
+        scenes = _scenes(z, o, s, g, m, w)
+        for i in range(3):
+            one = jax.jit(solve_scene, static_argnames=("config", "with_routes"))(
+                jax.tree_util.tree_map(lambda a, i=i: a[i], scenes), SolverConfig(),
+                with_routes=True)
+            assert float(one.c_star) == pytest.approx(flat.c_star[i], rel=1e-12)
+            assert int(one.sweeps) == flat.sweeps[i]
+            n = int(one.route_length)
+            assert np.array_equal(np.asarray(one.route)[:n], flat.routes[i])
+            assert np.all(np.asarray(one.route)[n:] == -1)
 
 
 def test_vmap_over_kernel_equals_flat_batch():
     z, o, s, g, m, w = batch(8, 4, seed0=2)
     flat = solve_batch(z, o, s, g, m, w, bucket=False)
     with jax.enable_x64(True):
-        args = (z, o, np.asarray(s, np.int32), np.asarray(g, np.int32),
-                np.asarray([MODEL_INDEX[x] for x in m], np.int32), np.asarray(w))
-        nested = [a.reshape((2, 2) + a.shape[1:]) for a in args]
-        r = jax.vmap(lambda *xs: vi_kernel(*xs))(*nested)
+        nested = jax.tree_util.tree_map(lambda a: a.reshape((2, 2) + a.shape[1:]),
+                                        _scenes(z, o, s, g, m, w))
+        r = jax.vmap(vi_kernel)(nested)
         np.testing.assert_allclose(np.asarray(r.c_star).ravel(), flat.c_star, rtol=1e-12)
 
 
 def test_chunked_equals_lockstep():
     z, o, s, g, m, w = batch(20, 4, seed0=9)
-    a, ra = solve_batch(z, o, s, g, m, w, chunk=None, routes=True)
-    b, rb = solve_batch(z, o, s, g, m, w, chunk=1, routes=True)
+    a = solve_batch(z, o, s, g, m, w, chunk=None, routes=True)
+    b = solve_batch(z, o, s, g, m, w, chunk=1, routes=True)
     c = solve_batch(z, o, s, g, m, w, chunk=2)
     np.testing.assert_allclose(b.c_star, a.c_star, rtol=1e-12)
     np.testing.assert_allclose(c.c_star, a.c_star, rtol=1e-12)
     assert a.status == b.status == c.status
-    assert all(np.array_equal(x, y) for x, y in zip(ra, rb))
-    # chunk=1 lets every scene stop at its own convergence
-    assert np.all(b.sweeps <= a.sweeps)
+    assert all(np.array_equal(x, y) for x, y in zip(a.routes, b.routes))
+    # every scene stops at its own convergence, in lock step as well
+    assert np.array_equal(b.sweeps, a.sweeps) and np.array_equal(c.sweeps, a.sweeps)
+
+
+@pytest.mark.parametrize("max_sweeps", [5, 6, 7])
+def test_lockstep_budget_equals_one_at_a_time(max_sweeps):
+    # budgets that stop some scenes in either phase while others still run
+    z, o, s, g, m, w = batch(32, 8, seed0=0)
+    a = solve_batch(z, o, s, g, m, w, chunk=None, max_sweeps=max_sweeps)
+    b = solve_batch(z, o, s, g, m, w, chunk=1, max_sweeps=max_sweeps)
+    assert a.status == b.status and "budget_exhausted" in a.status
+    assert np.array_equal(a.sweeps, b.sweeps) and np.array_equal(a.converged, b.converged)
+    assert np.array_equal(a.directional_sweeps, b.directional_sweeps)
+    assert np.all(a.sweeps <= max_sweeps)
+    fin = np.isfinite(b.values)
+    assert np.array_equal(np.isfinite(a.values), fin)
+    np.testing.assert_allclose(a.values[fin], b.values[fin], rtol=1e-12)
 
 
 def test_sharded_batch_equals_unsharded():
@@ -245,12 +325,30 @@ def test_sharded_batch_equals_unsharded():
                          axis_types=(jax.sharding.AxisType.Auto,))
     sharding = NamedSharding(mesh, PartitionSpec("b"))
     z, o, s, g, m, w = batch(24, 6, seed0=21)
-    plain, r1 = solve_batch(z, o, s, g, m, w, routes=True)
-    sharded, r2 = solve_batch(z, o, s, g, m, w, routes=True, sharding=sharding)
+    plain = solve_batch(z, o, s, g, m, w, routes=True)
+    sharded = solve_batch(z, o, s, g, m, w, routes=True, sharding=sharding)
     np.testing.assert_allclose(sharded.c_star, plain.c_star, rtol=1e-12)
     assert sharded.status == plain.status
-    for a, b in zip(r1, r2):
+    for a, b in zip(plain.routes, sharded.routes):
         assert np.array_equal(a, b)
+
+
+def test_scipy_graph_hand_worked():
+    # a flat 2x3 grid whose middle cell of the second row is an obstacle
+    o = np.array([[False, False, False], [False, True, False]])
+    g = scipy_task_graph(np.zeros((2, 3)), o, "distance", 0.0)
+    assert g.shape == (6, 6)
+    d = 30.0 * math.sqrt(2.0)
+    # from (0, 0): right 30, down 30, diagonal into the obstacle is not an edge
+    assert g[0, 1] == 30.0 and g[0, 3] == 30.0 and g[0, 4] == 0.0
+    # from (1, 0): up 30, up-right diagonal, nothing into (1, 1)
+    assert g[3, 0] == 30.0 and g[3, 1] == d and g[3, 4] == 0.0
+    assert g.nnz == sum(1 for u in range(6) for v in range(6) if g[u, v] > 0)
+    # every edge of the graph is a legal move of the NumPy field, and only those
+    C = edge_cost_field_np(np.zeros((2, 3)), o, "distance", 0.0)
+    assert g.nnz == int(np.isfinite(C).sum())
+    with pytest.raises(ValueError, match="non-positive"):
+        scipy_graph(np.where(np.isfinite(C), 0.0, np.inf))
 
 
 def test_bad_input_is_refused():

@@ -3,17 +3,26 @@
 Every formula is written once, against an array namespace ``xp`` (NumPy or
 ``jax.numpy``), so the float64 host recoster, the CPU exact search and the JAX
 kernels share one definition. A corrected formula is a one-place change here.
+Neighbour gathers come from :mod:`passage_jax.graph.grid`.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from passage_jax.graph.spec import MOVES, STEP_PIXELS
+from passage_jax.graph.grid import neighbours
+from passage_jax.graph.moves import STEP_PIXELS
+
+__all__ = [
+    "CostModel", "CropStats", "COST_MODELS", "MODEL_NAMES", "MODEL_INDEX", "get_cost_model",
+    "crop_stats", "step_cost", "legal_move_mask", "edge_cost_field", "edge_cost_field_np",
+    "edge_cost_field_by_index", "edge_cost_field_batched",
+]
 
 
 class CropStats(NamedTuple):
@@ -100,26 +109,19 @@ def step_cost(model: str, d, z_u, z_v, w, stats: CropStats, xp=np):
 # +inf where the destination is out of bounds or an obstacle.
 # --------------------------------------------------------------------------- #
 
-def _neighbour_stack(a, fill, xp):
-    """(8, H, W) stack with [k, r, c] = a[r + dr_k, c + dc_k] (``fill`` outside)."""
-    h, w = a.shape[-2:]
-    p = xp.pad(a, ((1, 1), (1, 1)), constant_values=fill)
-    return xp.stack([p[1 + dr:1 + dr + h, 1 + dc:1 + dc + w] for dr, dc in MOVES.tolist()])
-
-
 def legal_move_mask(obstacles, xp=np):
     """(8, H, W) bool: the move from (r, c) by MOVES[k] lands in bounds on a free cell.
 
     Diagonal moves check their destination only (SPEC §2 ``destination_only``).
     """
     blocked = xp.asarray(obstacles).astype(bool)
-    return ~_neighbour_stack(blocked, True, xp)
+    return ~neighbours(blocked, True, xp)
 
 
 def _edge_cost_field(z, obstacles, model: str, weight, pixel_size_m, xp, dtype):
     z = xp.asarray(z, dtype=dtype)
     stats = crop_stats(z, xp)
-    zv = _neighbour_stack(z, 0.0, xp)
+    zv = neighbours(z, 0.0, xp)
     d = xp.asarray(STEP_PIXELS * pixel_size_m, dtype=dtype)[:, None, None]
     w = xp.asarray(weight, dtype=dtype)
     cost = get_cost_model(model).step_cost(d, z[None], zv, w, stats, xp)

@@ -1,8 +1,9 @@
 """Host-side route checks and float64 recosting (SPEC §2, §4).
 
 These are the strict, plain-NumPy definitions used for validation at load and as
-the scoring ground truth; the jittable padded-route kernels live in
-``passage_jax.metrics``.
+the scoring ground truth: :func:`route_problem` is the one host implementation of
+route legality (the reader, qualification, the runner and the host scorer call
+it); the jittable padded-route kernels live in ``passage_jax.metrics``.
 """
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import numpy as np
 
 from passage_jax.graph.costs import crop_stats, get_cost_model
 from passage_jax.graph.spec import GraphSpec
+
+__all__ = ["as_route_array", "route_problem", "route_step_costs", "route_cost", "route_length_pixels"]
 
 
 def as_route_array(route) -> np.ndarray:

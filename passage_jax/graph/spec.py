@@ -1,4 +1,8 @@
-"""GraphSpec and the fixed 8-neighbour move table (SPEC §2)."""
+"""GraphSpec: the graph a scene is planned on, and the objective names (SPEC §2).
+
+The move table lives in :mod:`passage_jax.graph.moves`, the cost-model registry in
+:mod:`passage_jax.graph.costs`.
+"""
 from __future__ import annotations
 
 import dataclasses
@@ -6,15 +10,10 @@ import math
 
 import numpy as np
 
-#: The 8 moves as (d_row, d_col), in the fixed order that is also the tie-break.
-MOVES = np.array(
-    [(-1, -1), (-1, 0), (-1, 1), (0, -1), (0, 1), (1, -1), (1, 0), (1, 1)],
-    dtype=np.int32,
-)
-#: True for the diagonal moves of ``MOVES``.
-DIAGONAL = np.array([abs(dr) + abs(dc) == 2 for dr, dc in MOVES])
-#: Step length of each move in pixels (1 or sqrt(2)).
-STEP_PIXELS = np.where(DIAGONAL, math.sqrt(2.0), 1.0)
+from passage_jax.graph.costs import COST_MODELS
+from passage_jax.graph.moves import STEP_PIXELS
+
+__all__ = ["GraphSpec", "OBJECTIVES", "VARIANTS", "OBJECTIVE_COLUMN"]
 
 OBJECTIVES = ("elevation", "slope_uphill", "energy")
 """The three objectives of PASSAGE v1.0 (SPEC §2 names)."""
@@ -22,13 +21,6 @@ VARIANTS = ("free", "obstacles")
 #: Column-name stem of each objective in released shards (`slope` for `slope_uphill`).
 OBJECTIVE_COLUMN = {"elevation": "elevation", "slope_uphill": "slope", "energy": "energy"}
 
-
-def move_index(d_row: int, d_col: int) -> int:
-    """Index of the move (d_row, d_col) in ``MOVES``; ValueError if it is not a move."""
-    for k, (dr, dc) in enumerate(MOVES):
-        if dr == d_row and dc == d_col:
-            return k
-    raise ValueError(f"({d_row}, {d_col}) is not one of the 8 moves")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,8 +38,6 @@ class GraphSpec:
     atol: float = 1e-6
 
     def __post_init__(self):
-        from passage_jax.graph.costs import COST_MODELS  # local: avoid import cycle
-
         fixed = {
             "connectivity": 8,
             "diagonal_policy": "destination_only",

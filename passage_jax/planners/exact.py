@@ -7,8 +7,11 @@ expansions), so it cannot run under a budget with work limits.
 """
 from __future__ import annotations
 
-from passage_jax.protocol.contracts import PlanRequest, PlanResult
 from passage_jax.planners._common import check_kwargs
+from passage_jax.protocol.contracts import PlanRequest, PlanResult
+from passage_jax.reference.vi import solve_batch
+
+__all__ = ["ExactPlanner", "make_planner"]
 
 _KWARGS = ("max_sweeps", "check_every", "strategy")
 
@@ -22,15 +25,13 @@ class ExactPlanner:
         self.strategy = strategy
 
     def plan(self, request: PlanRequest) -> PlanResult:
-        from passage_jax.reference.vi import solve_batch
-
-        res, routes = solve_batch(
+        res = solve_batch(
             request.elevation[None], request.obstacles[None], [request.start], [request.goal],
             [request.cost_model], [request.cost_weight], max_sweeps=self.max_sweeps,
             check_every=self.check_every, strategy=self.strategy, routes=True,
             pixel_size_m=request.graph.pixel_size_m)
         status = res.status[0]
-        route = routes[0]
+        route = res.routes[0]
         peaks = {"sweeps": float(res.sweeps[0])}
         if status == "ok" and route is not None:
             return PlanResult(path=route, status="ok", precision="fp64", resource_peaks=peaks)

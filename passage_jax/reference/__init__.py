@@ -1,10 +1,50 @@
-"""Exact references (SPEC §3): batched float64 value iteration (JAX), CPU exact
-search (Dijkstra/A*) and reference qualification."""
-from passage_jax.reference.vi import (  # noqa: F401
-    STATUS_NAMES, STRATEGIES, VIResult, descend_route, solve_batch, vi_kernel,
+"""Exact references (SPEC §3).
+
+* :mod:`~passage_jax.reference.vi` — float64 value iteration written per scene as
+  init / step / terminate and vmapped once (``vi_kernel``); ``solve_batch`` is the host
+  entry point and returns one :class:`VIResult`;
+* :mod:`~passage_jax.reference.search` — CPU Dijkstra/A*;
+* :mod:`~passage_jax.reference.csgraph` — the scene graph for ``scipy.sparse.csgraph``;
+* :mod:`~passage_jax.reference.qualify` — exact references of tasks and qualification.
+"""
+from passage_jax.reference.csgraph import scipy_graph, scipy_task_graph
+from passage_jax.reference.qualify import (
+    CROSS_CHECK_RTOL,
+    POLICIES,
+    TASK_KEYS,
+    Qualification,
+    ReferenceSolution,
+    qualification_failures,
+    qualify_scene,
+    qualify_scenes,
+    solve_tasks,
 )
-from passage_jax.reference.search import SearchResult, astar, dijkstra, search  # noqa: F401
-from passage_jax.reference.qualify import (  # noqa: F401
-    CROSS_CHECK_RTOL, POLICIES, TASK_KEYS, Qualification, ReferenceSolution,
-    qualification_failures, qualify_scene, qualify_scenes, solve_tasks,
+from passage_jax.reference.search import SearchResult, astar, dijkstra, search
+from passage_jax.reference.vi import (
+    STATUS_NAMES,
+    STRATEGIES,
+    SceneInputs,
+    SolverConfig,
+    SolverState,
+    VIOutput,
+    VIResult,
+    descend_route,
+    solve_batch,
+    solve_scene,
+    vi_kernel,
 )
+
+# The curated public API. Its shape (a list of imported names) recurs in other
+# packages' __init__ modules; only the names differ.
+__all__ = [
+    # value iteration
+    "solve_batch", "VIResult", "STATUS_NAMES", "STRATEGIES", "SceneInputs", "SolverConfig",
+    "SolverState", "VIOutput", "solve_scene", "vi_kernel", "descend_route",
+    # CPU exact search
+    "search", "astar", "dijkstra", "SearchResult",
+    # SciPy graph
+    "scipy_graph", "scipy_task_graph",
+    # task references and qualification
+    "solve_tasks", "ReferenceSolution", "qualify_scene", "qualify_scenes", "Qualification",
+    "qualification_failures", "POLICIES", "TASK_KEYS", "CROSS_CHECK_RTOL",
+]

@@ -1,15 +1,26 @@
-"""Exact references for tasks and reference qualification (SPEC §3)."""
+"""Exact references for tasks and reference qualification (SPEC §3).
+
+Route legality is :func:`passage_jax.graph.route_problem` (the one host check) and
+route cost :func:`passage_jax.graph.route_cost`; value iteration runs through
+:func:`passage_jax.reference.vi.solve_batch`, the CPU search through
+:mod:`passage_jax.reference.search`.
+"""
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections import defaultdict
 
 import numpy as np
 
+from passage_jax.fileio import jsonable
 from passage_jax.graph import OBJECTIVES, VARIANTS, GraphSpec, route_cost, route_problem
 from passage_jax.reference.search import astar, dijkstra
 from passage_jax.reference.vi import solve_batch
+
+__all__ = [
+    "POLICIES", "SOLVERS", "TASK_KEYS", "CROSS_CHECK_RTOL", "ReferenceSolution", "Qualification",
+    "solve_tasks", "qualify_scene", "qualify_scenes", "qualification_failures",
+]
 
 POLICIES = ("released_labels", "independent_analytic_reference")
 SOLVERS = {"vi": "value_iteration", "astar": "astar", "dijkstra": "dijkstra"}
@@ -18,10 +29,6 @@ TASK_KEYS = tuple(f"{o}/{v}" for o in OBJECTIVES for v in VARIANTS)
 CROSS_CHECK_RTOL = 1e-9
 DEFAULT_MAX_SWEEPS = 4096
 DEFAULT_BATCH = 256
-
-
-def _json_float(x):
-    return float(x) if x is not None and math.isfinite(x) else None
 
 
 @dataclasses.dataclass
@@ -50,9 +57,10 @@ class Qualification:
     work: int
 
     def to_dict(self) -> dict:
-        return {"c_star": _json_float(self.c_star), "route_cost": _json_float(self.route_cost),
-                "qualified": bool(self.qualified), "reason": self.reason, "solver": self.solver,
-                "work": int(self.work)}
+        rc = None if self.route_cost is None else float(self.route_cost)
+        return jsonable({"c_star": float(self.c_star), "route_cost": rc,
+                         "qualified": bool(self.qualified), "reason": self.reason,
+                         "solver": self.solver, "work": int(self.work)})
 
 
 def _task_model(task):
@@ -89,7 +97,7 @@ def solve_tasks(tasks, solver: str = "vi", *, max_expansions=None,
             chunk = idx[lo:lo + batch_size]
             ts = [tasks[i] for i in chunk]
             try:
-                res, routes = solve_batch(
+                res = solve_batch(
                     np.stack([t.elevation_m for t in ts]), np.stack([t.obstacles for t in ts]),
                     [t.scene.start for t in ts], [t.scene.goal for t in ts],
                     [_task_model(t) for t in ts], [t.weight for t in ts],
@@ -98,7 +106,7 @@ def solve_tasks(tasks, solver: str = "vi", *, max_expansions=None,
                 raise ValueError(f"{e} (scene {ts[_failing_item(e)].id})"
                                  if _failing_item(e) is not None else str(e)) from None
             for j, i in enumerate(chunk):
-                out[i] = ReferenceSolution(float(res.c_star[j]), routes[j], res.status[j],
+                out[i] = ReferenceSolution(float(res.c_star[j]), res.routes[j], res.status[j],
                                            SOLVERS["vi"], int(res.sweeps[j]))
     return out
 
@@ -202,7 +210,7 @@ def qualify_scenes(scenes, policy: str = "released_labels", *, reference_cohort_
         cross = solve_tasks(tasks, other, max_expansions=max_expansions, max_sweeps=max_sweeps,
                             batch_size=batch_size, sharding=sharding)
     out = []
-    for i, s in enumerate(scenes):
+    for i in range(len(scenes)):
         d = {}
         for j, key in enumerate(keys):
             t = i * len(keys) + j

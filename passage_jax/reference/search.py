@@ -24,6 +24,8 @@ import numpy as np
 
 from passage_jax.graph import MOVES, edge_cost_field_np
 
+__all__ = ["SearchResult", "search", "dijkstra", "astar"]
+
 
 class SearchResult(NamedTuple):
     """cost: float64 optimal cost (``inf`` when unreachable, NaN when the budget

@@ -1,394 +1,458 @@
-"""Batched float64 value iteration on the 8-connected grid (SPEC §3.1).
+"""float64 value iteration on the 8-connected grid (SPEC §3.1), one scene at a time.
 
 ``V(u) = min_k C[k, u] + V(u + MOVES[k])`` with ``V(goal) = 0``, where
 ``C[k, r, c]`` is the cost of the move from ``(r, c)`` by ``MOVES[k]``
 (``passage_jax.graph.edge_cost_field_by_index``; ``+inf`` if illegal).
 
-Two phases run inside one ``lax.while_loop`` each:
+The solver is written for ONE scene and vmapped once (:func:`vi_kernel`):
 
-1. **Directional sweeps.** The default strategy ``"sweep"`` (fast sweeping) runs
-   four ``lax.scan``s per sweep, over rows top->bottom and bottom->top and over
-   columns left->right and right->left; each line relaxes the three moves whose
-   successor lies in the previous line, with the additions in Dijkstra's order
+* :class:`SceneInputs` — a scene's arrays (elevation, obstacles, start, goal,
+  cost-model index, weight), a pytree;
+* :class:`SolverConfig` — static settings (sweep budget, check interval, strategy,
+  pixel size), hashable;
+* :func:`init` builds the scene's :class:`GridProblem` (edge costs, the cost planes of
+  the directional sweeps, goal mask; constant while solving) and the initial
+  :class:`SolverState` (values, sweep counters, phase, change flag);
+* :func:`step` runs one block of ``check_every`` sweeps of the state's phase;
+  :func:`terminate` says whether the phase is over (a block changed nothing, or the
+  next block would pass the budget);
+* :func:`solve_scene` runs both phases and post-processes the state into a
+  :class:`VIOutput` (device arrays, status as int codes, optional padded route).
+
+Two phases, each a ``lax.while_loop`` over :func:`step` (for a batch in lock step,
+one loop over the vmapped :func:`step`, see ``_run_phase_lockstep``):
+
+1. **Directional sweeps** (strategy ``"sweep"``, fast sweeping, the default): four
+   ``lax.scan``s per sweep, over rows top->bottom and bottom->top and over columns
+   left->right and right->left; each line relaxes the three moves whose successor
+   lies in the previous line, with the additions in Dijkstra's order
    (``C + V(next)``), so straight and diagonal stretches of a route propagate
    across the whole grid in one sweep and the sweep count follows the route's
-   turns, not its cells. ``"sequential"`` relaxes each of the 8 moves in turn
-   along whole lines (rows, columns, both diagonals) with a sequential scan;
-   ``"scan"`` does the same with a min-plus ``lax.associative_scan``, which
-   reassociates the float additions so values can keep moving by an ulp: its
-   phase stops when no cell changed by more than ``scan_rtol`` (relative).
-   The exact strategies stop when a sweep changes nothing.
-2. **Exact finish**: plain Bellman (Jacobi) sweeps ``V <- T(V)`` with the
-   additions in Dijkstra's order, until a sweep changes nothing at all. ``T``
-   has a unique fixed point in floating point (every step costs more than
-   zero), so the result is the value a Dijkstra search from the goal with the
-   same additions computes, independent of the sweep order.
+   turns, not its cells. The phase stops when a sweep changes nothing.
+2. **Exact finish**: plain Bellman (Jacobi) sweeps ``V <- T(V)``
+   (:func:`passage_jax.graph.bellman_backup`, 0 at the goal) until a sweep changes
+   nothing at all. ``T`` has a unique fixed point in floating point (every step
+   costs more than zero), so the result is the value a Dijkstra search from the
+   goal with the same additions computes, independent of the sweep order.
 
-Strategy ``"jacobi"`` skips phase 1 (exact Bellman sweeps from the start:
-as many sweeps as the longest optimal route has cells). Convergence is checked
-every ``check_every`` sweeps. Kernels are pure and jittable; the batch axis can
-be sharded by the caller (``sharding=``) and runs unchanged on any device count.
+Strategy ``"jacobi"`` skips phase 1 (exact Bellman sweeps from the start: as many
+sweeps as the longest optimal route has cells); it is kept as the measured
+comparison (``bench/reference.py --compare-jacobi``, docs/reference.md).
+
+Routes descend ``V`` with :func:`passage_jax.graph.descent_policy` (the first move in
+``MOVES`` order among the exact minima). :func:`solve_batch` is the host entry point:
+it validates and pads a batch, runs :func:`vi_kernel` under ``jax.enable_x64(True)``
+and returns a :class:`VIResult` of NumPy arrays with status names.
 """
 from __future__ import annotations
 
+import dataclasses
 from functools import partial
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import struct
 
-from passage_jax.graph import MOVES, MODEL_INDEX, edge_cost_field_by_index
+from passage_jax.graph import MODEL_INDEX, MOVES, edge_cost_field_by_index
+from passage_jax.graph.grid import bellman_backup, cell_mask, descent_policy
+
+__all__ = [
+    "STATUS_NAMES", "STATUS_OK", "STATUS_UNREACHABLE", "STATUS_BUDGET", "STRATEGIES",
+    "SceneInputs", "SolverConfig", "GridProblem", "SolverState", "VIOutput", "VIResult",
+    "init", "step", "terminate", "solve_scene", "vi_kernel", "solve_batch", "descend_route",
+]
 
 STATUS_NAMES = ("ok", "unreachable", "budget_exhausted")
 STATUS_OK, STATUS_UNREACHABLE, STATUS_BUDGET = 0, 1, 2
-STRATEGIES = ("sweep", "scan", "sequential", "jacobi")
+#: Sweep strategies kept by measurement (docs/reference.md): fast sweeping (default)
+#: and plain Jacobi (the comparison).
+STRATEGIES = ("sweep", "jacobi")
 
-_INF = np.inf
+_DIRECTIONAL, _EXACT = "directional", "exact"
 
 
-class VIResult(NamedTuple):
-    """Batched value-iteration result.
+# --------------------------------------------------------------------------- #
+# Pytrees
+# --------------------------------------------------------------------------- #
 
-    V: (B, H, W) cost-to-go (``+inf`` where the goal cannot be reached);
-    c_star: (B,) ``V[start]`` (``+inf`` when unreachable, NaN when the sweep budget
-    ran out first); sweeps: (B,) total sweeps until that scene stopped changing;
-    scan_sweeps: (B,) of those, directional sweeps; converged: (B,) bool;
-    status: (B,) int codes (``STATUS_NAMES``) in the kernel, names on the host.
+@struct.dataclass
+class SceneInputs:
+    """One scene's inputs (add a leading batch axis to every field for a batch).
+
+    elevation_m (H, W) float; obstacles (H, W) bool; start, goal (2,) int32 (row, col);
+    model_index () int32 (``MODEL_INDEX``); weight () float.
     """
 
-    V: object
-    c_star: object
-    sweeps: object
-    scan_sweeps: object
-    converged: object
-    status: object
-    route: object = None
-    route_len: object = None
+    elevation_m: jax.Array
+    obstacles: jax.Array
+    start: jax.Array
+    goal: jax.Array
+    model_index: jax.Array
+    weight: jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class SolverConfig:
+    """Static solver settings (hashable, so a jit static argument).
+
+    max_sweeps: budget on the total sweeps of both phases; check_every: sweeps per
+    block (convergence is checked on a block's last sweep); strategy: one of
+    ``STRATEGIES``; pixel_size_m: cell size of the edge costs.
+    """
+
+    max_sweeps: int = 4096
+    check_every: int = 2
+    strategy: str = "sweep"
+    pixel_size_m: float = 30.0
+
+    def __post_init__(self):
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"unknown strategy {self.strategy!r}; known: {STRATEGIES}")
+        if int(self.check_every) < 1:
+            raise ValueError(f"check_every={self.check_every!r} must be >= 1")
+
+
+@struct.dataclass
+class GridProblem:
+    """What the sweeps read and never change: edge costs (8, H, W), the cost planes of
+    the four fast-sweeping scans (per scan three (n, m) planes in scan order; empty for
+    ``"jacobi"``) and the goal mask (H, W)."""
+
+    edge_costs: jax.Array
+    sweep_costs: tuple
+    goal_mask: jax.Array
+
+
+@struct.dataclass
+class SolverState:
+    """Device state of one scene's solve.
+
+    values (H, W): current cost-to-go estimate (non-increasing in phase 1);
+    sweeps (): sweeps run so far (both phases); directional_sweeps (): of those, the
+    phase-1 sweeps; changed (): the last block's last sweep changed a value (True
+    before the first block of a phase); phase (static): ``"directional"`` or ``"exact"``.
+    """
+
+    values: jax.Array
+    sweeps: jax.Array
+    directional_sweeps: jax.Array
+    changed: jax.Array
+    phase: str = struct.field(pytree_node=False, default=_EXACT)
+
+
+@struct.dataclass
+class VIOutput:
+    """Device result of :func:`solve_scene` (a leading batch axis from :func:`vi_kernel`).
+
+    values (H, W) cost-to-go (+inf where the goal cannot be reached); c_star ()
+    ``V[start]`` (+inf when unreachable, NaN when the budget ran out first); sweeps ()
+    total sweeps; directional_sweeps () of those, phase-1 sweeps; converged () bool;
+    status () int32 code (``STATUS_NAMES``); route (max_len, 2) int32 padded with -1
+    and route_length () int32 (0 unless ``ok``), or None without routes.
+    """
+
+    values: jax.Array
+    c_star: jax.Array
+    sweeps: jax.Array
+    directional_sweeps: jax.Array
+    converged: jax.Array
+    status: jax.Array
+    route: jax.Array | None = None
+    route_length: jax.Array | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class VIResult:
+    """Host solution of :func:`solve_batch` (NumPy arrays, B scenes).
+
+    values (B, H, W) float64 cost-to-go; c_star (B,) float64; sweeps (B,) int32;
+    directional_sweeps (B,) int32; converged (B,) bool; status: one name of
+    ``STATUS_NAMES`` per scene; routes: with ``routes=True`` a list of (L, 2) int32
+    routes (None where the status is not ``ok``), else None.
+    """
+
+    values: np.ndarray
+    c_star: np.ndarray
+    sweeps: np.ndarray
+    directional_sweeps: np.ndarray
+    converged: np.ndarray
+    status: tuple[str, ...]
+    routes: list[np.ndarray | None] | None = None
 
 
 # --------------------------------------------------------------------------- #
-# Line relaxation: along axis 1 of (B, n, m) arrays, forward direction:
-#   V'[i] = min(V[i], A[i] + V'[i-1])   (V'[-1] = +inf)
-# --------------------------------------------------------------------------- #
-
-def _minplus_combine(x, y):
-    """Compose the maps f(t) = min(b, a + t): x holds earlier lines, y later ones."""
-    xa, xb = x
-    ya, yb = y
-    return xa + ya, jnp.minimum(yb, ya + xb)
-
-
-def _relax_forward_assoc(V, A):
-    _, b = jax.lax.associative_scan(_minplus_combine, (A, V), axis=1)
-    return b
-
-
-def _relax_forward_seq(V, A):
-    def step(prev, ab):
-        a, b = ab
-        new = jnp.minimum(b, a + prev)
-        return new, new
-
-    init = jnp.full_like(V[:, 0], jnp.inf)
-    _, out = jax.lax.scan(step, init, (jnp.moveaxis(A, 1, 0), jnp.moveaxis(V, 1, 0)))
-    return jnp.moveaxis(out, 0, 1)
-
-
-def _skew(x, fill):
-    """(B, H, W) -> (B, H, W+H-1) with S[:, r, r + c] = x[:, r, c] (anti-diagonals
-    become columns); ``fill`` elsewhere."""
-    b, h, w = x.shape
-    p = jnp.pad(x, ((0, 0), (0, 0), (0, h)), constant_values=fill)
-    return p.reshape(b, h * (w + h))[:, : h * (w + h - 1)].reshape(b, h, w + h - 1)
-
-
-def _unskew(s, w):
-    b, h, _ = s.shape
-    p = jnp.pad(s.reshape(b, -1), ((0, 0), (0, h)), constant_values=0)
-    return p.reshape(b, h, w + h)[:, :, :w]
-
-
-def _relax_move(V, A, dr, dc, relax):
-    """Relax V along the move (dr, dc): V'(u) = min(V(u), A(u) + V'(u + (dr, dc)))."""
-    w = V.shape[2]
-    if dr == 0:  # horizontal: columns become axis 1
-        V, A = jnp.swapaxes(V, 1, 2), jnp.swapaxes(A, 1, 2)
-        rev = dc > 0
-        out = _directed(V, A, rev, relax)
-        return jnp.swapaxes(out, 1, 2)
-    if dc == 0:  # vertical
-        return _directed(V, A, dr > 0, relax)
-    # diagonal: (dr, dc) with dr == dc lies on a main diagonal; flip columns so it
-    # becomes an anti-diagonal, then skew anti-diagonals into columns of S.
-    flip = dr == dc
-    if flip:
-        V, A = V[:, :, ::-1], A[:, :, ::-1]
-    S = _directed(_skew(V, _INF), _skew(A, _INF), dr > 0, relax)
-    out = _unskew(S, w)
-    return out[:, :, ::-1] if flip else out
-
-
-def _directed(V, A, reverse, relax):
-    if reverse:
-        return relax(V[:, ::-1], A[:, ::-1])[:, ::-1]
-    return relax(V, A)
-
-
-def _scan_sweep(V, C, relax):
-    """One directional sweep: the 8 moves in MOVES order, each over whole lines."""
-    for k, (dr, dc) in enumerate(MOVES.tolist()):
-        V = _relax_move(V, C[:, k], dr, dc, relax)
-    return V
-
-
 # Fast sweeping: a scan over the rows (or columns) in one direction relaxes the
 # three moves whose successor lies in the previous line, so diagonal and straight
 # stretches of a route propagate across the grid in one scan, with the additions
 # in Dijkstra's order (exact).
+# --------------------------------------------------------------------------- #
+
 _FS_SCANS = (
-    # (axis, reverse, ((k, lateral offset of the successor), ...))
-    (1, False, ((0, -1), (1, 0), (2, 1))),   # top -> bottom: successors in row r-1
-    (1, True, ((5, -1), (6, 0), (7, 1))),    # bottom -> top: successors in row r+1
-    (2, False, ((0, -1), (3, 0), (5, 1))),   # left -> right: successors in column c-1
-    (2, True, ((2, -1), (4, 0), (7, 1))),    # right -> left: successors in column c+1
+    # (transposed: scan over columns, reverse, ((k, lateral offset of the successor), ...))
+    (False, False, ((0, -1), (1, 0), (2, 1))),   # top -> bottom: successors in row r-1
+    (False, True, ((5, -1), (6, 0), (7, 1))),    # bottom -> top: successors in row r+1
+    (True, False, ((0, -1), (3, 0), (5, 1))),    # left -> right: successors in column c-1
+    (True, True, ((2, -1), (4, 0), (7, 1))),     # right -> left: successors in column c+1
 )
 
 
 def _lateral(prev, dl):
-    """prev[..., j + dl] with +inf outside."""
+    """prev[j + dl] along a line, +inf outside."""
     if dl == 0:
         return prev
-    edge = jnp.full_like(prev[:, :1], jnp.inf)
+    edge = jnp.full_like(prev[:1], jnp.inf)
     if dl < 0:
-        return jnp.concatenate([edge, prev[:, :-1]], axis=1)
-    return jnp.concatenate([prev[:, 1:], edge], axis=1)
+        return jnp.concatenate([edge, prev[:-1]])
+    return jnp.concatenate([prev[1:], edge])
 
 
-def _fs_prepare(C):
-    """Per scan, its three cost planes laid out for ``lax.scan``: (n, 3, B, m),
-    already transposed and reversed, so a sweep moves only V."""
+def _sweep_costs(edge_costs):
+    """Per scan, its three cost planes in scan order, each (n, m) (transposed and
+    reversed once, so a sweep moves only V). Separate planes scanned along with the
+    lines are measured ~1.7x faster than one (n, 3, m) array, one scene at a time or
+    vmapped."""
     out = []
-    for axis, reverse, moves in _FS_SCANS:
-        A = jnp.stack([C[:, k] for k, _ in moves], axis=1)  # (B, 3, H, W)
-        if axis == 2:
-            A = jnp.swapaxes(A, 2, 3)
-        A = jnp.moveaxis(A, 2, 0)  # (n, B, 3, m)
-        A = jnp.swapaxes(A, 1, 2)  # (n, 3, B, m)
-        out.append(A[::-1] if reverse else A)
-    return out
+    for transposed, reverse, moves in _FS_SCANS:
+        planes = []
+        for k, _ in moves:
+            a = edge_costs[k].T if transposed else edge_costs[k]
+            planes.append(a[::-1] if reverse else a)
+        out.append(tuple(planes))
+    return tuple(out)
 
 
-def _fs_sweep(V, prepared):
-    """One fast sweep (4 line scans); V is (B, H, W)."""
-    for (axis, reverse, moves), A in zip(_FS_SCANS, prepared):
-        Vt = jnp.swapaxes(V, 1, 2) if axis == 2 else V
-        Vt = jnp.moveaxis(Vt, 1, 0)  # (n, B, m)
+def _fast_sweep(values, sweep_costs):
+    """One fast sweep (4 line scans) of one scene's (H, W) values."""
+    for (transposed, reverse, moves), planes in zip(_FS_SCANS, sweep_costs):
+        lines = values.T if transposed else values
         if reverse:
-            Vt = Vt[::-1]
-        offs = [dl for _, dl in moves]
+            lines = lines[::-1]
+        offsets = [dl for _, dl in moves]
 
-        def step(prev, xs, offs=offs):
-            v, a = xs  # (B, m), (3, B, m)
+        def relax_line(prev, xs, offsets=offsets):
+            v, a = xs
             new = v
-            for j, dl in enumerate(offs):
+            for j, dl in enumerate(offsets):
                 new = jnp.minimum(new, a[j] + _lateral(prev, dl))
             return new, new
 
-        init = jnp.full_like(Vt[0], jnp.inf)
-        _, out = jax.lax.scan(step, init, (Vt, A))
+        init = jnp.full_like(lines[0], jnp.inf)
+        _, out = jax.lax.scan(relax_line, init, (lines, planes))
         if reverse:
             out = out[::-1]
-        out = jnp.moveaxis(out, 0, 1)
-        V = jnp.swapaxes(out, 1, 2) if axis == 2 else out
-    return V
+        values = out.T if transposed else out
+    return values
 
 
-def _shift(V, dr, dc):
-    """out[:, r, c] = V[:, r + dr, c + dc] (+inf outside)."""
-    h, w = V.shape[1:]
-    p = jnp.pad(V, ((0, 0), (1, 1), (1, 1)), constant_values=jnp.inf)
-    return p[:, 1 + dr:1 + dr + h, 1 + dc:1 + dc + w]
+def _exact_sweep(values, problem: GridProblem):
+    """The Bellman operator T: min_k C[k] + V(u + MOVES[k]); 0 at the goal."""
+    best = bellman_backup(values, problem.edge_costs)
+    return jnp.where(problem.goal_mask, jnp.zeros_like(best), best)
 
 
-def _bellman(V, C, goal_mask):
-    """Exact Bellman operator T: min_k C[k] + V(u + MOVES[k]); 0 at the goal."""
-    best = None
-    for k, (dr, dc) in enumerate(MOVES.tolist()):
-        cand = C[:, k] + _shift(V, dr, dc)
-        best = cand if best is None else jnp.minimum(best, cand)
-    return jnp.where(goal_mask, jnp.zeros_like(best), best)
+# --------------------------------------------------------------------------- #
+# init / step / terminate
+# --------------------------------------------------------------------------- #
 
-
-def _phase(V, sweeps_done, budget, sweep_fn, changed_fn, check_every):
-    """Run ``sweep_fn`` in blocks of ``check_every`` until no scene changed
-    (``changed_fn(prev, new)`` per scene, on the block's last sweep) or the
-    total sweep count would pass ``budget``. Returns V, per-scene sweep count at
-    which the scene was last seen changing, per-scene done flags, total sweeps."""
-    B = V.shape[0]
-
-    def cond(state):
-        _, _, done, total = state
-        return jnp.logical_and(~jnp.all(done), total + check_every <= budget)
-
-    def body(state):
-        V, last, done, total = state
-        V = jax.lax.fori_loop(0, check_every - 1, lambda i, v: sweep_fn(v), V)
-        Vn = sweep_fn(V)
-        total = total + check_every
-        changed = changed_fn(V, Vn)
-        last = jnp.where(done, last, total)
-        done = done | ~changed
-        return Vn, last, done, total
-
-    init = (V, jnp.zeros((B,), jnp.int32), jnp.zeros((B,), bool), sweeps_done)
-    return jax.lax.while_loop(cond, body, init)
-
-
-def _reduce_hw(x):
-    return jnp.any(x, axis=(1, 2))
-
-
-@partial(jax.jit, static_argnames=("max_sweeps", "check_every", "strategy", "scan_rtol",
-                                   "pixel_size_m", "with_routes", "max_len", "chunk"))
-def vi_kernel(elevation_m, obstacles, start, goal, model_index, weight, *, max_sweeps=4096,
-              check_every=2, strategy="sweep", scan_rtol=1e-12, pixel_size_m=30.0,
-              with_routes=False, max_len=None, chunk=None):
-    """Pure batched value iteration; see the module docstring.
-
-    elevation_m (B, H, W) float, obstacles (B, H, W) bool, start/goal (B, 2) int,
-    model_index (B,) int (``MODEL_INDEX``), weight (B,) float. float64 needs x64.
-    ``chunk``: None solves the whole batch in lock step (one vectorised loop; best
-    on accelerators); an int k (dividing B) solves chunks of k scenes one after
-    another with ``lax.map``, each chunk stopping at its own convergence and
-    staying in cache (best on CPU, k=1). Returns a :class:`VIResult` of arrays
-    (status as int codes).
-    """
-    kw = dict(max_sweeps=max_sweeps, check_every=check_every, strategy=strategy,
-              scan_rtol=scan_rtol, pixel_size_m=pixel_size_m, with_routes=with_routes,
-              max_len=max_len)
-    args = (jnp.asarray(elevation_m), obstacles, start, goal, model_index, weight)
-    B = args[0].shape[0]
-    if chunk is None or chunk >= B:
-        return _vi_batch(*args, **kw)
-    if B % chunk:
-        raise ValueError(f"chunk={chunk} must divide the batch size {B}")
-    split = [jnp.reshape(jnp.asarray(a), (B // chunk, chunk) + jnp.shape(a)[1:]) for a in args]
-    out = jax.lax.map(lambda xs: _vi_batch(*xs, **kw), tuple(split))
-    return jax.tree_util.tree_map(lambda a: jnp.reshape(a, (B,) + a.shape[2:]), out)
-
-
-def _vi_batch(elevation_m, obstacles, start, goal, model_index, weight, *, max_sweeps,
-              check_every, strategy, scan_rtol, pixel_size_m, with_routes, max_len):
-    if strategy not in STRATEGIES:
-        raise ValueError(f"unknown strategy {strategy!r}; known: {STRATEGIES}")
-    z = jnp.asarray(elevation_m)
-    B, H, W = z.shape
-    C = jax.vmap(lambda zz, oo, mm, ww: edge_cost_field_by_index(zz, oo, mm, ww, pixel_size_m))(
-        z, obstacles, model_index, jnp.asarray(weight, z.dtype))
-    start = jnp.asarray(start, jnp.int32)
-    goal = jnp.asarray(goal, jnp.int32)
-    rr = jnp.arange(H)[None, :, None]
-    cc = jnp.arange(W)[None, None, :]
-    goal_mask = (rr == goal[:, 0, None, None]) & (cc == goal[:, 1, None, None])
-    V0 = jnp.where(goal_mask, 0.0, jnp.inf).astype(z.dtype)
+def init(scene: SceneInputs, config: SolverConfig) -> tuple[GridProblem, SolverState]:
+    """The scene's constant :class:`GridProblem` and its initial :class:`SolverState`
+    (``V = 0`` at the goal, +inf elsewhere; phase 1 unless the strategy is ``"jacobi"``)."""
+    z = jnp.asarray(scene.elevation_m)
+    edge_costs = edge_cost_field_by_index(z, scene.obstacles, scene.model_index,
+                                          jnp.asarray(scene.weight, z.dtype), config.pixel_size_m)
+    goal_mask = cell_mask(z.shape, jnp.asarray(scene.goal, jnp.int32))
+    directional = config.strategy == "sweep"
+    problem = GridProblem(edge_costs=edge_costs,
+                          sweep_costs=_sweep_costs(edge_costs) if directional else (),
+                          goal_mask=goal_mask)
     zero = jnp.zeros((), jnp.int32)
+    state = SolverState(values=jnp.where(goal_mask, 0.0, jnp.inf).astype(z.dtype), sweeps=zero,
+                        directional_sweeps=zero, changed=jnp.asarray(True),
+                        phase=_DIRECTIONAL if directional else _EXACT)
+    return problem, state
 
-    if strategy == "jacobi":
-        scan_last = jnp.zeros((B,), jnp.int32)
-        V1, scan_total = V0, zero
-        scan_ok = jnp.ones((B,), bool)
-    else:
-        relax = _relax_forward_assoc if strategy == "scan" else _relax_forward_seq
-        tol = scan_rtol if strategy == "scan" else 0.0
-        if strategy == "sweep":
-            prepared = _fs_prepare(C)
-            sweep_fn = lambda v: _fs_sweep(v, prepared)  # noqa: E731
-        else:
-            sweep_fn = lambda v: _scan_sweep(v, C, relax)  # noqa: E731
 
-        def scan_changed(prev, new):
+def step(problem: GridProblem, state: SolverState, config: SolverConfig) -> SolverState:
+    """One block of ``config.check_every`` sweeps of the state's phase; ``changed`` is
+    whether the block's last sweep changed a value."""
+    if state.phase == _DIRECTIONAL:
+        def sweep(v):
+            return _fast_sweep(v, problem.sweep_costs)
+
+        def changed(prev, new):
             # monotone non-increasing; an inf -> finite change always counts
-            return _reduce_hw(new < prev - tol * jnp.abs(new))
+            return jnp.any(new < prev)
+    else:
+        def sweep(v):
+            return _exact_sweep(v, problem)
 
-        V1, scan_last, scan_ok, scan_total = _phase(
-            V0, zero, max_sweeps, sweep_fn, scan_changed, check_every)
+        def changed(prev, new):
+            return jnp.any(new != prev)
 
-    def exact_changed(prev, new):
-        return _reduce_hw(new != prev)
+    n = int(config.check_every)
+    v = jax.lax.fori_loop(0, n - 1, lambda i, v: sweep(v), state.values)
+    new = sweep(v)
+    sweeps = state.sweeps + n
+    directional = state.directional_sweeps + (n if state.phase == _DIRECTIONAL else 0)
+    return state.replace(values=new, sweeps=sweeps, directional_sweeps=directional,
+                         changed=changed(v, new))
 
-    V2, fin_last, fin_ok, total = _phase(
-        V1, scan_total, max_sweeps, lambda v: _bellman(v, C, goal_mask), exact_changed,
-        check_every)
-    converged = scan_ok & fin_ok
-    # per scene: its own directional sweeps plus the exact sweeps it needed
-    sweeps = scan_last + jnp.where(fin_ok, fin_last, total) - scan_total
-    scan_sweeps = jnp.where(scan_ok, scan_last, scan_total)
-    bidx = jnp.arange(B)
-    v_start = V2[bidx, start[:, 0], start[:, 1]]
+
+def terminate(state: SolverState, config: SolverConfig) -> jax.Array:
+    """The phase is over: its last block changed nothing, or one more block would
+    pass ``config.max_sweeps``."""
+    return ~state.changed | (state.sweeps + config.check_every > config.max_sweeps)
+
+
+def _run_phase(problem, state, config):
+    return jax.lax.while_loop(lambda s: ~terminate(s, config),
+                              lambda s: step(problem, s, config), state)
+
+
+def _run_phase_lockstep(problem, state, config):
+    """:func:`_run_phase` for a batch of scenes (leading axis): the vmapped :func:`step`
+    runs for every scene while any scene is active; a terminated scene keeps its
+    counters.
+
+    ``jax.vmap(_run_phase)`` would select every scene's values between old and new
+    after each block, as much memory traffic as a third of a sweep (measured 1.4x
+    slower lock step on CPU). Instead, the first loop does not select values: a scene
+    that stopped because a block changed nothing is at a fixed point of its sweeps, so
+    stepping it again leaves its values as they are. It ends when a scene is stopped
+    by the budget while others still run (phase-1 sweep counts differ between
+    scenes); only the second loop, for that rare case, selects values.
+    """
+    batched_step = jax.vmap(partial(step, config=config), in_axes=(_problem_axes(config), 0))
+
+    def advance(s, select_values):
+        active = ~terminate(s, config)
+        new = batched_step(problem, s)
+
+        def keep(n, o):
+            return jnp.where(jnp.reshape(active, active.shape + (1,) * (n.ndim - 1)), n, o)
+
+        values = keep(new.values, s.values) if select_values else new.values
+        return new.replace(values=values, sweeps=keep(new.sweeps, s.sweeps),
+                           directional_sweeps=keep(new.directional_sweeps, s.directional_sweeps),
+                           changed=keep(new.changed, s.changed))
+
+    def running(s):
+        return jnp.any(~terminate(s, config))
+
+    def none_stopped_by_budget(s):
+        return ~jnp.any(terminate(s, config) & s.changed)
+
+    state = jax.lax.while_loop(lambda s: running(s) & none_stopped_by_budget(s),
+                               lambda s: advance(s, False), state)
+    return jax.lax.while_loop(running, lambda s: advance(s, True), state)
+
+
+def _problem_axes(config: SolverConfig) -> GridProblem:
+    """Batch axes of a lock-step :class:`GridProblem`: the sweep planes carry the batch
+    on axis 1, (n, B, m), where ``lax.scan`` of a vmapped sweep wants it (axis 0
+    would cost a transpose of every plane on every sweep)."""
+    planes = ((1, 1, 1),) * len(_FS_SCANS) if config.strategy == "sweep" else ()
+    return GridProblem(edge_costs=0, sweep_costs=planes, goal_mask=0)
+
+
+def _solve(problem, state, config, run_phase):
+    """Phase 1 (``"sweep"``), then the exact phase, with the phase driver ``run_phase``."""
+    if state.phase == _DIRECTIONAL:
+        state = run_phase(problem, state, config)
+        # the exact phase starts as "changed"; after a phase 1 stopped by the budget
+        # it cannot run a block either, so the scene ends unconverged
+        state = state.replace(phase=_EXACT, changed=jnp.ones_like(state.changed))
+    return run_phase(problem, state, config)
+
+
+def _finish(scene: SceneInputs, problem: GridProblem, state: SolverState, *, with_routes: bool,
+            max_len: int | None) -> VIOutput:
+    """Post-process one scene's final state: c*, status and the optional route."""
+    converged = ~state.changed
+    start = jnp.asarray(scene.start, jnp.int32)
+    v_start = state.values[start[0], start[1]]
     status = jnp.where(~converged, STATUS_BUDGET,
                        jnp.where(jnp.isinf(v_start), STATUS_UNREACHABLE, STATUS_OK))
-    c_star = jnp.where(converged, v_start, jnp.nan)
-    route = route_len = None
-    if with_routes:
-        L = H * W if max_len is None else max_len
-        route, route_len = _descend(C, V2, start, goal, L)
-        route_len = jnp.where(status == STATUS_OK, route_len, 0)
-    return VIResult(V2, c_star, sweeps, scan_sweeps, converged, status.astype(jnp.int32),
-                    route, route_len)
+    out = VIOutput(values=state.values, c_star=jnp.where(converged, v_start, jnp.nan),
+                   sweeps=state.sweeps, directional_sweeps=state.directional_sweeps,
+                   converged=converged, status=status.astype(jnp.int32))
+    if not with_routes:
+        return out
+    h, w = state.values.shape
+    route, length = _descend(problem.edge_costs, state.values, start,
+                             jnp.asarray(scene.goal, jnp.int32), h * w if max_len is None else max_len)
+    return out.replace(route=route, route_length=jnp.where(status == STATUS_OK, length, 0))
+
+
+def solve_scene(scene: SceneInputs, config: SolverConfig = SolverConfig(), *,
+                with_routes: bool = False, max_len: int | None = None) -> VIOutput:
+    """Solve one scene: :func:`init`, phase 1 (``"sweep"``), the exact phase, then
+    c*, status and (``with_routes``) the descent route padded to ``max_len`` cells
+    (``H*W`` by default). Pure; ``vmap`` it for a batch (:func:`vi_kernel`)."""
+    problem, state = init(scene, config)
+    state = _solve(problem, state, config, _run_phase)
+    return _finish(scene, problem, state, with_routes=with_routes, max_len=max_len)
+
+
+def _solve_lockstep(scenes: SceneInputs, config: SolverConfig, *, with_routes: bool,
+                    max_len: int | None) -> VIOutput:
+    """:func:`solve_scene` for a batch in lock step: init, step and finish are the
+    per-scene functions vmapped; one loop drives all scenes (see the note in
+    :func:`vi_kernel`)."""
+    axes = _problem_axes(config)
+    problem, state = jax.vmap(partial(init, config=config), out_axes=(axes, 0))(scenes)
+    state = _solve(problem, state, config, _run_phase_lockstep)
+    finish = partial(_finish, with_routes=with_routes, max_len=max_len)
+    return jax.vmap(finish, in_axes=(0, axes, 0))(scenes, problem, state)
+
+
+@partial(jax.jit, static_argnames=("config", "with_routes", "max_len", "chunk"))
+def vi_kernel(scenes: SceneInputs, config: SolverConfig = SolverConfig(), *,
+              with_routes: bool = False, max_len: int | None = None,
+              chunk: int | None = None) -> VIOutput:
+    """:func:`solve_scene` over a batch of scenes (every field of ``scenes`` has a
+    leading axis B). float64 needs x64.
+
+    ``chunk``: None solves the whole batch in lock step (one ``vmap``; best on
+    accelerators); an int k solves chunks of k scenes one after another with
+    ``lax.map``, each chunk stopping at its own convergence and staying in cache
+    (best on CPU, k=1: one scene at a time, unbatched). Returns a batched
+    :class:`VIOutput` (status as int codes).
+    """
+    solve = partial(solve_scene, config=config, with_routes=with_routes, max_len=max_len)
+    if chunk is None or 1 < jnp.shape(scenes.elevation_m)[0] <= chunk:
+        return _solve_lockstep(scenes, config, with_routes=with_routes, max_len=max_len)
+    return jax.lax.map(solve, scenes, batch_size=None if chunk == 1 else chunk)
 
 
 # --------------------------------------------------------------------------- #
 # Route extraction by descent
 # --------------------------------------------------------------------------- #
 
-def _policy(C, V):
-    """Descent policy: (B, H, W) first k (MOVES order) among the exact minima of
-    C[k, u] + V[u + MOVES[k]], and that minimum."""
-    best = kbest = None
-    for k, (dr, dc) in enumerate(MOVES.tolist()):
-        q = C[:, k] + _shift(V, dr, dc)
-        if best is None:
-            best, kbest = q, jnp.zeros(q.shape, jnp.int32)
-        else:
-            better = q < best  # strict: the earlier k wins ties
-            best = jnp.where(better, q, best)
-            kbest = jnp.where(better, k, kbest)
-    return kbest, best
-
-
-def _descend(C, V, start, goal, max_len):
-    """Batched route by descent from ``start``: (B, max_len, 2) int32 routes padded
-    with -1 and (B,) lengths (0 when the start's value is not finite or the goal
-    is not reached within ``max_len`` cells)."""
-    B = V.shape[0]
-    kbest, best = _policy(C, V)
+def _descend(edge_costs, values, start, goal, max_len):
+    """One scene's route by descent from ``start``: (max_len, 2) int32 padded with -1
+    and its length (0 when the start's value is not finite or the goal is not reached
+    within ``max_len`` cells)."""
+    move, backup = descent_policy(values, edge_costs)
     moves = jnp.asarray(MOVES)
-    bidx = jnp.arange(B)
-    route = jnp.full((B, max_len, 2), -1, jnp.int32).at[:, 0].set(start)
-    finite = jnp.isfinite(V[bidx, start[:, 0], start[:, 1]])
-    active = finite & ~jnp.all(start == goal, axis=1)
-
-    def cond(s):
-        return jnp.any(s[3])
+    route = jnp.full((max_len, 2), -1, jnp.int32).at[0].set(start)
+    finite = jnp.isfinite(values[start[0], start[1]])
+    active = finite & ~jnp.all(start == goal)
 
     def body(s):
         u, n, route, active = s
-        k = kbest[bidx, u[:, 0], u[:, 1]]
-        ok = active & jnp.isfinite(best[bidx, u[:, 0], u[:, 1]])
-        v = jnp.where(ok[:, None], u + moves[k], u)
-        route = route.at[bidx, jnp.minimum(n, max_len - 1)].set(
-            jnp.where(ok[:, None], v, route[bidx, jnp.minimum(n, max_len - 1)]))
+        ok = active & jnp.isfinite(backup[u[0], u[1]])
+        v = jnp.where(ok, u + moves[move[u[0], u[1]]], u)
+        i = jnp.minimum(n, max_len - 1)
+        route = route.at[i].set(jnp.where(ok, v, route[i]))
         n = n + ok.astype(jnp.int32)
-        active = ok & ~jnp.all(v == goal, axis=1) & (n < max_len)
-        return v, n, route, active
+        return v, n, route, ok & ~jnp.all(v == goal) & (n < max_len)
 
-    init = (start, jnp.ones((B,), jnp.int32), route, active)
-    u, n, route, _ = jax.lax.while_loop(cond, body, init)
-    reached = jnp.all(u == goal, axis=1) & finite
-    n = jnp.where(reached, n, 0)
-    route = jnp.where((jnp.arange(max_len)[None, :] < n[:, None])[..., None], route, -1)
-    return route, n
+    u, n, route, _ = jax.lax.while_loop(lambda s: s[3], body,
+                                        (start, jnp.ones((), jnp.int32), route, active))
+    n = jnp.where(jnp.all(u == goal) & finite, n, 0)
+    return jnp.where((jnp.arange(max_len) < n)[:, None], route, -1), n
 
 
 # --------------------------------------------------------------------------- #
@@ -446,19 +510,42 @@ def _model_indices(model_index, B):
     return np.asarray(out, np.int32)
 
 
+def _padded_inputs(z, obst, start, goal, midx, w, n) -> SceneInputs:
+    """The batch padded to ``n`` scenes with trivial ones: the first scene's elevation,
+    model and weight, every cell blocked but (0, 0), which is both start and goal (they
+    converge in one check block)."""
+    pad = n - z.shape[0]
+
+    def padb(a, fill=None):
+        if not pad:
+            return a
+        extra = np.repeat(a[:1], pad, axis=0)
+        if fill is not None:
+            extra[...] = fill
+        return np.concatenate([a, extra])
+
+    pad_obst = np.ones(obst.shape[1:], bool)
+    pad_obst[0, 0] = False
+    return SceneInputs(elevation_m=padb(z), obstacles=padb(obst, pad_obst),
+                       start=padb(start.astype(np.int32), 0), goal=padb(goal.astype(np.int32), 0),
+                       model_index=padb(midx), weight=padb(np.asarray(w, np.float64)))
+
+
 def solve_batch(elevation_m, obstacles, start, goal, model_index, weight, *, max_sweeps=4096,
-                check_every=2, strategy="sweep", scan_rtol=1e-12, sharding=None, bucket=True,
-                routes=False, pixel_size_m=30.0, chunk="auto"):
+                check_every=2, strategy="sweep", sharding=None, bucket=True, routes=False,
+                pixel_size_m=30.0, chunk="auto") -> VIResult:
     """Host entry point: float64 value iteration on a batch of same-size scenes.
 
-    ``model_index`` may be ints (``MODEL_INDEX``) or model names. ``sharding``
-    (e.g. a ``NamedSharding`` over the batch axis) places the inputs; the batch is
-    padded to a power of two (``bucket``) with copies of the first scene to limit
+    ``model_index`` may be ints (``MODEL_INDEX``) or model names; ``weight`` one
+    per scene or one for all. ``sharding`` (e.g. a ``NamedSharding`` over the batch
+    axis) places the inputs; the batch is padded to a power of two (``bucket``, and to
+    a multiple of the sharding's device count) with trivial blocked scenes to limit
     recompiles. ``chunk="auto"`` solves scenes one at a time on CPU and the whole
-    batch in lock step elsewhere (see :func:`vi_kernel`). Returns a :class:`VIResult` of NumPy arrays with ``status`` as a
-    tuple of names; with ``routes=True`` returns ``(result, [route (L, 2) int32 or
-    None per scene])``.
+    batch in lock step elsewhere or when sharded (see :func:`vi_kernel`). Always
+    returns a :class:`VIResult`; ``routes=True`` fills its ``routes``.
     """
+    config = SolverConfig(max_sweeps=int(max_sweeps), check_every=int(check_every),
+                          strategy=strategy, pixel_size_m=float(pixel_size_m))
     z = np.asarray(elevation_m, np.float64)
     obst = np.asarray(obstacles).astype(bool)
     start = np.asarray(start, np.int64).reshape(-1, 2)
@@ -471,52 +558,35 @@ def solve_batch(elevation_m, obstacles, start, goal, model_index, weight, *, max
     if sharding is not None and hasattr(sharding, "num_devices"):
         nd = sharding.num_devices
         n = -(-n // nd) * nd
-    pad = n - B
-
-    def padb(a, fill=None):
-        if not pad:
-            return a
-        extra = np.repeat(a[:1], pad, axis=0)
-        if fill is not None:
-            extra[...] = fill
-        return np.concatenate([a, extra])
-
-    # padding scenes are trivial (every cell blocked but (0, 0), which is both
-    # start and goal), so they converge in one check block
-    pad_obst = np.ones(obst.shape[1:], bool)
-    pad_obst[0, 0] = False
-    args = [padb(z), padb(obst, pad_obst), padb(start.astype(np.int32), 0),
-            padb(goal.astype(np.int32), 0), padb(midx), padb(np.asarray(w, np.float64))]
+    scenes = _padded_inputs(z, obst, start, goal, midx, w, n)
     if chunk == "auto":
         devs = sharding.device_set if sharding is not None else jax.devices()
-        chunk = 1 if all(d.platform == "cpu" for d in devs) else None
-        if chunk is not None and sharding is not None:
-            chunk = None  # keep sharded batches vectorised across devices
+        on_cpu = all(d.platform == "cpu" for d in devs)
+        # sharded batches stay vectorised across devices
+        chunk = 1 if on_cpu and sharding is None else None
     with jax.enable_x64(True):
         if sharding is not None:
-            args = [jax.device_put(a, sharding) for a in args]
-        res = vi_kernel(*args, max_sweeps=int(max_sweeps), check_every=int(check_every),
-                        strategy=strategy, scan_rtol=float(scan_rtol),
-                        pixel_size_m=float(pixel_size_m), with_routes=bool(routes), chunk=chunk)
-        out = VIResult(
-            V=np.asarray(res.V)[:B], c_star=np.asarray(res.c_star)[:B],
-            sweeps=np.asarray(res.sweeps)[:B], scan_sweeps=np.asarray(res.scan_sweeps)[:B],
-            converged=np.asarray(res.converged)[:B],
-            status=tuple(STATUS_NAMES[int(s)] for s in np.asarray(res.status)[:B]))
-        if not routes:
-            return out
-        rts, lens = np.asarray(res.route)[:B], np.asarray(res.route_len)[:B]
-    route_list = [rts[i, : lens[i]].astype(np.int32) if out.status[i] == "ok" and lens[i] > 0
-                  else None for i in range(B)]
-    return out, route_list
+            scenes = jax.device_put(scenes, sharding)
+        out = jax.device_get(vi_kernel(scenes, config, with_routes=bool(routes), chunk=chunk))
+    status = tuple(STATUS_NAMES[int(s)] for s in out.status[:B])
+    route_list = None
+    if routes:
+        rts, lens = out.route[:B], out.route_length[:B]
+        route_list = [rts[i, : lens[i]].astype(np.int32) if status[i] == "ok" and lens[i] > 0
+                      else None for i in range(B)]
+    return VIResult(values=out.values[:B], c_star=out.c_star[:B], sweeps=out.sweeps[:B],
+                    directional_sweeps=out.directional_sweeps[:B],
+                    converged=out.converged[:B], status=status, routes=route_list)
+
+
+_descend_jit = jax.jit(_descend, static_argnums=4)
 
 
 def descend_route(C, V, start, goal) -> np.ndarray | None:
     """Host descent on one scene's field ``C`` (8, H, W) and ``V`` (H, W):
     (L, 2) int32 route, or None when the start cannot reach the goal."""
     with jax.enable_x64(True):
-        r, n = jax.jit(_descend, static_argnums=4)(
-            jnp.asarray(C)[None], jnp.asarray(V)[None], jnp.asarray(start, jnp.int32)[None],
-            jnp.asarray(goal, jnp.int32)[None], int(np.prod(np.shape(V))))
-        r, n = np.asarray(r)[0], int(n[0])
+        r, n = _descend_jit(jnp.asarray(C), jnp.asarray(V), jnp.asarray(start, jnp.int32),
+                            jnp.asarray(goal, jnp.int32), int(np.prod(np.shape(V))))
+        r, n = np.asarray(r), int(n)
     return r[:n].astype(np.int32) if n > 0 else None
