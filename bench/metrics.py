@@ -21,14 +21,13 @@ import time
 import numpy as np
 from scipy.spatial import cKDTree
 
+import passage_jax.data as data
 from passage_jax.graph import OBJECTIVES, route_cost
 from passage_jax.metrics import score_routes
-from passage_jax.metrics.synthetic import candidate_set, make_scene
+from passage_jax.testing import candidate_set, make_scene
 
 
 def load_material(n_routes: int, seed: int = 0):
-    import passage_jax.data as data
-
     rng = np.random.default_rng(seed)
     tasks, cstar = [], []
     source = "shipped cohort"

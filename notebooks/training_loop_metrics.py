@@ -4,7 +4,8 @@
 # A tiny convolutional network learns a cost-to-go field on small crops of the
 # shipped real terrain. Every step, under one `jit`, it decodes a route by
 # greedy descent on its own prediction, scores the route with the SPEC §4
-# kernels (`score_batch`) and folds the per-task metrics into a `PathMetrics`
+# kernels (`score_tasks` on `Route` and `TaskArrays` pytrees, giving a
+# `RouteMetrics` pytree) and folds the per-task metrics into a `PathMetrics`
 # accumulator carried on device. At the end of each epoch `compute()` gives the
 # primary metrics. (A network this small, trained this briefly, does not yet
 # give a field good enough for pure greedy descent to reach the goal: expect a
@@ -22,11 +23,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-import scipy.sparse.csgraph
 
 from passage_jax.graph import MODEL_INDEX, MOVES, edge_cost_field_np
-from passage_jax.metrics import PathMetrics, descent_direction, score_batch
-from passage_jax.metrics.synthetic import _graph, make_scene
+from passage_jax.metrics import PathMetrics, Route, TaskArrays, score_tasks
+from passage_jax.metrics.fields import descent_direction
+from passage_jax.testing import cost_to_go, make_scene
 
 N, N_SCENES, L_MAX, OBJ = 24, 16, 64, "elevation"
 t0 = time.perf_counter()
@@ -43,11 +44,7 @@ starts = np.array([s.start for s in scenes], np.int32)
 goals = np.array([s.goal for s in scenes], np.int32)
 weight = np.array([s.weight(OBJ) for s in scenes])
 cost = np.stack([edge_cost_field_np(s.elevation_m, s.obstacles, OBJ, s.weight(OBJ)) for s in scenes])
-v_star = []
-for s, c in zip(scenes, cost):
-    v = scipy.sparse.csgraph.dijkstra(_graph(c).T.tocsr(), indices=s.goal[0] * N + s.goal[1])
-    v_star.append(v.reshape(N, N))
-v_star = np.stack(v_star)
+v_star = np.stack([cost_to_go(c, s.goal) for s, c in zip(scenes, cost)])
 reach = np.isfinite(v_star) & ~obst
 c_star = v_star[np.arange(N_SCENES), starts[:, 0], starts[:, 1]]
 refs = np.zeros((N_SCENES, L_MAX, 2), np.int32)
@@ -103,6 +100,15 @@ opt = optax.adam(3e-3)
 opt_state = opt.init(params)
 cost32 = jnp.asarray(np.where(np.isfinite(cost), cost, np.inf), jnp.float32)
 model_index = jnp.full(N_SCENES, MODEL_INDEX[OBJ], jnp.int32)
+# every task of the data set, as one pytree with a leading task axis
+tasks = TaskArrays(elevation=z, obstacles=obst, start=starts, goal=goals, cost_model=model_index,
+                   weight=weight, c_star=c_star)
+references = Route(refs, ref_len)
+
+
+def take(tree, idx):
+    """Rows ``idx`` of every leaf of a batched pytree."""
+    return jax.tree_util.tree_map(lambda a: a[idx], tree)
 
 
 @jax.jit
@@ -120,9 +126,7 @@ def train_step(params, opt_state, acc, idx):
     v = model.apply(params, x) * scale
     v = jnp.where(m, v, jnp.inf)
     routes, lengths = jax.vmap(decode)(v, cost32[idx], starts[idx], goals[idx])
-    per_task = score_batch(routes, lengths, refs[idx], ref_len[idx], starts[idx], goals[idx],
-                           obst[idx], z[idx], model_index[idx], weight[idx],
-                           c_star[idx], jnp.ones(len(idx), bool), jnp.ones(len(idx), bool))
+    per_task = score_tasks(Route(routes, lengths), take(references, idx), take(tasks, idx))
     return params, opt_state, acc.update(per_task), loss
 
 
@@ -132,10 +136,9 @@ def train_step(params, opt_state, acc, idx):
 # %%
 v_exact = jnp.where(reach, jnp.asarray(v_star, jnp.float32), jnp.inf)
 r_ex, l_ex = jax.jit(jax.vmap(decode))(v_exact, cost32, starts, goals)
-ex = jax.jit(score_batch)(r_ex, l_ex, refs, ref_len, starts, goals, obst, z, model_index, weight,
-                          c_star, jnp.ones(N_SCENES, bool), jnp.ones(N_SCENES, bool))
-print("exact field: success", float(ex["success"].mean()), " max |regret|",
-      float(jnp.max(jnp.abs(ex["regret"]))))
+ex = score_tasks(Route(r_ex, l_ex), references, tasks)
+print("exact field: success", float(ex.success.mean()), " max |regret|",
+      float(jnp.max(jnp.abs(ex.regret))))
 
 # %% [markdown]
 # ## Training with metrics gathered across steps

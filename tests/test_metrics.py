@@ -11,9 +11,18 @@ from scipy.spatial import cKDTree
 from passage_jax.data.scene import Scene
 from passage_jax.graph import MODEL_INDEX, OBJECTIVES, route_cost
 from passage_jax.metrics import (
-    METRIC_KEYS, primary_metrics, route_geometry, score_batch, score_routes, score_task,
+    METRIC_KEYS,
+    Route,
+    RouteMetrics,
+    TaskArrays,
+    padded_route_cost,
+    primary_metrics,
+    route_geometry,
+    score_routes,
+    score_task,
+    score_tasks,
 )
-from passage_jax.metrics.synthetic import candidate_set, make_scene
+from passage_jax.testing import candidate_set, make_scene
 
 RTOL = 1e-12
 
@@ -316,8 +325,8 @@ def test_geometry_symmetric(terrain_batch):
             pa[:len(a)] = a
             pb = np.zeros((128, 2), np.int32)
             pb[:len(b)] = b
-            ab = geom(pa, len(a), pb, len(b))
-            ba = geom(pb, len(b), pa, len(a))
+            ab = geom(Route(pa, len(a)), Route(pb, len(b)))
+            ba = geom(Route(pb, len(b)), Route(pa, len(a)))
             la = float(np.sum(np.where(np.abs(np.diff(a, axis=0)).sum(1) == 2, math.sqrt(2), 1)))
             lb = float(np.sum(np.where(np.abs(np.diff(b, axis=0)).sum(1) == 2, math.sqrt(2), 1)))
             # ASSD's distance term is symmetric; only the reference length differs
@@ -327,39 +336,47 @@ def test_geometry_symmetric(terrain_batch):
 
 
 def _padded(cands, tasks, cstar, ok, la=256, lb=128):
+    """(candidates, references, tasks, request_ok, well_formed) of a batch, as
+    the pytrees of the kernel boundary with a leading task axis."""
     n = len(tasks)
-    h, w = tasks[0].obstacles.shape
-    arr = dict(
-        cand=np.zeros((n, la, 2), np.int32), cl=np.zeros(n, np.int32),
-        ref=np.zeros((n, lb, 2), np.int32), rl=np.zeros(n, np.int32),
-        start=np.array([t.scene.start for t in tasks], np.int32),
-        goal=np.array([t.scene.goal for t in tasks], np.int32),
-        obst=np.stack([t.obstacles for t in tasks]).astype(bool),
-        z=np.stack([t.elevation_m for t in tasks]),
-        model=np.array([MODEL_INDEX[t.objective] for t in tasks], np.int32),
-        weight=np.array([t.weight for t in tasks]), cstar=np.asarray(cstar, np.float64),
-        ok=np.asarray(ok, bool), wf=np.ones(n, bool))
+    cand = np.zeros((n, la, 2), np.int32)
+    cl = np.zeros(n, np.int32)
+    ref = np.zeros((n, lb, 2), np.int32)
+    rl = np.zeros(n, np.int32)
     for i, (c, t) in enumerate(zip(cands, tasks)):
         c = np.asarray(c, np.int32).reshape(-1, 2)
-        arr["cand"][i, :len(c)] = c
-        arr["cl"][i] = len(c)
-        arr["ref"][i, :len(t.route)] = t.route
-        arr["rl"][i] = len(t.route)
-    return list(arr.values())
+        cand[i, :len(c)] = c
+        cl[i] = len(c)
+        ref[i, :len(t.route)] = t.route
+        rl[i] = len(t.route)
+    task = TaskArrays(
+        elevation=np.stack([t.elevation_m for t in tasks]),
+        obstacles=np.stack([t.obstacles for t in tasks]).astype(bool),
+        start=np.array([t.scene.start for t in tasks], np.int32),
+        goal=np.array([t.scene.goal for t in tasks], np.int32),
+        cost_model=np.array([MODEL_INDEX[t.objective] for t in tasks], np.int32),
+        weight=np.array([t.weight for t in tasks]), c_star=np.asarray(cstar, np.float64))
+    return Route(cand, cl), Route(ref, rl), task, np.asarray(ok, bool), np.ones(n, bool)
+
+
+def _row(tree, j):
+    return jax.tree_util.tree_map(lambda x: x[j], tree)
 
 
 def test_jit_eager_vmap_agree(terrain_batch):
     cands, tasks, cstar, ok = terrain_batch
     idx = [i for i in range(len(tasks)) if tasks[i].obstacles.shape == (40, 40)][:: 9][:2]
-    args = _padded([cands[i] for i in idx], [tasks[i] for i in idx], cstar[idx], ok[idx])
+    cand, ref, task, req, wf = _padded([cands[i] for i in idx], [tasks[i] for i in idx],
+                                       cstar[idx], ok[idx])
     with jax.enable_x64(True):
-        batched = jax.device_get(score_batch(*args))
+        batched = jax.device_get(score_tasks(cand, ref, task, req, wf)).to_dict()
         one = jax.jit(score_task)
         for j in range(len(idx)):
-            item = [a[j] for a in args]
-            jitted = jax.device_get(one(*item))
+            item = (_row(cand, j), _row(ref, j), _row(task, j))
+            kw = dict(request_ok=req[j], well_formed=wf[j])
+            jitted = jax.device_get(one(*item, **kw)).to_dict()
             with jax.disable_jit():
-                eager = jax.device_get(score_task(*item))
+                eager = jax.device_get(score_task(*item, **kw)).to_dict()
             for k in METRIC_KEYS:
                 np.testing.assert_allclose(np.asarray(jitted[k], float), np.asarray(eager[k], float),
                                            rtol=RTOL, err_msg=k)
@@ -371,17 +388,82 @@ def test_jit_eager_vmap_agree(terrain_batch):
         assert_matches({k: np.asarray(v) for k, v in batched.items()}, j, want)
 
 
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_score_task_jitted_and_eager_match_numpy(terrain_batch, jit):
+    """score_task alone (no vmap), run jitted and un-jitted, against the
+    independent NumPy/SciPy reference, on every kind of candidate."""
+    cands, tasks, cstar, ok = terrain_batch
+    idx = [i for i in range(len(tasks)) if tasks[i].obstacles.shape == (40, 40)][:: 13][:4]
+    cand, ref, task, req, wf = _padded([cands[i] for i in idx], [tasks[i] for i in idx],
+                                       cstar[idx], ok[idx])
+    fn = jax.jit(score_task) if jit else score_task
+    with jax.enable_x64(True):
+        for j, i in enumerate(idx):
+            if jit:
+                got = fn(_row(cand, j), _row(ref, j), _row(task, j), request_ok=req[j])
+            else:
+                with jax.disable_jit():
+                    got = fn(_row(cand, j), _row(ref, j), _row(task, j), request_ok=req[j])
+            assert isinstance(got, RouteMetrics)
+            got = {k: np.asarray(v)[None] for k, v in jax.device_get(got).to_dict().items()}
+            assert_matches(got, 0, np_metrics(cands[i], tasks[i], cstar[i], ok[i]))
+
+
+def test_pytrees_round_trip_through_tree_map_and_vmap(terrain_batch):
+    """The kernel-boundary types are pytrees: tree_map keeps the type and
+    fields, vmap maps over their leading axis, and stacking per-task results
+    gives the batched result."""
+    cands, tasks, cstar, ok = terrain_batch
+    idx = list(range(0, 60, 20))
+    cand, ref, task, req, wf = _padded([cands[i] for i in idx], [tasks[i] for i in idx],
+                                       cstar[idx], ok[idx])
+    for tree in (cand, ref, task):
+        copy = jax.tree_util.tree_map(lambda x: x, tree)
+        assert type(copy) is type(tree)
+        assert all(np.array_equal(a, b) for a, b in zip(jax.tree_util.tree_leaves(tree),
+                                                       jax.tree_util.tree_leaves(copy)))
+    assert jax.tree_util.tree_map(lambda x: x.shape[0], cand) == Route(len(idx), len(idx))
+    one = Route.pad(tasks[idx[0]].route, 256)
+    assert int(one.length) == len(tasks[idx[0]].route) and one.cells.shape == (256, 2)
+    np.testing.assert_array_equal(one.cells[:int(one.length)], tasks[idx[0]].route)
+    assert not one.cells[int(one.length):].any()
+    with pytest.raises(ValueError, match="does not fit"):
+        Route.pad(tasks[idx[0]].route, 1)
+    with jax.enable_x64(True):
+        lengths = jax.vmap(lambda r: r.length * 2)(cand)
+        np.testing.assert_array_equal(lengths, cand.length * 2)
+        live = jax.vmap(Route.live)(cand)
+        assert live.shape == cand.cells.shape[:2] and int(live.sum()) == int(cand.length.sum())
+        batched = score_tasks(cand, ref, task, req, wf)
+        per = [score_task(_row(cand, j), _row(ref, j), _row(task, j), request_ok=req[j])
+               for j in range(len(idx))]
+    stacked = jax.tree_util.tree_map(lambda *xs: np.stack(xs), *jax.device_get(per))
+    assert isinstance(batched, RouteMetrics) and isinstance(stacked, RouteMetrics)
+    assert jax.tree_util.tree_structure(stacked) == jax.tree_util.tree_structure(batched)
+    for k, v in jax.device_get(batched).to_dict().items():
+        np.testing.assert_allclose(np.asarray(v, float), np.asarray(getattr(stacked, k), float),
+                                   rtol=RTOL, err_msg=k)
+    assert tuple(batched.to_dict()) == METRIC_KEYS
+
+
 def test_named_model_and_float32_kernels():
     t = tiny_task(route=((0, 0), (1, 1), (0, 2)), objective="slope_uphill")
-    route = np.array([[0, 0], [1, 1], [0, 2], [0, 0]], np.int32)
+    route = Route(np.array([[0, 0], [1, 1], [0, 2], [0, 0]], np.int32), 3)
     z32 = jnp.asarray(t.elevation_m, jnp.float32)
-    fn = jax.jit(score_task, static_argnames=("model",))
-    res = fn(route, 3, route, 3, (0, 0), (0, 2), t.obstacles, z32, model="slope_uphill",
-             weight=10.0, c_star=1.0)
-    want = route_cost(route[:3], t.elevation_m, "slope_uphill", 10.0)
-    assert res["predicted_cost"].dtype == jnp.float32
-    np.testing.assert_allclose(float(res["predicted_cost"]), want, rtol=1e-6)
-    assert float(res["assd"]) == 0.0
+    task = TaskArrays(elevation=z32, obstacles=t.obstacles, start=np.array((0, 0), np.int32),
+                      goal=np.array((0, 2), np.int32), cost_model=MODEL_INDEX["slope_uphill"],
+                      weight=10.0, c_star=1.0)
+    res = jax.jit(score_task)(route, route, task)
+    want = route_cost(route.cells[:3], t.elevation_m, "slope_uphill", 10.0)
+    assert res.predicted_cost.dtype == jnp.float32
+    np.testing.assert_allclose(float(res.predicted_cost), want, rtol=1e-6)
+    assert float(res.assd) == 0.0
+    # the padded recosting by model name (static) and by id (traced) agree
+    by_name = jax.jit(padded_route_cost, static_argnames=("model",))(
+        route, z32, model="slope_uphill", weight=10.0)
+    by_id = jax.jit(padded_route_cost)(route, z32, MODEL_INDEX["slope_uphill"], 10.0)
+    assert by_name.dtype == jnp.float32 and float(by_name) == float(by_id)
+    np.testing.assert_allclose(float(by_name), want, rtol=1e-6)
 
 
 def test_primary_metrics_of_scored_batch(terrain_batch):
@@ -472,7 +554,7 @@ def test_geometry_window_and_float32():
         a = np.array([[0, 0], [1, 1], [2, 1]], np.int32)
         for far, defined in ((span - 1, True), (span, False)):
             b = np.array([[0, 0], [far, 1]], np.int32)  # not a path: geometry of cell sets
-            assd, h95, iou = (float(v) for v in geom(a, 3, b, 2))
+            assd, h95, iou = (float(v) for v in geom(Route(a, 3), Route(b, 2)))
             if not defined:
                 assert np.isnan(assd) and np.isnan(h95) and np.isnan(iou)
                 continue
@@ -487,9 +569,9 @@ def test_geometry_window_and_float32():
     rng = np.random.default_rng(5)
     a = np.cumsum(rng.integers(-1, 2, (40, 2)), axis=0).astype(np.int32) + 50
     b = np.cumsum(rng.integers(-1, 2, (30, 2)), axis=0).astype(np.int32) + 50
-    g32 = [float(v) for v in jax.jit(route_geometry)(a, 40, b, 30)]
+    g32 = [float(v) for v in jax.jit(route_geometry)(Route(a, 40), Route(b, 30))]
     with jax.enable_x64(True):
-        g64 = [float(v) for v in jax.jit(route_geometry)(a, 40, b, 30)]
+        g64 = [float(v) for v in jax.jit(route_geometry)(Route(a, 40), Route(b, 30))]
     np.testing.assert_allclose(g32[:2], g64[:2], rtol=1e-6)
     np.testing.assert_allclose(g32[2], g64[2], rtol=1e-7)  # same counts, float32 ratio
     sa, sb = set(map(tuple, a.tolist())), set(map(tuple, b.tolist()))

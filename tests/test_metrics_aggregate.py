@@ -1,10 +1,12 @@
-"""Primary aggregates (SPEC §4) and the training-loop accumulator against NumPy."""
+"""Primary aggregates (SPEC §4), the training-loop accumulator and the shared
+masked reducers (passage_jax.reduce) against NumPy."""
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from passage_jax.metrics import PathMetrics, primary_metrics, primary_metrics_jax
+from passage_jax.reduce import masked_mean, masked_percentile, percentile_of_sorted
 
 
 def synthetic_per_task(n, seed=0):
@@ -151,3 +153,37 @@ def test_accumulator_overflow_reports_no_quantiles():
         np.testing.assert_allclose(got[k], want[k], rtol=1e-11)
     np.testing.assert_allclose(got["regret_summary"]["geomean"], want["regret_summary"]["geomean"],
                                rtol=1e-11)
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_reducers_equal_numpy(jit):
+    """NumPy's default linear percentile and the mean of a masked selection
+    (ties, n = 1 and an empty mask included): exactly when run eagerly, to an
+    ulp or two when jitted (XLA may fuse the interpolation's multiply-add)."""
+    rng = np.random.default_rng(9)
+    pct = jax.jit(masked_percentile) if jit else masked_percentile
+    srt = jax.jit(percentile_of_sorted, static_argnames=("value",)) if jit else percentile_of_sorted
+    mean = jax.jit(masked_mean) if jit else masked_mean
+    with jax.enable_x64(True):
+        for n, ties in ((1, False), (2, False), (37, False), (200, True)):
+            x = rng.normal(size=n) * 10
+            if ties:
+                x = np.round(x)
+            mask = rng.random(n) < 0.7
+            mask[0] = True
+            for q in (0.0, 5.0, 50.0, 90.0, 95.0, 100.0, 33.3):
+                want = np.percentile(x[mask], q)
+                xs = np.sort(np.where(mask, x, np.inf))
+                for got in (float(pct(x, mask, q)), float(srt(xs, int(mask.sum()), q))):
+                    if jit:
+                        np.testing.assert_allclose(got, want, rtol=1e-15, atol=1e-14)
+                    else:
+                        assert got == want, (n, q)
+            assert float(mean(x, mask)) == pytest.approx(np.mean(x[mask]), rel=1e-15)
+        # a monotone map applied to the two order statistics only
+        d2 = np.sort(rng.integers(0, 50, 40))
+        got = percentile_of_sorted(d2, 40, 95.0, lambda v: jnp.sqrt(v.astype(jnp.float64)))
+        assert float(got) == np.percentile(np.sqrt(d2.astype(np.float64)), 95)
+        empty = np.zeros(5, bool)
+        assert np.isnan(float(pct(np.arange(5.0), empty, 50.0)))
+        assert np.isnan(float(mean(np.arange(5.0), empty)))

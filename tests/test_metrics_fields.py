@@ -9,11 +9,18 @@ import scipy.sparse.csgraph
 
 from passage_jax.graph import MOVES, edge_cost_field, edge_cost_field_np
 from passage_jax.metrics import (
-    bellman_residual, boundary_f_score, component_count, descent_direction_agreement,
-    expansions_ratio, fallback_free_rate, neighbour_ranking_agreement, ssi_mae,
+    bellman_residual,
+    boundary_f_score,
+    descent_direction_agreement,
+    expansions_ratio,
+    fallback_free_rate,
+    neighbour_ranking_agreement,
+    ssi_mae,
     start_goal_connected,
 )
-from passage_jax.metrics.synthetic import _graph, terrain_crop
+from passage_jax.metrics.fields import component_count
+from passage_jax.reference.csgraph import scipy_graph
+from passage_jax.testing import terrain_crop
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +35,7 @@ def field_scene():
     obst[17, 4] = False
     cost = edge_cost_field_np(z, obst, "energy", 62.4)
     # exact cost-to-go: Dijkstra from the goal on the reversed graph
-    v = scipy.sparse.csgraph.dijkstra(_graph(cost).T.tocsr(), indices=goal[0] * n + goal[1])
+    v = scipy.sparse.csgraph.dijkstra(scipy_graph(cost).T.tocsr(), indices=goal[0] * n + goal[1])
     v = v.reshape(n, n)
     v[obst] = np.inf  # obstacle cells are never reached (moves into them are illegal)
     return z, obst, goal, cost, v

@@ -14,10 +14,16 @@ import passage_jax.data as data
 import passage_jax.metrics.host as host
 from passage_jax.graph import MODEL_INDEX, route_cost
 from passage_jax.metrics import (
-    METRIC_KEYS, primary_metrics_jax, resolve_sharding, score_batch, score_routes,
+    METRIC_KEYS,
+    Route,
+    TaskArrays,
+    primary_metrics_jax,
+    resolve_sharding,
+    score_routes,
+    score_tasks,
     sharding_devices,
 )
-from passage_jax.metrics.synthetic import candidate_set
+from passage_jax.testing import candidate_set
 
 N_DEV = 4
 pytestmark = pytest.mark.skipif(
@@ -101,14 +107,15 @@ def test_unsharded_reference_is_meaningful(material):
 def test_named_sharding_matches_unsharded_and_runs_on_all_devices(material, monkeypatch):
     tasks, cands, cstar, ok, base = material
     seen = []
-    packed = host.score_batch_packed
+    packed = host.score_tasks_packed
 
     def spy(*args, **kw):
         res = packed(*args, **kw)
-        seen.append((args[0].shape[0], args[0].sharding, res[0].sharding, res[1].sharding))
+        cells = args[0].cells
+        seen.append((cells.shape[0], cells.sharding, res[0].sharding, res[1].sharding))
         return res
 
-    monkeypatch.setattr(host, "score_batch_packed", spy)
+    monkeypatch.setattr(host, "score_tasks_packed", spy)
     got = score_routes(cands, tasks, cstar, ok, sharding=batch_sharding())
     assert_same(base, got, "NamedSharding")
     assert len(seen) >= 2  # several buckets
@@ -157,7 +164,7 @@ def test_single_device_sharding_and_bad_values(material):
         score_routes(cands[:2], tasks[:2], cstar[:2], ok[:2], sharding=4)
 
 
-def test_score_batch_and_reducer_on_sharded_inputs(material):
+def test_score_tasks_and_reducer_on_sharded_inputs(material):
     """The padded full-grid kernel and the jittable reducer take sharded inputs
     and give the unsharded answer (and host score_routes' answer)."""
     tasks, cands, cstar, ok, base = material
@@ -175,31 +182,31 @@ def test_score_batch_and_reducer_on_sharded_inputs(material):
         r = tasks[i].route
         ref[j, :len(r)], rl[j] = r, len(r)
     t = [tasks[i] for i in rows]
-    args = (cand, cl, ref, rl,
-            np.array([x.scene.start for x in t], np.int32),
-            np.array([x.scene.goal for x in t], np.int32),
-            np.stack([np.asarray(x.obstacles, bool) for x in t]),
-            np.stack([x.elevation_m for x in t]),
-            np.array([MODEL_INDEX[x.objective] for x in t], np.int32),
-            np.array([x.weight for x in t], np.float64), cstar[rows], ok[rows],
-            ~base["malformed"][rows])
+    task = TaskArrays(
+        elevation=np.stack([x.elevation_m for x in t]),
+        obstacles=np.stack([np.asarray(x.obstacles, bool) for x in t]),
+        start=np.array([x.scene.start for x in t], np.int32),
+        goal=np.array([x.scene.goal for x in t], np.int32),
+        cost_model=np.array([MODEL_INDEX[x.objective] for x in t], np.int32),
+        weight=np.array([x.weight for x in t], np.float64), c_star=cstar[rows])
+    args = (Route(cand, cl), Route(ref, rl), task, ok[rows], ~base["malformed"][rows])
     with jax.enable_x64(True):
-        plain = jax.device_get(score_batch(*args))
+        plain = jax.device_get(score_tasks(*args)).to_dict()
         placed = jax.device_put(args, batch_sharding())
-        out = score_batch(*placed)
-        assert out["regret"].sharding.device_set == set(jax.devices())
-        sharded = jax.device_get(out)
+        out = score_tasks(*placed)
+        assert out.regret.sharding.device_set == set(jax.devices())
+        sharded = jax.device_get(out).to_dict()
         mask = np.arange(B) < len(pick)
         per = {k: plain[k] for k in plain}
         red_plain = jax.device_get(primary_metrics_jax(per, mask))
         red_sharded = jax.device_get(primary_metrics_jax(
             jax.device_put(per, batch_sharding()), jax.device_put(mask, batch_sharding())))
     assert_same({**plain, "malformed": base["malformed"][rows], "problem": rows},
-                {**sharded, "malformed": base["malformed"][rows], "problem": rows}, "score_batch")
+                {**sharded, "malformed": base["malformed"][rows], "problem": rows}, "score_tasks")
     want = {k: v[pick] for k, v in base.items()}
     got = {k: v[:len(pick)] for k, v in sharded.items()}
     got.update(malformed=want["malformed"], problem=want["problem"])
-    assert_same(want, got, "score_batch vs score_routes", dtypes=False)
+    assert_same(want, got, "score_tasks vs score_routes", dtypes=False)
     for k, v in red_plain.items():
         if k == "regret_summary":
             for kk in v:

@@ -18,10 +18,13 @@ import jax
 import jax.numpy as jnp
 
 from passage_jax.metrics.aggregate import GEOMEAN_FLOOR
-from passage_jax.metrics.kernels import masked_percentile
+from passage_jax.metrics.types import metric_dict
+from passage_jax.reduce import masked_percentile
+
+__all__ = ["PathMetrics"]
 
 
-@flax.struct.dataclass
+@flax.struct.dataclass(kw_only=True)
 class PathMetrics:
     n_tasks: jax.Array
     n_valid: jax.Array
@@ -36,24 +39,30 @@ class PathMetrics:
     regret_buffer: jax.Array  # (capacity,)
 
     @classmethod
-    def empty(cls, capacity: int = 4096, dtype=jnp.float32) -> "PathMetrics":
+    def empty(cls, capacity: int = 4096, dtype=jnp.float32) -> PathMetrics:
         i = jnp.zeros((), jnp.int32)
         f = jnp.zeros((), dtype)
-        return cls(i, i, i, i, i, f, f, i, f, f, jnp.full((capacity,), jnp.nan, dtype))
+        return cls(n_tasks=i, n_valid=i, n_connected=i, n_violation=i, traversals_in_violation=i,
+                   assd_sum=f, h95_sum=f, n_regret=i, regret_sum=f, log1p_regret_sum=f,
+                   regret_buffer=jnp.full((capacity,), jnp.nan, dtype))
 
     @property
     def capacity(self) -> int:
         return self.regret_buffer.shape[-1]
 
     @classmethod
-    def from_batch(cls, per_task: dict, mask=None, capacity: int = 4096) -> "PathMetrics":
-        """Accumulator holding one batch of per-task metrics (``score_batch``
-        output); ``mask`` marks the real (non-padding) tasks."""
+    def from_batch(cls, per_task, mask=None, capacity: int = 4096) -> PathMetrics:
+        """Accumulator holding one batch of per-task metrics (a
+        :class:`~passage_jax.metrics.types.RouteMetrics` from ``score_tasks``, or
+        a mapping of the same names); ``mask`` marks the real (non-padding) tasks."""
+        per_task = metric_dict(per_task)
         regret = jnp.asarray(per_task["regret"])
         return cls.empty(capacity, regret.dtype).update(per_task, mask)
 
-    def update(self, per_task: dict, mask=None) -> "PathMetrics":
-        """Add a batch of per-task metrics; returns a new accumulator."""
+    def update(self, per_task, mask=None) -> PathMetrics:
+        """Add a batch of per-task metrics (``RouteMetrics`` or a mapping);
+        returns a new accumulator."""
+        per_task = metric_dict(per_task)
         dt = self.regret_buffer.dtype
         regret = jnp.asarray(per_task["regret"], dt)
         m = jnp.ones(regret.shape, bool) if mask is None else jnp.asarray(mask, bool)
@@ -85,7 +94,7 @@ class PathMetrics:
             regret_buffer=buf,
         )
 
-    def merge(self, other: "PathMetrics") -> "PathMetrics":
+    def merge(self, other: PathMetrics) -> PathMetrics:
         """Combine two accumulators (e.g. from two devices or two epochs)."""
         cap = self.capacity
         pos = self.n_regret + jnp.arange(other.capacity, dtype=jnp.int32)

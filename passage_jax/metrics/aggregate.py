@@ -1,22 +1,21 @@
-"""Primary aggregates of SPEC §4, as a jittable masked reducer and a host wrapper."""
+"""Primary aggregates of SPEC §4, as a jittable masked reducer and a host wrapper.
+
+The percentiles and means are :mod:`passage_jax.reduce`'s; the metric names are
+:data:`passage_jax.contract.PRIMARY_METRICS`.
+"""
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from passage_jax.metrics.kernels import masked_percentile
+from passage_jax.metrics.types import metric_dict
+from passage_jax.reduce import masked_mean, masked_percentile
 
-PRIMARY_METRICS = ("regret_median", "regret_p90", "assd_mean", "h95_mean", "success_rate",
-                   "obstacle_violation_rate")
+__all__ = ["GEOMEAN_FLOOR", "regret_summary_jax", "primary_metrics_jax", "primary_metrics"]
+
 #: Floor of ``1 + r`` in the regret geometric mean.
 GEOMEAN_FLOOR = -1 + 1e-12
-
-
-def _masked_mean(x, mask):
-    n = jnp.sum(mask)
-    s = jnp.sum(jnp.where(mask, x, 0))
-    return jnp.where(n > 0, s / jnp.maximum(n, 1), jnp.nan)
 
 
 def regret_summary_jax(regret, mask):
@@ -29,18 +28,20 @@ def regret_summary_jax(regret, mask):
         "median": masked_percentile(regret, m, 50.0),
         "p90": masked_percentile(regret, m, 90.0),
         "p95": masked_percentile(regret, m, 95.0),
-        "mean": _masked_mean(regret, m),
-        "geomean": jnp.expm1(_masked_mean(logs, m)),
+        "mean": masked_mean(regret, m),
+        "geomean": jnp.expm1(masked_mean(logs, m)),
     }
 
 
 @jax.jit
-def primary_metrics_jax(per_task: dict, mask=None) -> dict:
+def primary_metrics_jax(per_task, mask=None) -> dict:
     """Jittable SPEC §4 aggregates over the tasks where ``mask`` is True
-    (padding rows False). ``per_task`` needs ``regret``, ``assd``, ``h95``,
+    (padding rows False). ``per_task`` is a batched
+    :class:`~passage_jax.metrics.types.RouteMetrics` or a mapping with ``regret``, ``assd``, ``h95``,
     ``valid_path``, ``connected_path``, ``obstacle_violation`` and
     ``obstacle_traversals`` arrays of equal length (``success`` is taken as
     ``valid_path`` when absent). Rates are NaN over zero tasks."""
+    per_task = metric_dict(per_task)
     regret = jnp.asarray(per_task["regret"])
     if mask is None:
         mask = jnp.ones(regret.shape, bool)
@@ -53,14 +54,14 @@ def primary_metrics_jax(per_task: dict, mask=None) -> dict:
     return {
         "regret_median": summ["median"],
         "regret_p90": summ["p90"],
-        "assd_mean": _masked_mean(jnp.asarray(per_task["assd"], fdt), valid),
-        "h95_mean": _masked_mean(jnp.asarray(per_task["h95"], fdt), valid),
-        "success_rate": _masked_mean(success.astype(fdt), mask),
-        "obstacle_violation_rate": _masked_mean(viol.astype(fdt), mask),
+        "assd_mean": masked_mean(jnp.asarray(per_task["assd"], fdt), valid),
+        "h95_mean": masked_mean(jnp.asarray(per_task["h95"], fdt), valid),
+        "success_rate": masked_mean(success.astype(fdt), mask),
+        "obstacle_violation_rate": masked_mean(viol.astype(fdt), mask),
         "n_tasks": jnp.sum(mask, dtype=jnp.int32),
         "n_path_valid": jnp.sum(valid, dtype=jnp.int32),
-        "connected_rate": _masked_mean(jnp.asarray(per_task["connected_path"], fdt), mask),
-        "mean_traversals_given_violation": _masked_mean(
+        "connected_rate": masked_mean(jnp.asarray(per_task["connected_path"], fdt), mask),
+        "mean_traversals_given_violation": masked_mean(
             jnp.asarray(per_task["obstacle_traversals"], fdt), viol),
         "regret_summary": summ,
     }

@@ -5,7 +5,9 @@ Conventions: fields are (H, W); ``edge_costs`` is the (8, H, W) field of
 :func:`passage_jax.graph.edge_cost_field` (C[k, r, c] = cost of the move from
 (r, c) by ``MOVES[k]``, +inf when illegal); ``reachable`` is a bool (H, W) mask,
 normally ``isfinite(V*)`` of the exact cost-to-go. Moves are tried in the
-fixed ``MOVES`` order, so ties go to the earlier move.
+fixed ``MOVES`` order, so ties go to the earlier move. The shifts, the Bellman
+backup and the descent policy are those of :mod:`passage_jax.graph.grid`, the ones
+the reference value iteration uses (``bellman_backup`` is re-exported from there).
 """
 from __future__ import annotations
 
@@ -14,71 +16,42 @@ import math
 import jax
 import jax.numpy as jnp
 
-from passage_jax.graph.spec import MOVES
-from passage_jax.metrics.kernels import masked_percentile
+from passage_jax.graph.grid import bellman_backup, cell_mask, descent_policy, shift
+from passage_jax.reduce import masked_mean, masked_percentile
 
-
-def _shift(a, dr, dc, fill):
-    """out[r, c] = a[r + dr, c + dc] (``fill`` outside)."""
-    h, w = a.shape
-    p = jnp.pad(a, ((1, 1), (1, 1)), constant_values=fill)
-    return p[1 + dr:1 + dr + h, 1 + dc:1 + dc + w]
-
-
-def _shift_any(a, dr, dc, fill):
-    """Like :func:`_shift` for any offset."""
-    h, w = a.shape
-    k = max(abs(dr), abs(dc))
-    p = jnp.pad(a, ((k, k), (k, k)), constant_values=fill)
-    return p[k + dr:k + dr + h, k + dc:k + dc + w]
-
-
-def _neighbours(v, fill=jnp.inf):
-    return jnp.stack([_shift(v, int(dr), int(dc), fill) for dr, dc in MOVES])
-
-
-def _goal_mask(shape, goal):
-    r = jnp.arange(shape[0])[:, None]
-    c = jnp.arange(shape[1])[None, :]
-    return (r == goal[0]) & (c == goal[1])
-
-
-def _mean_where(x, m):
-    n = jnp.sum(m)
-    return jnp.where(n > 0, jnp.sum(jnp.where(m, x, 0)) / jnp.maximum(n, 1), jnp.nan)
-
-
-def bellman_backup(v, edge_costs):
-    """min_k (C[k, s] + V(s + MOVES[k])) per cell (+inf where no legal move)."""
-    q = edge_costs + _neighbours(v)
-    return jnp.min(q, axis=0)
+__all__ = [
+    "bellman_backup", "bellman_residual", "descent_direction", "descent_direction_agreement",
+    "ssi_mae", "neighbour_ranking_agreement", "dilate", "boundary_f_score", "component_labels",
+    "component_count", "start_goal_connected", "expansions_ratio", "fallback_free_rate",
+]
 
 
 def bellman_residual(v_pred, edge_costs, goal, reachable):
     """Mean |V(s) - min_n (c(s, n) + V(n))| over reachable non-goal cells,
     divided by mean |V| over the reachable cells. NaN if no such cell."""
     v_pred = jnp.asarray(v_pred)
-    cells = jnp.asarray(reachable, bool) & ~_goal_mask(v_pred.shape, goal)
+    cells = jnp.asarray(reachable, bool) & ~cell_mask(v_pred.shape, goal)
     backup = bellman_backup(v_pred, edge_costs)
     resid = jnp.abs(v_pred - backup)
     cells = cells & jnp.isfinite(backup)
-    scale = _mean_where(jnp.abs(v_pred), jnp.asarray(reachable, bool))
-    return _mean_where(resid, cells) / scale
+    scale = masked_mean(jnp.abs(v_pred), jnp.asarray(reachable, bool))
+    return masked_mean(resid, cells) / scale
 
 
 def descent_direction(v, edge_costs):
     """(H, W) int32: index into ``MOVES`` of the greedy Bellman choice
-    argmin_k (C[k, s] + V(s + MOVES[k])) (first of the ties)."""
-    return jnp.argmin(edge_costs + _neighbours(v), axis=0).astype(jnp.int32)
+    argmin_k (C[k, s] + V(s + MOVES[k])) (first of the ties); the move of
+    :func:`passage_jax.graph.descent_policy`."""
+    return descent_policy(v, edge_costs)[0]
 
 
 def descent_direction_agreement(v_pred, v_true, edge_costs, goal, reachable):
     """Fraction of reachable, non-goal cells (obstacle cells are never
     reachable) whose greedy descent move under ``v_pred`` equals the one under
     the exact ``v_true``."""
-    cells = jnp.asarray(reachable, bool) & ~_goal_mask(jnp.shape(v_pred), goal)
+    cells = jnp.asarray(reachable, bool) & ~cell_mask(jnp.shape(v_pred), goal)
     agree = descent_direction(v_pred, edge_costs) == descent_direction(v_true, edge_costs)
-    return _mean_where(agree.astype(jnp.asarray(v_pred).dtype), cells)
+    return masked_mean(agree.astype(jnp.asarray(v_pred).dtype), cells)
 
 
 def ssi_mae(pred, target, mask):
@@ -88,14 +61,14 @@ def ssi_mae(pred, target, mask):
     pred = jnp.asarray(pred)
     target = jnp.asarray(target, pred.dtype)
     m = jnp.asarray(mask, bool)
-    mp = _mean_where(pred, m)
-    mt = _mean_where(target, m)
+    mp = masked_mean(pred, m)
+    mt = masked_mean(target, m)
     dp = jnp.where(m, pred - mp, 0)
     dt = jnp.where(m, target - mt, 0)
     var = jnp.sum(dp * dp)
     a = jnp.where(var > 0, jnp.sum(dp * dt) / jnp.where(var > 0, var, 1), 0.0)
     b = mt - a * mp
-    return _mean_where(jnp.abs(a * pred + b - target), m)
+    return masked_mean(jnp.abs(a * pred + b - target), m)
 
 
 _PAIR_OFFSETS = ((0, 1), (1, 0), (1, 1), (1, -1))  # each unordered 8-neighbour pair once
@@ -111,9 +84,9 @@ def neighbour_ranking_agreement(pred, target, mask, margin=1e-6):
     agree = jnp.zeros((), jnp.int32)
     count = jnp.zeros((), jnp.int32)
     for dr, dc in _PAIR_OFFSETS:
-        pn = _shift(pred, dr, dc, 0)
-        tn = _shift(target, dr, dc, 0)
-        mn = _shift(m, dr, dc, False)
+        pn = shift(pred, dr, dc, 0)
+        tn = shift(target, dr, dc, 0)
+        mn = shift(m, dr, dc, False)
         dt = tn - target
         ok = m & mn & (jnp.abs(dt) > margin)
         same = jnp.sign(pn - pred) == jnp.sign(dt)
@@ -130,7 +103,7 @@ def dilate(mask, radius):
     for dr in range(-k, k + 1):
         for dc in range(-k, k + 1):
             if (dr or dc) and dr * dr + dc * dc <= radius * radius:
-                out = out | _shift_any(mask, dr, dc, False)
+                out = out | shift(mask, dr, dc, False)
     return out
 
 
@@ -162,7 +135,7 @@ def component_labels(mask):
         for dr in (-1, 0, 1):
             for dc in (-1, 0, 1):
                 if dr or dc:
-                    m = jnp.maximum(m, _shift(lab, dr, dc, 0))
+                    m = jnp.maximum(m, shift(lab, dr, dc, 0))
         m = jnp.where(mask, m, 0)
         flat = m.reshape(-1)
         jumped = jnp.where(m > 0, flat[jnp.maximum(m - 1, 0)], 0)
@@ -209,7 +182,7 @@ def expansions_ratio(planner_expansions, astar_expansions, mask=None):
     return {
         "median": masked_percentile(per_task, ok, 50.0),
         "p90": masked_percentile(per_task, ok, 90.0),
-        "geomean": jnp.exp(_mean_where(jnp.log(jnp.where(ok, ratio, 1)), ok)),
+        "geomean": jnp.exp(masked_mean(jnp.log(jnp.where(ok, ratio, 1)), ok)),
         "per_task": per_task,
     }
 
@@ -219,4 +192,4 @@ def fallback_free_rate(fallback_used, mask=None):
     NaN over zero tasks."""
     f = jnp.asarray(fallback_used, bool)
     m = jnp.ones(f.shape, bool) if mask is None else jnp.asarray(mask, bool)
-    return _mean_where((~f).astype(jnp.zeros((), float).dtype), m)
+    return masked_mean((~f).astype(jnp.zeros((), float).dtype), m)

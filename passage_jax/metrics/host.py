@@ -3,24 +3,35 @@
 The shell normalises each candidate (without rounding or clipping anything),
 checks each distinct reference once, reads the grids at the candidates' cells
 with vectorised NumPy (grouped by grid, never per cell in Python), buckets the
-tasks by route length so a large batch compiles only a handful of times, pads,
-runs the jitted :data:`~passage_jax.metrics.kernels.score_batch_gathered` under
-scoped float64 (dispatching every chunk before waiting for any, so the host
-prepares the next chunk while the previous one computes), and scatters the
-results back into task order. With a ``sharding`` over the batch axis each
+tasks by route length so a large batch compiles only a handful of times, pads
+them into the kernel-boundary pytrees (:class:`~passage_jax.metrics.types.Route`
+and :class:`~passage_jax.metrics.types.TaskAtCandidate`), runs the jitted
+:data:`~passage_jax.metrics.kernels.score_tasks_packed` under scoped float64
+(dispatching every chunk before waiting for any, so the host prepares the next
+chunk while the previous one computes), and scatters the results back into
+task order. With a ``sharding`` over the batch axis each
 chunk is placed on the devices with ``jax.device_put`` and the kernel runs SPMD;
 the results are the same on any number of devices.
 """
 from __future__ import annotations
 
+import functools
+
 import jax
 import numpy as np
 
-from passage_jax.graph.costs import MODEL_INDEX
-from passage_jax.graph.routes import route_problem
-from passage_jax.metrics.kernels import (
-    METRIC_KEYS, PACKED_FLOAT_KEYS, PACKED_INT_KEYS, score_batch_packed,
+from passage_jax.graph import MODEL_INDEX, CropStats, route_problem
+from passage_jax.metrics.kernels import score_tasks_packed
+from passage_jax.metrics.sharding import resolve_sharding
+from passage_jax.metrics.types import (
+    METRIC_KEYS,
+    PACKED_FLOAT_KEYS,
+    PACKED_INT_KEYS,
+    Route,
+    TaskAtCandidate,
 )
+
+__all__ = ["MIN_BUCKET", "normalise_candidate", "score_routes"]
 
 #: Smallest padded route length (shorter routes share this bucket).
 MIN_BUCKET = 32
@@ -89,38 +100,8 @@ def _batch_size(length: int, n: int, n_dev: int = 1) -> int:
         most = -(-most // 8) * 8 * n_dev  # each eighth splits evenly over the devices
     calls = -(-n // most)
     step = max(1, most // 8)
-    return min(most, -(-(-(-n // calls)) // step) * step)
-
-
-def resolve_sharding(sharding):
-    """The batch-axis placement ``score_routes`` uses for ``sharding``: None
-    (unsharded, the default device), a ``jax.sharding.Sharding`` as given, or
-    for ``"auto"`` a ``NamedSharding`` over all local devices of the default
-    backend on a 1-D ``("batch",)`` mesh when there is more than one, else None.
-    """
-    if sharding is None:
-        return None
-    if isinstance(sharding, str):
-        if sharding != "auto":
-            raise ValueError(f"sharding must be None, 'auto' or a jax.sharding.Sharding, "
-                             f"got {sharding!r}")
-        devices = jax.local_devices()
-        if len(devices) < 2:
-            return None
-        from jax.sharding import Mesh, NamedSharding, PartitionSpec
-        return NamedSharding(Mesh(np.array(devices), ("batch",)), PartitionSpec("batch"))
-    if not isinstance(sharding, jax.sharding.Sharding):
-        raise ValueError(f"sharding must be None, 'auto' or a jax.sharding.Sharding, "
-                         f"got {type(sharding).__name__}")
-    return sharding
-
-
-def sharding_devices(sharding) -> list[str]:
-    """Names of the devices ``score_routes(..., sharding=sharding)`` runs on,
-    ordered by device id (the default device when unsharded)."""
-    s = resolve_sharding(sharding)
-    devices = sorted(s.device_set, key=lambda d: d.id) if s is not None else [jax.devices()[0]]
-    return [f"{d.platform}:{d.id}" for d in devices]
+    per_call = -(-n // calls)
+    return min(most, -(-per_call // step) * step)
 
 
 def _is_int32_route(a) -> bool:
@@ -367,27 +348,26 @@ def score_routes(candidates, tasks, c_star, request_ok, references=None,
             padded = -(-(e - s) // size) * size
             live = np.arange(length) < ln[:, None]
             st = grids.stats[t_elev[tj]]
+            pad = functools.partial(_pad_tail, rows=padded)
 
-            def pad(x, fill=0):
-                o = np.full((padded,) + x.shape[1:], fill, x.dtype)
-                o[:len(x)] = x
-                return o
-
-            args = [_pad_rows(padded, live, block, (2,), np.int32),
-                    pad(ln.astype(np.int32)),
-                    _ref_rows(rix[idx], padded, length, ref_cells, ref_len, ref_off),
-                    pad(ref_len[rix[idx]].astype(np.int32)), pad(t_start32[tj]),
-                    pad(t_goal32[tj]), pad(t_hw32[tj]),
-                    _pad_rows(padded, live, on, (), bool),
-                    _pad_rows(padded, live, zc, (), np.float64),
-                    pad(st[:, 0]), pad(st[:, 1]), pad(st[:, 2]), pad(t_model[tj]),
-                    pad(t_weight[tj]), pad(c_star[idx], 1.0), pad(request_ok[idx]),
-                    pad(well_formed[idx])]
+            args = (
+                Route(_pad_rows(padded, live, block, (2,), np.int32), pad(ln.astype(np.int32))),
+                Route(_ref_rows(rix[idx], padded, length, ref_cells, ref_len, ref_off),
+                      pad(ref_len[rix[idx]].astype(np.int32))),
+                TaskAtCandidate(
+                    grid_shape_hw=pad(t_hw32[tj]),
+                    obstacle_cells=_pad_rows(padded, live, on, (), bool),
+                    elevation_cells=_pad_rows(padded, live, zc, (), np.float64),
+                    crop=CropStats(pad(st[:, 0]), pad(st[:, 1]), pad(st[:, 2])),
+                    start=pad(t_start32[tj]), goal=pad(t_goal32[tj]), cost_model=pad(t_model[tj]),
+                    weight=pad(t_weight[tj]), c_star=pad(c_star[idx], 1.0)),
+                pad(request_ok[idx]), pad(well_formed[idx]))
             for k in range(0, e - s, size):
-                chunk = [x[k:k + size] for x in args]
+                rows = slice(k, k + size)
+                chunk = jax.tree_util.tree_map(lambda x, rows=rows: x[rows], args)
                 if sharding is not None:
                     chunk = jax.device_put(chunk, sharding)
-                res = score_batch_packed(*chunk, pixel_size_m=float(pixel_size_m))
+                res = score_tasks_packed(*chunk, pixel_size_m=float(pixel_size_m))
                 pending.append((idx[k:k + size], res))
         out = {k: np.empty(n, _DTYPES.get(k, np.float64)) for k in METRIC_KEYS}
         for part, res in pending:
@@ -400,6 +380,13 @@ def score_routes(candidates, tasks, c_star, request_ok, references=None,
     out["malformed"] = ~well_formed
     out["problem"] = np.array(problems, dtype=object)
     return out
+
+
+def _pad_tail(x, fill=0, *, rows):
+    """``x`` extended along its first axis to ``rows`` rows of ``fill``."""
+    o = np.full((rows,) + x.shape[1:], fill, x.dtype)
+    o[:len(x)] = x
+    return o
 
 
 def _pad_rows(padded, live, values, tail, dtype):
@@ -426,16 +413,17 @@ def _ref_rows(ridx, padded, length, ref_cells, ref_len, ref_off):
     return o
 
 
-def _check_references(uref, utask, t_start, t_goal, t_hw, t_obst, grids, skip=None):
+def _check_references(uref, utask, t_start, t_goal, t_hw, t_obst, grids, *, skip=None):
     """(first task index, problem) of the first illegal reference, or None.
 
     Every distinct reference is checked by vectorised NumPy over all of them
-    at once; the strict per-route check (:func:`route_problem`) runs only on a
-    reference that fails, to name the problem. References of tasks with an
+    at once (a fast filter over the whole batch, not a second rule: the rule
+    is :func:`passage_jax.graph.route_problem`, which runs on every reference
+    the filter flags and decides, and names the problem). References of tasks with an
     unknown cost model (``skip``) are not checked.
     """
     arrays, keep = [], np.ones(len(uref), bool)
-    for k, (r, j, i) in enumerate(uref):
+    for k, (r, j, _) in enumerate(uref):
         if skip is not None and utask[j][0].objective not in MODEL_INDEX:
             arrays.append(np.zeros((0, 2), np.int64))
             keep[k] = False

@@ -1,11 +1,19 @@
 """Per-task decoded-path metric kernels on padded routes (SPEC §4).
 
-A route is an ``(L_max, 2)`` int32 array of ``(row, col)`` cells plus a scalar
-``length``; rows at or beyond ``length`` are padding and never read as cells.
-Every function here is pure, jittable and vmappable, and takes its floating
-dtype from its inputs (the elevation ``z`` for costs; ``dtype`` or the default
-JAX float for geometry). Nothing is rounded or clipped: a cell outside the grid
-makes the route invalid and is masked wherever the grid is read.
+A route is a :class:`~passage_jax.metrics.types.Route` (``cells`` (L, 2) int32
+and a scalar ``length``); rows at or beyond ``length`` are padding and never
+read as cells. A task is a :class:`~passage_jax.metrics.types.TaskArrays` (full
+grids) or a :class:`~passage_jax.metrics.types.TaskAtCandidate` (grids read at
+the candidate's cells). Every function here is pure, jittable and vmappable and
+takes its floating dtype from its inputs (the task's elevation for costs,
+regret and geometry; ``dtype`` or the default JAX float for standalone
+geometry). Nothing is rounded or clipped: a cell outside the grid makes the
+route invalid and is masked wherever the grid is read.
+
+:func:`score_task` is written for one task and vmapped once, in
+:data:`score_tasks` (per-task metrics of a batch, as a
+:class:`~passage_jax.metrics.types.RouteMetrics` with a leading axis) and
+:data:`score_tasks_packed` (the same, packed into two arrays for the host).
 """
 from __future__ import annotations
 
@@ -14,14 +22,17 @@ import math
 import jax
 import jax.numpy as jnp
 
-from passage_jax.graph.costs import crop_stats, get_cost_model
-from passage_jax.graph.spec import OBJECTIVES  # noqa: F401  (documentation)
-from passage_jax.graph.costs import MODEL_NAMES
+from passage_jax.contract import CENSOR_FACTOR, FAILURE_REGRET
+from passage_jax.graph import MODEL_NAMES, crop_stats, get_cost_model
+from passage_jax.metrics.types import Route, RouteMetrics, gather_cells, in_bounds
+from passage_jax.reduce import percentile_of_sorted
 
-#: Censoring factor: a failed route costs ``K = CENSOR_FACTOR * c*``.
-CENSOR_FACTOR = 1e6
-#: Regret of a failed route, exactly.
-FAILURE_REGRET = 999999.0
+__all__ = [
+    "GEOMETRY_SPAN", "connected_path", "obstacle_traversals", "route_validity",
+    "padded_route_cost", "censored_cost", "regret", "route_length_pixels", "route_geometry",
+    "score_task", "score_tasks", "score_tasks_packed",
+]
+
 _BIG_D2 = jnp.iinfo(jnp.int32).max
 
 
@@ -29,70 +40,47 @@ def _float_dtype(dtype=None):
     return jnp.dtype(dtype) if dtype is not None else jnp.zeros((), float).dtype
 
 
-def _live(length, n):
-    return jnp.arange(n) < length
-
-
-def in_bounds(route, shape):
-    """(L,) bool: the cell lies inside a grid of ``shape`` (H, W)."""
-    h, w = shape
-    r, c = route[..., 0], route[..., 1]
-    return (r >= 0) & (r < h) & (c >= 0) & (c < w)
-
-
-def _gather(grid, route, ok):
-    """grid[route] where ``ok``; the index is clamped only to keep the gather
-    in range, and the result must be masked by ``ok`` by the caller."""
-    h, w = grid.shape
-    r = jnp.where(ok, route[:, 0], 0)
-    c = jnp.where(ok, route[:, 1], 0)
-    return grid[jnp.clip(r, 0, h - 1), jnp.clip(c, 0, w - 1)]
-
-
 # --------------------------------------------------------------------------- #
-# Validity
+# Validity: the one device implementation of route legality
 # --------------------------------------------------------------------------- #
 
-def connected_path(route, length, start, goal, shape, well_formed=True):
-    """SPEC §4 ``connected_path`` of one padded route.
+def connected_path(route: Route, task, *, well_formed=True):
+    """SPEC §4 ``connected_path`` of one padded route on ``task``'s grid.
 
     True iff the route is well formed, has at least 2 cells, all in bounds, every
     step is one of the 8 moves (a repeated consecutive cell is not; a later
-    revisit is fine), the first cell is ``start`` and the last is ``goal``.
-    ``shape`` is the static grid shape (H, W).
+    revisit is fine), the first cell is ``task.start`` and the last is
+    ``task.goal``.
     """
-    route = jnp.asarray(route)
-    n = route.shape[0]
-    live = _live(length, n)
-    inb = in_bounds(route, shape)
-    all_in = jnp.all(inb | ~live)
+    cells = jnp.asarray(route.cells)
+    length = route.length
+    n = cells.shape[0]
+    all_in = jnp.all(in_bounds(cells, task.grid_shape()) | ~route.live())
     if n >= 2:
-        step = jnp.max(jnp.abs(route[1:] - route[:-1]), axis=-1)
+        step = jnp.max(jnp.abs(cells[1:] - cells[:-1]), axis=-1)
         step_live = jnp.arange(n - 1) < length - 1
         steps_ok = jnp.all((step == 1) | ~step_live)
     else:
         steps_ok = jnp.asarray(True)
-    last = route[jnp.clip(length - 1, 0, max(n - 1, 0))]
-    ends = jnp.all(route[0] == jnp.asarray(start)) & jnp.all(last == jnp.asarray(goal))
+    last = cells[jnp.clip(length - 1, 0, max(n - 1, 0))]
+    ends = jnp.all(cells[0] == jnp.asarray(task.start)) & jnp.all(last == jnp.asarray(task.goal))
     return jnp.asarray(well_formed) & (length >= 2) & all_in & steps_ok & ends
 
 
-def obstacle_traversals(route, length, obstacles, well_formed=True):
-    """Number of route cells (each visit counted) that lie on an obstacle.
-
-    Out-of-bounds cells are not on the grid and are not counted; a malformed
-    route (``well_formed`` False) has no cells to count.
-    """
-    route = jnp.asarray(route)
-    ok = _live(length, route.shape[0]) & in_bounds(route, obstacles.shape)
-    on = _gather(jnp.asarray(obstacles).astype(bool), route, ok) & ok
+def obstacle_traversals(route: Route, task, *, well_formed=True):
+    """Number of route cells (each visit counted) that lie on an obstacle of
+    ``task``. Out-of-bounds cells are not on the grid and are not counted; a
+    malformed route (``well_formed`` False) has no cells to count."""
+    ok = task.cells_in_grid(route)
+    on = task.obstacle_at(route, ok)
     return jnp.where(jnp.asarray(well_formed), jnp.sum(on, dtype=jnp.int32), 0)
 
 
-def route_validity(route, length, start, goal, obstacles, request_ok=True, well_formed=True):
-    """(connected_path, obstacle_traversals, obstacle_violation, valid_path)."""
-    conn = connected_path(route, length, start, goal, obstacles.shape, well_formed)
-    trav = obstacle_traversals(route, length, obstacles, well_formed)
+def route_validity(route: Route, task, *, request_ok=True, well_formed=True):
+    """(connected_path, obstacle_traversals, obstacle_violation, valid_path) of
+    one padded route on ``task``: valid = connected, no traversal, request ok."""
+    conn = connected_path(route, task, well_formed=well_formed)
+    trav = obstacle_traversals(route, task, well_formed=well_formed)
     viol = trav > 0
     valid = conn & ~viol & jnp.asarray(request_ok)
     return conn, trav, viol, valid
@@ -102,59 +90,63 @@ def route_validity(route, length, start, goal, obstacles, request_ok=True, well_
 # Cost, censoring, regret
 # --------------------------------------------------------------------------- #
 
-def _cost_of_values(route, length, zc, ok, model: str, weight, stats, pixel_size_m):
+def _cost_of_values(route: Route, zc, ok, model: str, weight, stats, pixel_size_m):
     """Route cost from the elevations ``zc`` at the route cells (valid where ``ok``)."""
-    n = route.shape[0]
+    cells = route.cells
+    n = cells.shape[0]
     if n < 2:
         return jnp.zeros((), zc.dtype)
-    dr = route[1:] - route[:-1]
+    dr = cells[1:] - cells[:-1]
     diag = (jnp.abs(dr[:, 0]) + jnp.abs(dr[:, 1])) == 2
     d = jnp.where(diag, math.sqrt(2.0), 1.0).astype(zc.dtype) * jnp.asarray(pixel_size_m, zc.dtype)
     w = jnp.asarray(weight, zc.dtype)
     cost = get_cost_model(model).step_cost(d, zc[:-1], zc[1:], w, stats, jnp)
-    step_live = (jnp.arange(n - 1) < length - 1) & ok[:-1] & ok[1:]
+    step_live = (jnp.arange(n - 1) < route.length - 1) & ok[:-1] & ok[1:]
     return jnp.sum(jnp.where(step_live, cost, 0.0)).astype(zc.dtype)
 
 
-def _cost_switch(route, length, zc, ok, model, weight, stats, pixel_size_m):
+def _cost_switch(route: Route, zc, ok, model, weight, stats, pixel_size_m):
+    """:func:`_cost_of_values` for a static model name, or by ``lax.switch`` over
+    the registry for a (traced) ``MODEL_INDEX`` id."""
     if isinstance(model, str):
-        return _cost_of_values(route, length, zc, ok, model, weight, stats, pixel_size_m)
-    branches = [
-        (lambda name: (lambda r, l, zz, o, ww, st: _cost_of_values(r, l, zz, o, name, ww, st,
-                                                                   pixel_size_m)))(m)
-        for m in MODEL_NAMES
-    ]
-    return jax.lax.switch(jnp.asarray(model, jnp.int32), branches, route, length, zc, ok, weight,
-                          stats)
+        return _cost_of_values(route, zc, ok, model, weight, stats, pixel_size_m)
+    def branch(name):
+        return lambda r, z, o, w, s: _cost_of_values(r, z, o, name, w, s, pixel_size_m)
+
+    return jax.lax.switch(jnp.asarray(model, jnp.int32), [branch(m) for m in MODEL_NAMES],
+                          route, zc, ok, weight, stats)
 
 
-def route_cost(route, length, z, model, weight, pixel_size_m: float = 30.0, stats=None):
-    """Recomputed cost of a padded route: the registry's step costs, summed over
-    the ``length - 1`` steps, in ``z``'s dtype (float64 needs x64 enabled).
+def padded_route_cost(route: Route, elevation, model, weight, *, pixel_size_m: float = 30.0,
+                      stats=None):
+    """Recomputed cost of a padded route on the full grid ``elevation``: the
+    registry's step costs, summed over the ``length - 1`` steps, in
+    ``elevation``'s dtype (float64 needs x64 enabled).
 
     ``model`` is a cost-model name (static) or an integer id of ``MODEL_INDEX``
     (may be traced, so one batch can mix models). ``stats`` defaults to
-    ``crop_stats(z)``. Only meaningful for a connected route; steps touching an
-    out-of-bounds cell contribute 0.
+    ``crop_stats(elevation)``. Only meaningful for a connected route; steps
+    touching an out-of-bounds cell contribute 0. (The host NumPy recosting of a
+    ragged route is :func:`passage_jax.graph.route_cost`.)
     """
-    route = jnp.asarray(route)
-    z = jnp.asarray(z)
-    ok = _live(length, route.shape[0]) & in_bounds(route, z.shape)
-    zc = _gather(z, route, ok)
+    z = jnp.asarray(elevation)
+    route = Route(jnp.asarray(route.cells), route.length)
+    ok = route.live() & in_bounds(route.cells, z.shape)
+    zc = gather_cells(z, route.cells, ok)
     if stats is None:
         stats = crop_stats(z, jnp)
-    return _cost_switch(route, length, zc, ok, model, weight, stats, pixel_size_m)
+    return _cost_switch(route, zc, ok, model, weight, stats, pixel_size_m)
 
 
 def censored_cost(cost, valid, c_star):
-    """``cost`` where ``valid``, else the censored ``K = 1e6 * c*``."""
+    """``cost`` where ``valid``, else the censored ``K = CENSOR_FACTOR * c*``."""
     c_star = jnp.asarray(c_star)
     return jnp.where(valid, cost, CENSOR_FACTOR * c_star)
 
 
 def regret(predicted_cost, valid, c_star):
-    """``(predicted - c*) / c*``; exactly 999999 for a failure; NaN where c* is
-    not a finite positive number (this takes precedence)."""
+    """``(predicted - c*) / c*``; exactly ``FAILURE_REGRET`` for a failure; NaN
+    where c* is not a finite positive number (this takes precedence)."""
     c_star = jnp.asarray(c_star)
     good = jnp.isfinite(c_star) & (c_star > 0)
     safe = jnp.where(good, c_star, 1.0)
@@ -166,55 +158,17 @@ def regret(predicted_cost, valid, c_star):
 # Geometry
 # --------------------------------------------------------------------------- #
 
-def masked_percentile(x, mask, q):
-    """Linear-interpolation percentile (NumPy's default method) of ``x[mask]``;
-    NaN when the mask is empty. ``q`` in [0, 100]. NaNs must be masked out."""
-    x = jnp.asarray(x)
-    if x.shape[-1] == 0:
-        return jnp.asarray(jnp.nan, x.dtype if jnp.issubdtype(x.dtype, jnp.floating) else float)
-    n = jnp.sum(mask)
-    xs = jnp.sort(jnp.where(mask, x, jnp.inf))
-    pos = (n - 1).astype(x.dtype) * (jnp.asarray(q, x.dtype) / 100)
-    pos = jnp.maximum(pos, 0)
-    lo = jnp.floor(pos).astype(jnp.int32)
-    hi = jnp.minimum(lo + 1, jnp.maximum(n - 1, 0))
-    t = pos - lo.astype(x.dtype)
-    a, b = xs[lo], xs[hi]
-    diff = b - a
-    val = jnp.where(t >= 0.5, b - diff * (1 - t), a + diff * t)
-    val = jnp.where(a == b, a, val)
-    return jnp.where(n > 0, val, jnp.nan)
-
-
-def route_length_pixels(route, length, dtype=None):
+def route_length_pixels(route: Route, dtype=None):
     """Length in pixels of a padded route (1 per cardinal, sqrt(2) per diagonal)."""
     dt = _float_dtype(dtype)
-    route = jnp.asarray(route)
-    n = route.shape[0]
+    cells = jnp.asarray(route.cells)
+    n = cells.shape[0]
     if n < 2:
         return jnp.zeros((), dt)
-    dr = jnp.abs(route[1:] - route[:-1])
+    dr = jnp.abs(cells[1:] - cells[:-1])
     diag = (dr[:, 0] + dr[:, 1]) == 2
     step = jnp.where(diag, jnp.sqrt(jnp.asarray(2.0, dt)), jnp.asarray(1.0, dt))
-    return jnp.sum(jnp.where(jnp.arange(n - 1) < length - 1, step, 0.0)).astype(dt)
-
-
-def _percentile_of_sorted(xs, n, q, value):
-    """:func:`masked_percentile`'s interpolation on an ascending array ``xs``
-    whose first ``n`` entries are the data; ``value`` maps an entry to the
-    float it stands for (monotone non-decreasing), applied to the two order
-    statistics only."""
-    dt = value(xs[:1]).dtype
-    pos = (n - 1).astype(dt) * (jnp.asarray(q, dt) / 100)
-    pos = jnp.maximum(pos, 0)
-    lo = jnp.floor(pos).astype(jnp.int32)
-    hi = jnp.minimum(lo + 1, jnp.maximum(n - 1, 0))
-    t = pos - lo.astype(dt)
-    a, b = value(xs[lo]), value(xs[hi])
-    diff = b - a
-    val = jnp.where(t >= 0.5, b - diff * (1 - t), a + diff * t)
-    val = jnp.where(a == b, a, val)
-    return jnp.where(n > 0, val, jnp.nan)
+    return jnp.sum(jnp.where(jnp.arange(n - 1) < route.length - 1, step, 0.0)).astype(dt)
 
 
 #: Geometry is defined when all cells of both routes fit in a window this wide
@@ -231,25 +185,26 @@ def _span_ok(x, live):
     return (hi.astype(jnp.uint32) - lo.astype(jnp.uint32)) < GEOMETRY_SPAN, lo
 
 
-def route_geometry(a, la, b, lb, dtype=None):
-    """(assd, h95, path_iou) between candidate cells ``a`` and reference cells ``b``.
+def route_geometry(candidate: Route, reference: Route, dtype=None):
+    """(assd, h95, path_iou) between the candidate's cells and the reference's.
 
     Distances in pixels between the two padded cell sets, by masked pairwise
     squared distances (exact int32; one pair matrix gives both directed
     minima; square roots of the two order statistics and of the minima only).
     A revisited cell counts once per visit for ASSD and H95; IoU uses the cell
     sets (one sort of both routes' cell keys). ASSD is normalised by the
-    reference length in pixels. NaN when either route is empty (and ASSD also
+    reference length in pixels. Computed in ``dtype`` (default: JAX's default
+    float, float64 under x64). NaN when either route is empty (and ASSD also
     when the reference has length 0), and when the live cells of the two
     routes do not fit in a ``GEOMETRY_SPAN``-wide square window.
     """
     dt = _float_dtype(dtype)
-    a = jnp.asarray(a, jnp.int32)
-    b = jnp.asarray(b, jnp.int32)
-    la = jnp.asarray(la, jnp.int32)
-    lb = jnp.asarray(lb, jnp.int32)
-    a_live = _live(la, a.shape[0])
-    b_live = _live(lb, b.shape[0])
+    a = jnp.asarray(candidate.cells, jnp.int32)
+    b = jnp.asarray(reference.cells, jnp.int32)
+    la = jnp.asarray(candidate.length, jnp.int32)
+    lb = jnp.asarray(reference.length, jnp.int32)
+    a_live = jnp.arange(a.shape[0]) < la
+    b_live = jnp.arange(b.shape[0]) < lb
     dr = a[:, None, 0] - b[None, :, 0]
     dc = a[:, None, 1] - b[None, :, 1]
     d2 = jnp.where(a_live[:, None] & b_live[None, :], dr * dr + dc * dc, _BIG_D2)
@@ -259,11 +214,11 @@ def route_geometry(a, la, b, lb, dtype=None):
     db = jnp.sqrt(min_b.astype(dt))
     total = jnp.sum(jnp.where(a_live, da, 0)) + jnp.sum(jnp.where(b_live, db, 0))
     count = (la + lb).astype(dt)
-    l_star = route_length_pixels(b, lb, dt)
+    l_star = route_length_pixels(Route(b, lb), dt)
     # P95 of the minima: sort the exact integers, take roots of two order statistics
     root = lambda v: jnp.sqrt(v.astype(dt))  # noqa: E731
-    h95 = jnp.maximum(_percentile_of_sorted(jnp.sort(min_a), la, 95.0, root),
-                      _percentile_of_sorted(jnp.sort(min_b), lb, 95.0, root))
+    h95 = jnp.maximum(percentile_of_sorted(jnp.sort(min_a), la, 95.0, root),
+                      percentile_of_sorted(jnp.sort(min_b), lb, 95.0, root))
     # IoU of the cell sets: key = 2 * cell + (0 for A, 1 for B); in the sorted
     # keys a cell of both routes shows exactly one 0 -> 1 step inside its run
     cells = jnp.concatenate([a, b])
@@ -292,115 +247,72 @@ def route_geometry(a, la, b, lb, dtype=None):
 
 
 # --------------------------------------------------------------------------- #
-# Everything for one task
+# Everything for one task, then for a batch
 # --------------------------------------------------------------------------- #
 
-METRIC_KEYS = ("connected_path", "obstacle_traversals", "obstacle_violation", "valid_path",
-               "success", "predicted_cost", "regret", "assd", "h95", "path_iou")
-
-
-def _score_core(candidate, cand_length, reference, ref_length, start, goal, shape, z_at,
-                obst_at, stats, dtype, model, weight, c_star, request_ok, well_formed,
-                pixel_size_m):
-    candidate = jnp.asarray(candidate)
-    ok = _live(cand_length, candidate.shape[0]) & in_bounds(candidate, shape)
-    conn = connected_path(candidate, cand_length, start, goal, shape, well_formed)
-    on = obst_at(candidate, ok) & ok
-    trav = jnp.where(jnp.asarray(well_formed), jnp.sum(on, dtype=jnp.int32), 0)
-    viol = trav > 0
-    valid = conn & ~viol & jnp.asarray(request_ok)
-    cost = _cost_switch(candidate, cand_length, z_at(candidate, ok), ok, model, weight, stats,
-                        pixel_size_m)
-    c_star = jnp.asarray(c_star, dtype)
-    pred = censored_cost(cost, valid, c_star)
-    reg = regret(pred, valid, c_star)
-    assd, h95, iou = route_geometry(candidate, cand_length, reference, ref_length, dtype)
-    nan = jnp.asarray(jnp.nan, dtype)
-    return {
-        "connected_path": conn,
-        "obstacle_traversals": trav,
-        "obstacle_violation": viol,
-        "valid_path": valid,
-        "success": valid,
-        "predicted_cost": pred,
-        "regret": reg,
-        "assd": jnp.where(valid, assd, nan),
-        "h95": jnp.where(valid, h95, nan),
-        "path_iou": jnp.where(valid, iou, nan),
-    }
-
-
-def score_task(candidate, cand_length, reference, ref_length, start, goal, obstacles, z,
-               model, weight, c_star, request_ok=True, well_formed=True,
-               pixel_size_m: float = 30.0):
+def score_task(candidate: Route, reference: Route, task, *, request_ok=True, well_formed=True,
+               pixel_size_m: float = 30.0) -> RouteMetrics:
     """All SPEC §4 per-task metrics of one padded candidate route.
 
-    ``model``: cost-model name (static) or ``MODEL_INDEX`` id (traceable).
-    ``c_star`` is cast to ``z``'s dtype. Returns a dict keyed by
-    :data:`METRIC_KEYS`; geometry is NaN unless the route is valid.
+    ``task`` is a :class:`~passage_jax.metrics.types.TaskArrays` or a
+    :class:`~passage_jax.metrics.types.TaskAtCandidate` read at ``candidate``'s
+    cells; its ``cost_model`` is a ``MODEL_INDEX`` id (traceable). Costs, regret
+    and geometry are in the task's floating dtype (``c_star`` is cast to it).
+    ``request_ok``: the request ended with status ok before its deadline;
+    ``well_formed``: the candidate was a well-formed route (a malformed one is
+    passed as an empty route). Geometry is NaN unless the route is valid.
     """
-    z = jnp.asarray(z)
-    obstacles = jnp.asarray(obstacles).astype(bool)
-    return _score_core(candidate, cand_length, reference, ref_length, start, goal, z.shape,
-                       lambda r, ok: _gather(z, r, ok), lambda r, ok: _gather(obstacles, r, ok),
-                       crop_stats(z, jnp), z.dtype, model, weight, c_star, request_ok,
-                       well_formed, pixel_size_m)
+    dtype = task.dtype
+    conn, trav, viol, valid = route_validity(candidate, task, request_ok=request_ok,
+                                             well_formed=well_formed)
+    ok = task.cells_in_grid(candidate)
+    cost = _cost_switch(candidate, task.elevation_at(candidate, ok), ok, task.cost_model,
+                        task.weight, task.crop_stats(), pixel_size_m)
+    c_star = jnp.asarray(task.c_star, dtype)
+    pred = censored_cost(cost, valid, c_star)
+    reg = regret(pred, valid, c_star)
+    assd, h95, iou = route_geometry(candidate, reference, dtype)
+    nan = jnp.asarray(jnp.nan, dtype)
+    return RouteMetrics(
+        connected_path=conn, obstacle_traversals=trav, obstacle_violation=viol,
+        valid_path=valid, success=valid, predicted_cost=pred, regret=reg,
+        assd=jnp.where(valid, assd, nan), h95=jnp.where(valid, h95, nan),
+        path_iou=jnp.where(valid, iou, nan),
+    )
 
 
-def _score_batch(candidates, cand_lengths, references, ref_lengths, starts, goals, obstacles, z,
-                 model_index, weight, c_star, request_ok, well_formed, pixel_size_m=30.0):
-    fn = lambda *args: score_task(*args, pixel_size_m=pixel_size_m)  # noqa: E731
-    return jax.vmap(fn)(candidates, cand_lengths, references, ref_lengths, starts, goals,
-                        obstacles, z, model_index, weight, c_star, request_ok, well_formed)
+def _score_tasks(candidates: Route, references: Route, tasks, request_ok=None, well_formed=None,
+                 *, pixel_size_m: float = 30.0) -> RouteMetrics:
+    n = jnp.shape(candidates.length)[0]
+    request_ok = jnp.ones(n, bool) if request_ok is None else request_ok
+    well_formed = jnp.ones(n, bool) if well_formed is None else well_formed
+
+    def one(cand, ref, task, ok, wf):
+        return score_task(cand, ref, task, request_ok=ok, well_formed=wf,
+                          pixel_size_m=pixel_size_m)
+
+    return jax.vmap(one)(candidates, references, tasks, request_ok, well_formed)
 
 
-#: Batched, jitted :func:`score_task`: every argument carries a leading task axis
-#: (candidates (B, La, 2) int32, cand_lengths (B,), references (B, Lb, 2),
-#: ref_lengths (B,), starts/goals (B, 2), obstacles (B, H, W) bool, z (B, H, W),
-#: model_index (B,) int32, weight (B,), c_star (B,), request_ok (B,) bool,
-#: well_formed (B,) bool); ``pixel_size_m`` is static.
-score_batch = jax.jit(_score_batch, static_argnames=("pixel_size_m",))
+#: Jitted, batched :func:`score_task` -> :class:`RouteMetrics` of (B,) arrays.
+#: ``score_tasks(candidates, references, tasks, request_ok=None, well_formed=None,
+#: *, pixel_size_m=30.0)``: every leaf of ``candidates``/``references`` (Route),
+#: ``tasks`` (TaskArrays or TaskAtCandidate) and the (B,) bool ``request_ok`` /
+#: ``well_formed`` (None: all True) carries a leading task axis; ``pixel_size_m``
+#: is static. With :class:`TaskAtCandidate` the grid size is data, so tasks on
+#: grids of any size share one compilation.
+score_tasks = jax.jit(_score_tasks, static_argnames=("pixel_size_m",))
 
 
-def _score_batch_gathered(candidates, cand_lengths, references, ref_lengths, starts, goals,
-                          grid_shapes, on_obstacle, z_cells, crop_min, crop_range, crop_max_abs,
-                          model_index, weight, c_star, request_ok, well_formed,
-                          pixel_size_m=30.0):
-    from passage_jax.graph.costs import CropStats
-
-    def one(cand, cl, ref, rl, st, go, hw, ob, zc, cmin, crng, cmax, mi, wt, cs, ro, wf):
-        return _score_core(cand, cl, ref, rl, st, go, (hw[0], hw[1]), lambda r, ok: zc,
-                           lambda r, ok: ob, CropStats(cmin, crng, cmax), zc.dtype, mi, wt, cs,
-                           ro, wf, pixel_size_m)
-
-    return jax.vmap(one)(candidates, cand_lengths, references, ref_lengths, starts, goals,
-                         grid_shapes, on_obstacle, z_cells, crop_min, crop_range, crop_max_abs,
-                         model_index, weight, c_star, request_ok, well_formed)
+def _score_tasks_packed(candidates: Route, references: Route, tasks, request_ok=None,
+                        well_formed=None, *, pixel_size_m: float = 30.0):
+    return _score_tasks(candidates, references, tasks, request_ok, well_formed,
+                        pixel_size_m=pixel_size_m).packed()
 
 
-#: Like :data:`score_batch`, with the grid already read at the candidate's cells:
-#: ``grid_shapes`` (B, 2) int32 holds each task's grid (H, W), ``on_obstacle``
-#: (B, La) bool and ``z_cells`` (B, La) are the obstacle flag and elevation at
-#: each in-bounds live cell (anything elsewhere: masked), and the crop
-#: statistics come as (B,) arrays. The grid size is data, not shape, so tasks on
-#: grids of any size share one compilation. This is the host entry point's
-#: form: host-to-device traffic is O(B * La), not O(B * H * W).
-score_batch_gathered = jax.jit(_score_batch_gathered, static_argnames=("pixel_size_m",))
-
-
-def _score_batch_packed(*args, pixel_size_m=30.0):
-    res = _score_batch_gathered(*args, pixel_size_m=pixel_size_m)
-    flags = jnp.stack([res[k].astype(jnp.int32) for k in PACKED_INT_KEYS], axis=-1)
-    values = jnp.stack([res[k] for k in PACKED_FLOAT_KEYS], axis=-1)
-    return flags, values
-
-
-#: :data:`score_batch_gathered` with its outputs packed into two arrays, (B, 4)
-#: int32 in the order of ``PACKED_INT_KEYS`` and (B, 5) floats in the order of
-#: ``PACKED_FLOAT_KEYS`` (``success`` equals ``valid_path``): what the host
-#: fetches, two transfers per call instead of ten. Compiled without LLVM's most
-#: expensive passes: a third less compile time per shape, same run time.
-score_batch_packed = jax.jit(_score_batch_packed, static_argnames=("pixel_size_m",),
+#: :data:`score_tasks` with its outputs packed by :meth:`RouteMetrics.packed`
+#: into (B, 4) int32 and (B, 5) floats: what the host entry point fetches, two
+#: transfers per call instead of ten. Compiled without LLVM's most expensive
+#: passes: a third less compile time per shape, same run time.
+score_tasks_packed = jax.jit(_score_tasks_packed, static_argnames=("pixel_size_m",),
                              compiler_options={"xla_llvm_disable_expensive_passes": True})
-PACKED_INT_KEYS = ("connected_path", "obstacle_traversals", "obstacle_violation", "valid_path")
-PACKED_FLOAT_KEYS = ("predicted_cost", "regret", "assd", "h95", "path_iou")

@@ -1,26 +1,40 @@
-"""Scored-route test material on real terrain: scenes cut from the shipped
-rasters (``passage_jax.data.terrain``; smooth random terrain only if the bundle
-is absent), superellipse-like obstacles, exact routes from SciPy's Dijkstra on
-the graph stage's float64 edge-cost field, and candidate routes derived from
-them (exact, detoured, other objective, broken). Used by the metric tests, the
-metric benchmark and the training-loop example; not a cohort maker.
+"""Test material: scenes, exact routes and candidate routes on real terrain.
+
+For users testing their own planners or metrics and for the project's tests,
+benchmarks and examples; not a cohort maker (``passage_jax.data.cohort`` is).
+
+* :func:`terrain_crop` — a square crop of a shipped raster
+  (``passage_jax.data.terrain``; smooth random terrain only if the bundle is
+  absent);
+* :func:`make_scene` — a :class:`~passage_jax.data.scene.Scene` on such a crop
+  with superellipse-like obstacles and all six exact routes, each from SciPy's
+  Dijkstra on the graph stage's float64 edge-cost field, plus their c*;
+* :func:`exact_route`, :func:`cost_to_go` — that Dijkstra (on the graph of
+  :func:`passage_jax.reference.csgraph.scipy_graph`), for one task or on any
+  (8, H, W) edge-cost field;
+* :func:`candidate_set`, :func:`detour`, :func:`king_line` — candidate routes
+  derived from exact ones (exact, other objective, detoured, broken).
 """
 from __future__ import annotations
 
 import numpy as np
-import scipy.sparse
 import scipy.sparse.csgraph
+from scipy.ndimage import gaussian_filter
 
 from passage_jax.data.scene import PASSAGE_CALIBRATION, Scene, elevation_metres, normalise_elevation
-from passage_jax.graph.costs import COST_MODELS, edge_cost_field_np
-from passage_jax.graph.spec import MOVES, OBJECTIVES
+from passage_jax.graph import COST_MODELS, OBJECTIVES
+from passage_jax.reference.csgraph import scipy_graph, scipy_task_graph
+
+__all__ = ["terrain_crop", "make_scene", "exact_route", "cost_to_go",
+           "candidate_set", "detour", "king_line"]
 
 
 def terrain_crop(rng: np.random.Generator, n: int) -> tuple[np.ndarray, str]:
     """An (n, n) float64 crop in metres from a random shipped raster, and its
     source key ('synthetic' when the bundle is unavailable)."""
     try:
-        from passage_jax.data.terrain import RASTERS, load_raster
+        # the terrain bundle is optional here: importing it reads its provenance file
+        from passage_jax.data.terrain import RASTERS, load_raster  # noqa: PLC0415
         keys = [k for k in RASTERS]
         rng.shuffle(keys)
         for key in keys:
@@ -31,7 +45,6 @@ def terrain_crop(rng: np.random.Generator, n: int) -> tuple[np.ndarray, str]:
                 return np.array(z[r:r + n, c:c + n], np.float64), key
     except Exception:  # noqa: BLE001 - the bundle is optional here
         pass
-    from scipy.ndimage import gaussian_filter
     z = gaussian_filter(rng.normal(size=(n, n)), sigma=n / 8) * 4000.0 + 1000.0
     return z, "synthetic"
 
@@ -49,26 +62,11 @@ def _obstacles(rng, n, start, goal, coverage):
     return obst
 
 
-def _graph(cost):
-    """Sparse directed graph of the finite entries of an (8, n, n) cost field."""
-    _, h, w = cost.shape
-    src = np.arange(h * w).reshape(h, w)
-    rows, cols, vals = [], [], []
-    for k, (dr, dc) in enumerate(MOVES):
-        ok = np.isfinite(cost[k])
-        r, c = np.nonzero(ok)
-        rows.append(src[r, c])
-        cols.append((r + dr) * w + (c + dc))
-        vals.append(cost[k][r, c])
-    return scipy.sparse.csr_matrix(
-        (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(h * w, h * w))
-
-
 def exact_route(z, obstacles, start, goal, model, weight):
     """(c*, route (L, 2) int32) by Dijkstra on the float64 edge-cost field;
     (inf, None) when the goal is unreachable."""
     n = z.shape[1]
-    g = _graph(edge_cost_field_np(z, obstacles, model, weight))
+    g = scipy_task_graph(z, obstacles, model, weight)
     s = start[0] * n + start[1]
     t = goal[0] * n + goal[1]
     dist, pred = scipy.sparse.csgraph.dijkstra(g, indices=s, return_predecessors=True)
@@ -79,6 +77,15 @@ def exact_route(z, obstacles, start, goal, model, weight):
         path.append(pred[path[-1]])
     path = np.array(path[::-1])
     return float(dist[t]), np.stack([path // n, path % n], axis=1).astype(np.int32)
+
+
+def cost_to_go(cost, goal):
+    """(h, w) exact cost-to-go to ``goal`` of an (8, h, w) edge-cost field, by
+    Dijkstra from the goal on the reversed graph; inf where the goal is unreachable."""
+    _, h, w = cost.shape
+    v = scipy.sparse.csgraph.dijkstra(scipy_graph(cost).T.tocsr(),
+                                      indices=goal[0] * w + goal[1])
+    return v.reshape(h, w)
 
 
 def make_scene(rng: np.random.Generator, n: int, sid: str, coverage: float = 0.15):
