@@ -3,8 +3,15 @@ import math
 import numpy as np
 import pytest
 
-from passage_jax.stats import (Decision, compare_primary_metrics, decide, holm_bonferroni,
-                               metric_vote, multiplicity_matrix, block_randomization_test)
+from passage_jax.stats import (
+    Decision,
+    block_randomization_test,
+    compare_primary_metrics,
+    decide,
+    holm_bonferroni,
+    metric_vote,
+    multiplicity_matrix,
+)
 from passage_jax.stats.bootstrap import encode_blocks
 from passage_jax.stats.randomization import swap_patterns
 
@@ -98,7 +105,8 @@ def test_compare_estimates_and_draws_against_naive():
         r = c.deltas[metric]
         per = []
         for s in SEEDS:
-            ref = [naive_metric(A[s], f, q, materialise_idx(bi, m)) - naive_metric(B[s], f, q, materialise_idx(bi, m))
+            ref = [naive_metric(A[s], f, q, materialise_idx(bi, m))
+                   - naive_metric(B[s], f, q, materialise_idx(bi, m))
                    for m in mult]
             np.testing.assert_allclose(r.per_seed[s].draws, ref, rtol=1e-12, atol=1e-13)
             per.append(ref)
@@ -106,7 +114,8 @@ def test_compare_estimates_and_draws_against_naive():
             assert r.per_seed[s].delta == pytest.approx(est, rel=1e-12, abs=1e-15)
         np.testing.assert_allclose(r.draws, np.mean(per, axis=0), rtol=1e-12, atol=1e-13)
         lo, hi = np.quantile(np.mean(per, axis=0), [0.025, 0.975])
-        assert r.ci_low == pytest.approx(lo, rel=1e-12, abs=1e-15) and r.ci_high == pytest.approx(hi, rel=1e-12, abs=1e-15)
+        assert r.ci_low == pytest.approx(lo, rel=1e-12, abs=1e-15)
+        assert r.ci_high == pytest.approx(hi, rel=1e-12, abs=1e-15)
         assert r.n_a == sum(np.isfinite(np.asarray(A[s][f], float)).sum() for s in SEEDS)
 
 
@@ -134,7 +143,8 @@ def test_compare_verdict_cases():
     c = compare_primary_metrics(B, A, blocks, p_values=_pv([1e-4] * 6), **kw)
     assert c.decision == Decision.PARETO_DOMINANT and c.winner == "B"
     # one metric unavailable (NaN) -> partial, and NaN still counts in the family of 6
-    c = compare_primary_metrics(A, B, blocks, p_values=_pv([0.008, 1e-4, 1e-4, 1e-4, 1e-4, float("nan")]), **kw)
+    c = compare_primary_metrics(A, B, blocks, p_values=_pv([0.008, 1e-4, 1e-4, 1e-4, 1e-4, float("nan")]),
+                                **kw)
     assert c.decision == Decision.PARTIAL and c.votes["obstacle_violation_rate"] is None
     assert c.votes["regret_median"] == "A"   # 0.008 <= 0.05/5 at the 5th step
     c = compare_primary_metrics(A, B, blocks, p_values=_pv([0.5] * 6), **kw)
@@ -218,9 +228,12 @@ def test_randomization_exact_hand_case():
     # 3 blocks of one task; A always succeeds, B never: |T*| = |3 - 2j| / 3 -> p = 2/8
     n = 3
     ids = ["t0", "t1", "t2"]
-    rec = lambda succ: {"task_id": ids, "regret": np.array([0.1, 0.2, 0.3]) + (0 if succ else 1.0),
-                        "assd": np.ones(n), "h95": np.ones(n), "success": np.full(n, succ),
-                        "obstacle_violation": np.zeros(n, bool)}
+
+    def rec(succ):
+        return {"task_id": ids, "regret": np.array([0.1, 0.2, 0.3]) + (0 if succ else 1.0),
+                "assd": np.ones(n), "h95": np.ones(n), "success": np.full(n, succ),
+                "obstacle_violation": np.zeros(n, bool)}
+
     A = {s: rec(True) for s in SEEDS}
     B = {s: rec(False) for s in SEEDS}
     r = block_randomization_test(A, B, ["x", "y", "z"])

@@ -10,8 +10,13 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
 
-from passage_jax.stats import (block_randomization_test, compare_primary_metrics,
-                               multiplicity_matrix, paired_bootstrap, seed_mean_bootstrap)
+from passage_jax.stats import (
+    block_randomization_test,
+    compare_primary_metrics,
+    multiplicity_matrix,
+    paired_bootstrap,
+    seed_mean_bootstrap,
+)
 from passage_jax.stats import bootstrap as bs
 from passage_jax.stats.bootstrap import draw_placement, encode_blocks, resample_draws
 from passage_jax.stats.kernels import block_mean_draws, coarse_counts, weighted_quantile_draws
@@ -270,7 +275,8 @@ def test_kernels_shard_the_draws_axis_without_collectives():
         for sg in (seg, None):
             q = weighted_quantile_draws(jm, jv, jb, jco, (0.5, 0.9), sg)
             assert sorted(s.data.shape for s in q.addressable_shards) == [(D // N_DEV, J, 2)] * N_DEV
-            ref = weighted_quantile_draws(jax.numpy.asarray(mult), *map(jax.numpy.asarray, (vals, blk, coarse)),
+            ref = weighted_quantile_draws(jax.numpy.asarray(mult),
+                                          *map(jax.numpy.asarray, (vals, blk, coarse)),
                                           (0.5, 0.9), sg)
             same(np.asarray(ref), np.asarray(q))
             hlo = weighted_quantile_draws.lower(jm, jv, jb, jco, (0.5, 0.9), sg).compile().as_text()
@@ -313,7 +319,7 @@ def test_runner_compare_shard_draws_gives_the_same_file(tmp_path):
     pytest.importorskip("test_score_support")
     from test_score_support import runs
 
-    from passage_jax.runner.compare import compare_runs
+    from passage_jax.evaluate.compare import compare_runs
 
     R = runs()
     r0 = compare_runs(R["bfs"], R["exact"], tmp_path / "a.json", n_resamples=101, bootstrap_seed=3)

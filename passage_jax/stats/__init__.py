@@ -1,20 +1,53 @@
-"""Statistics: block bootstrap, seed-mean contrasts, Holm, verdicts, randomization test, blocks, rosters."""
+"""Statistics stage: block bootstrap, seed-mean contrasts, Holm, verdicts, the block
+randomization test, geographic blocks and frozen rosters.
 
-from .blocks import BLOCK_RULES, BLOCK_RULE_VERSION, assign_blocks, block_census
-from .bootstrap import (DEFAULT_SEEDS, BootstrapResult, SeedMeanResult, multiplicity_matrix,
-                        paired_bootstrap, percentile_interval, seed_mean_bootstrap)
-from .compare import (Comparison, Decision, HolmRecord, compare_primary_metrics, decide,
-                      holm_bonferroni, metric_vote)
-from .primary import DIRECTIONS, PRIMARY_METRICS
-from .randomization import RandomizationResult, block_randomization_test
-from .roster import Roster, RosterError, read_roster, roster_from_tiles, write_roster
+Contract: inputs are per-task arrays over one ordered task roster (see
+:mod:`passage_jax.stats.primary`); results are dataclasses with ``to_dict()``. The stage
+imports only the leaf modules :mod:`passage_jax.contract`, :mod:`passage_jax.fileio` and
+:mod:`passage_jax.reduce`, never another stage. ``DEFAULT_SEEDS``, ``PRIMARY_METRICS``,
+``DIRECTIONS`` and ``METRIC_SPEC`` are the contract's, re-exported here.
+
+Modules: ``kernels`` (jitted resampling kernels), ``bootstrap`` (multiplicity matrices and
+paired / seed-mean bootstrap), ``primary`` (validation of the six-metric inputs),
+``compare`` (Holm, votes, verdict, ``compare_primary_metrics``), ``randomization``
+(block randomization test), ``blocks`` (block rules, census), ``roster`` (roster files).
+"""
+from __future__ import annotations
+
+from passage_jax.stats.blocks import BLOCK_RULE_VERSION, BLOCK_RULES, assign_blocks, block_census
+from passage_jax.stats.bootstrap import (
+    DEFAULT_SEEDS,
+    BootstrapResult,
+    SeedMeanResult,
+    multiplicity_matrix,
+    observed_statistic,
+    paired_bootstrap,
+    parse_statistic,
+    percentile_interval,
+    seed_mean_bootstrap,
+    seed_mean_result,
+    stat_name,
+)
+from passage_jax.stats.compare import (
+    Comparison,
+    Decision,
+    HolmRecord,
+    compare_primary_metrics,
+    decide,
+    holm_bonferroni,
+    metric_vote,
+)
+from passage_jax.stats.primary import DIRECTIONS, METRIC_SPEC, PRIMARY_METRICS
+from passage_jax.stats.randomization import RandomizationResult, block_randomization_test
+from passage_jax.stats.roster import Roster, RosterError, read_roster, roster_from_tiles, write_roster
 
 __all__ = [
     "BLOCK_RULES", "BLOCK_RULE_VERSION", "assign_blocks", "block_census",
     "DEFAULT_SEEDS", "BootstrapResult", "SeedMeanResult", "multiplicity_matrix",
-    "paired_bootstrap", "percentile_interval", "seed_mean_bootstrap",
+    "paired_bootstrap", "percentile_interval", "seed_mean_bootstrap", "parse_statistic",
+    "observed_statistic", "stat_name", "seed_mean_result",
     "Comparison", "Decision", "HolmRecord", "compare_primary_metrics", "decide",
-    "holm_bonferroni", "metric_vote", "DIRECTIONS", "PRIMARY_METRICS",
+    "holm_bonferroni", "metric_vote", "DIRECTIONS", "METRIC_SPEC", "PRIMARY_METRICS",
     "RandomizationResult", "block_randomization_test",
     "Roster", "RosterError", "read_roster", "roster_from_tiles", "write_roster",
 ]

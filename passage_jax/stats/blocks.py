@@ -15,14 +15,15 @@ Rules
     (connected components, union-find). The label names the smallest member cell in
     (lat, lon) order: ``"u5deg:+35:-120"``. Labels do not depend on scene order.
 
-A scene whose tile is ``None`` is unplaced and gets the label ``None``.
+A scene whose tile is ``None`` is unplaced and gets the label ``None`` (a roster names its
+block :data:`passage_jax.contract.UNPLACED`).
 """
-
 from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 BLOCK_RULES = ("main_tile_5deg", "union_5deg")
 BLOCK_RULE_VERSION = 1

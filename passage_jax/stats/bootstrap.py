@@ -5,35 +5,45 @@ of observed blocks; without blocks every task is its own block). The same matrix
 method, seed and metric of a call. Draws are never dropped: a draw in which a method's
 retained subset is empty has an undefined value (NaN), and an interval over draws containing
 an undefined one is unavailable.
-"""
 
+Contract: per-task inputs are 1-D numeric arrays over one ordered task roster (``a`` and ``b``
+paired by index); results are float64 and do not depend on how the draws are chunked or placed
+on devices. ``DEFAULT_SEEDS`` is re-exported from :mod:`passage_jax.contract`.
+"""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import jax
 import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
 
-from .kernels import block_mean_draws, coarse_counts, weighted_quantile_draws
+from passage_jax.contract import DEFAULT_SEEDS
+from passage_jax.stats.kernels import block_mean_draws, coarse_counts, weighted_quantile_draws
 
-DEFAULT_SEEDS = (1234, 2026, 3407)
 NAN_POLICIES = ("raise", "omit")
 _CHUNK_ELEMENTS = 1 << 23
 
 __all__ = [
     "DEFAULT_SEEDS",
+    "NAN_POLICIES",
+    "MultiplicityStream",
     "BootstrapResult",
     "SeedMeanResult",
     "multiplicity_matrix",
     "encode_blocks",
     "parse_statistic",
+    "observed_statistic",
+    "stat_name",
     "paired_bootstrap",
     "seed_mean_bootstrap",
     "percentile_interval",
     "resample_draws",
     "draw_placement",
+    "seed_mean_result",
 ]
 
 
@@ -51,8 +61,6 @@ def draw_placement(sharding):
     Returns ``None`` or ``(draw_sharding, replicated_sharding, n_shards)``, where ``n_shards``
     is how many pieces the draws axis is cut into (chunks are padded to a multiple of it).
     """
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
-
     if sharding is None:
         return None
     if isinstance(sharding, str):
@@ -62,9 +70,11 @@ def draw_placement(sharding):
         if len(devs) < 2:
             return None
         mesh = Mesh(np.asarray(devs), ("draws",))
-        return NamedSharding(mesh, PartitionSpec("draws", None)), NamedSharding(mesh, PartitionSpec()), len(devs)
+        return (NamedSharding(mesh, PartitionSpec("draws", None)), NamedSharding(mesh, PartitionSpec()),
+                len(devs))
     if not isinstance(sharding, Sharding):
-        raise ValueError(f"sharding must be None, 'auto' or a jax.sharding.Sharding, got {type(sharding).__name__}")
+        raise ValueError("sharding must be None, 'auto' or a jax.sharding.Sharding, "
+                         f"got {type(sharding).__name__}")
     nd = int(sharding.num_devices)
     try:
         shard = sharding.shard_shape((nd, nd))
@@ -146,7 +156,8 @@ def parse_statistic(statistic) -> float | None:
                 v = -1.0
             if 0.0 <= v <= 1.0:
                 return v
-        raise ValueError(f"unknown statistic {statistic!r}; use 'mean', 'median', 'pNN' or a quantile in [0, 1]")
+        raise ValueError(f"unknown statistic {statistic!r}; use 'mean', 'median', 'pNN' "
+                         "or a quantile in [0, 1]")
     if isinstance(statistic, (int, float)) and not isinstance(statistic, bool):
         v = float(statistic)
         if 0.0 <= v <= 1.0:
@@ -174,7 +185,7 @@ def _segment_for(m: int, n_blocks: int, n_targets: int, n_series: int = 1) -> in
 
 
 def resample_draws(block_index: np.ndarray, n_blocks: int, mean_series: Sequence[np.ndarray],
-                   quantile_series: Sequence[np.ndarray], qs: Sequence[float], n_draws: int,
+                   quantile_series: Sequence[np.ndarray], qs: Sequence[float], n_draws: int, *,
                    seed: int | None = None, mult: np.ndarray | None = None,
                    chunk: int | None = None, segment: int | None | str = "auto", sharding=None):
     """Draws of means and quantiles for many series under one multiplicity matrix.
@@ -346,24 +357,29 @@ def _prepare(x, n, nan_policy, name):
 
 
 def observed_statistic(x: np.ndarray, q: float | None) -> float:
+    """The statistic (``q`` from :func:`parse_statistic`: None = mean, else a quantile level)
+    of the finite entries of ``x``, by NumPy (``np.mean`` / linear ``np.quantile``); NaN when
+    none is finite."""
+    x = np.asarray(x)
     v = x[np.isfinite(x)]
     if v.size == 0:
         return float("nan")
     return float(np.mean(v)) if q is None else float(np.quantile(v, q))
 
 
-def _stat_name(q):
+def stat_name(q: float | None) -> str:
+    """Name of a parsed statistic as results report it: 'mean', 'median' or 'quantile(0.9)'."""
     return "mean" if q is None else ("median" if q == 0.5 else f"quantile({q:g})")
 
 
-def _result(cls, delta, draws, alpha, n_a, n_b, q, n_bootstrap, return_draws, **extra):
+def _result(cls, delta, draws, q, *, alpha, n_a, n_b, n_bootstrap, return_draws, **extra):
     lo, hi, ok, bad = percentile_interval(draws, alpha)
     return cls(delta=float(delta), ci_low=lo, ci_high=hi, ci_available=ok, n_undefined_draws=bad,
-               n_a=int(n_a), n_b=int(n_b), statistic=_stat_name(q), n_bootstrap=int(n_bootstrap),
+               n_a=int(n_a), n_b=int(n_b), statistic=stat_name(q), n_bootstrap=int(n_bootstrap),
                alpha=float(alpha), draws=np.asarray(draws) if return_draws else None, **extra)
 
 
-def paired_bootstrap(a, b, statistic="mean", blocks=None, n_bootstrap: int = 10000,
+def paired_bootstrap(a, b, statistic="mean", blocks=None, *, n_bootstrap: int = 10000,
                      alpha: float = 0.05, seed: int = 0, nan_policy: str = "raise",
                      return_draws: bool = False, sharding=None) -> BootstrapResult:
     """Paired bootstrap of ``T(a) - T(b)`` over tasks paired by index.
@@ -385,14 +401,14 @@ def paired_bootstrap(a, b, statistic="mean", blocks=None, n_bootstrap: int = 100
     idx, labels = encode_blocks(blocks, a.shape[0])
     K = a.shape[0] if labels is None else len(labels)
     if q is None:
-        m, _ = resample_draws(idx, K, [a, b], [], (), n_bootstrap, seed, sharding=sharding)
+        m, _ = resample_draws(idx, K, [a, b], [], (), n_bootstrap, seed=seed, sharding=sharding)
         da, db = m[:, 0], m[:, 1]
     else:
-        _, qd = resample_draws(idx, K, [], [a, b], (q,), n_bootstrap, seed, sharding=sharding)
+        _, qd = resample_draws(idx, K, [], [a, b], (q,), n_bootstrap, seed=seed, sharding=sharding)
         da, db = qd[:, 0, 0], qd[:, 1, 0]
     delta = observed_statistic(a, q) - observed_statistic(b, q)
-    return _result(BootstrapResult, delta, da - db, alpha, np.isfinite(a).sum(),
-                   np.isfinite(b).sum(), q, n_bootstrap, return_draws)
+    return _result(BootstrapResult, delta, da - db, q, alpha=alpha, n_a=np.isfinite(a).sum(),
+                   n_b=np.isfinite(b).sum(), n_bootstrap=n_bootstrap, return_draws=return_draws)
 
 
 def _seed_arrays(X, seeds, name):
@@ -407,10 +423,10 @@ def _seed_arrays(X, seeds, name):
     return X
 
 
-def seed_mean_bootstrap(A, B, statistic="mean", blocks=None, seeds: Sequence[int] = DEFAULT_SEEDS,
-                        n_bootstrap: int = 10000, alpha: float = 0.05, seed: int = 0,
-                        nan_policy: str = "raise", return_draws: bool = False,
-                        sharding=None) -> SeedMeanResult:
+def seed_mean_bootstrap(A, B, statistic="mean", blocks=None, *,
+                        seeds: Sequence[int] = DEFAULT_SEEDS, n_bootstrap: int = 10000,
+                        alpha: float = 0.05, seed: int = 0, nan_policy: str = "raise",
+                        return_draws: bool = False, sharding=None) -> SeedMeanResult:
     """Bootstrap of the mean over training seeds of ``T(A_s) - T(B_s)``.
 
     ``A``/``B`` map each training seed to a per-task array (or are sequences in ``seeds``
@@ -434,22 +450,30 @@ def seed_mean_bootstrap(A, B, statistic="mean", blocks=None, seeds: Sequence[int
     K = n if labels is None else len(labels)
     series = [x for pair in zip(xa, xb) for x in pair]
     if q is None:
-        m, _ = resample_draws(idx, K, series, [], (), n_bootstrap, seed, sharding=sharding)
-        d = m
+        d, _ = resample_draws(idx, K, series, [], (), n_bootstrap, seed=seed, sharding=sharding)
     else:
-        _, qd = resample_draws(idx, K, [], series, (q,), n_bootstrap, seed, sharding=sharding)
+        _, qd = resample_draws(idx, K, [], series, (q,), n_bootstrap, seed=seed, sharding=sharding)
         d = qd[:, :, 0]
+    return seed_mean_result(xa, xb, d[:, 0::2], d[:, 1::2], q, seeds=seeds, alpha=alpha,
+                            n_bootstrap=n_bootstrap, return_draws=return_draws)
+
+
+def seed_mean_result(xa, xb, da, db, q, *, seeds, alpha, n_bootstrap, return_draws) -> SeedMeanResult:
+    """The seed-mean result from per-seed inputs and their draws.
+
+    ``xa``/``xb``: per-seed float64 task arrays in ``seeds`` order; ``da``/``db``: (D, S) draws
+    of the statistic ``q`` for each method and seed under one multiplicity matrix. Each seed
+    gets ``T(A_s) - T(B_s)`` with its interval; the seed mean averages the per-seed deltas and,
+    draw by draw, the per-seed contrasts.
+    """
     per_seed = {}
-    contrasts = []
-    deltas = []
     for i, s in enumerate(seeds):
-        c = d[:, 2 * i] - d[:, 2 * i + 1]
-        contrasts.append(c)
         delta = observed_statistic(xa[i], q) - observed_statistic(xb[i], q)
-        deltas.append(delta)
-        per_seed[s] = _result(BootstrapResult, delta, c, alpha, np.isfinite(xa[i]).sum(),
-                              np.isfinite(xb[i]).sum(), q, n_bootstrap, return_draws)
-    draws = np.mean(np.stack(contrasts, axis=1), axis=1)
-    return _result(SeedMeanResult, np.mean(deltas), draws, alpha,
-                   sum(r.n_a for r in per_seed.values()), sum(r.n_b for r in per_seed.values()),
-                   q, n_bootstrap, return_draws, per_seed=per_seed)
+        per_seed[s] = _result(BootstrapResult, delta, da[:, i] - db[:, i], q, alpha=alpha,
+                              n_a=np.isfinite(xa[i]).sum(), n_b=np.isfinite(xb[i]).sum(),
+                              n_bootstrap=n_bootstrap, return_draws=return_draws)
+    draws = np.mean(da - db, axis=1)
+    return _result(SeedMeanResult, np.mean([r.delta for r in per_seed.values()]), draws, q,
+                   alpha=alpha, n_a=sum(r.n_a for r in per_seed.values()),
+                   n_b=sum(r.n_b for r in per_seed.values()), n_bootstrap=n_bootstrap,
+                   return_draws=return_draws, per_seed=per_seed)

@@ -1,22 +1,31 @@
-"""Holm–Bonferroni, per-metric votes, the verdict, and ``compare_primary_metrics``."""
+"""Holm–Bonferroni, per-metric votes, the verdict, and ``compare_primary_metrics``.
 
+Contract: one call compares two methods on the six primary metrics of
+:mod:`passage_jax.contract` over the default training seeds. Every contrast is a seed-mean
+block-bootstrap result (:class:`~passage_jax.stats.bootstrap.SeedMeanResult`, one
+multiplicity matrix for every seed, method and metric); the verdict needs declared p-values
+and is decided by Holm at family-wise :data:`FAMILY_ALPHA`. :meth:`Comparison.to_dict` is the
+result's JSON form.
+"""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from .bootstrap import (DEFAULT_SEEDS, BootstrapResult, SeedMeanResult, _check_alpha, _check_draws,
-                        _result, observed_statistic, resample_draws)
-from .primary import DIRECTIONS, MEAN_FIELDS, METRIC_SPEC, PRIMARY_METRICS, validate_primary
+from passage_jax.contract import DEFAULT_SEEDS, DIRECTIONS, MEAN_FIELDS, METRIC_SPEC, PRIMARY_METRICS
+from passage_jax.stats.bootstrap import _check_alpha, _check_draws, resample_draws, seed_mean_result
+from passage_jax.stats.primary import validate_primary
 
+#: Family-wise error rate of the Holm step-down (fixed by the protocol).
 FAMILY_ALPHA = 0.05
 
 __all__ = ["Decision", "HolmRecord", "Comparison", "holm_bonferroni", "metric_vote", "decide",
-           "compare_primary_metrics", "FAMILY_ALPHA"]
+           "compare_primary_metrics", "primary_seed_mean_draws", "FAMILY_ALPHA"]
 
 
 class Decision(str, Enum):
@@ -140,8 +149,8 @@ class Comparison:
         }
 
 
-def primary_seed_mean_draws(data, block_index, n_blocks, n_draws, seed=None, mult=None, seeds=DEFAULT_SEEDS,
-                            sharding=None):
+def primary_seed_mean_draws(data, block_index, n_blocks, n_draws, *, seed=None, mult=None,
+                            seeds=DEFAULT_SEEDS, sharding=None):
     """Per metric: (draws of A (D, S), draws of B (D, S)) under one shared multiplicity matrix."""
     means, quants = [], []
     for s in seeds:
@@ -162,7 +171,7 @@ def primary_seed_mean_draws(data, block_index, n_blocks, n_draws, seed=None, mul
     return out
 
 
-def compare_primary_metrics(A, B, blocks, n_bootstrap: int = 10000, alpha: float = 0.05,
+def compare_primary_metrics(A, B, blocks, *, n_bootstrap: int = 10000, alpha: float = 0.05,
                             seed: int = 0, p_values: Mapping[str, float] | None = None,
                             paired_test: str | None = None, test_assumptions: Any = None,
                             task_ids: Sequence[str] | None = None,
@@ -191,7 +200,8 @@ def compare_primary_metrics(A, B, blocks, n_bootstrap: int = 10000, alpha: float
         keys = set(p_values)
         if keys != set(PRIMARY_METRICS):
             raise ValueError(f"p_values must name exactly the six primary metrics {list(PRIMARY_METRICS)}; "
-                             f"missing {sorted(set(PRIMARY_METRICS) - keys)}, unknown {sorted(keys - set(PRIMARY_METRICS), key=str)}")
+                             f"missing {sorted(set(PRIMARY_METRICS) - keys)}, "
+                             f"unknown {sorted(keys - set(PRIMARY_METRICS), key=str)}")
         if not isinstance(paired_test, str) or not paired_test.strip():
             raise ValueError("p_values need the declared paired_test (a non-empty name)")
         if test_assumptions is None or (isinstance(test_assumptions, str) and not test_assumptions.strip()):
@@ -207,18 +217,10 @@ def compare_primary_metrics(A, B, blocks, n_bootstrap: int = 10000, alpha: float
     for metric in PRIMARY_METRICS:
         f, q, _ = METRIC_SPEC[metric]
         da, db = draws[metric]
-        per_seed = {}
-        for i, s in enumerate(seeds):
-            xa, xb = data["A"][s][f], data["B"][s][f]
-            d = observed_statistic(xa, q) - observed_statistic(xb, q)
-            per_seed[s] = _result(BootstrapResult, d, da[:, i] - db[:, i], alpha,
-                                  np.isfinite(xa).sum(), np.isfinite(xb).sum(), q, n_bootstrap,
-                                  return_draws)
-        sm = np.mean(da - db, axis=1)
-        deltas[metric] = _result(SeedMeanResult, np.mean([r.delta for r in per_seed.values()]), sm,
-                                 alpha, sum(r.n_a for r in per_seed.values()),
-                                 sum(r.n_b for r in per_seed.values()), q, n_bootstrap, return_draws,
-                                 per_seed=per_seed)
+        deltas[metric] = seed_mean_result([data["A"][s][f] for s in seeds],
+                                          [data["B"][s][f] for s in seeds], da, db, q, seeds=seeds,
+                                          alpha=alpha, n_bootstrap=n_bootstrap,
+                                          return_draws=return_draws)
 
     holm = None
     votes = {m: None for m in PRIMARY_METRICS}

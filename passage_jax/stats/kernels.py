@@ -1,7 +1,7 @@
 """Pure JAX kernels for resampling statistics (no I/O, dtype from the inputs).
 
-A bootstrap draw is a row of a multiplicity matrix ``M`` (draws, K): how many times each of
-the K blocks was drawn. A task's weight in a draw is its block's multiplicity, so
+Contract: a bootstrap draw is a row of a multiplicity matrix ``M`` (draws, K): how many times
+each of the K blocks was drawn. A task's weight in a draw is its block's multiplicity, so
 
 * a mean is ``(M @ block_sums) / (M @ block_counts)`` (NaN when the denominator is 0);
 * a quantile is a weighted order statistic of the values sorted once: the k-th element
@@ -9,20 +9,27 @@ the K blocks was drawn. A task's weight in a draw is its block's multiplicity, s
   weight exceeds k.
 
 Quantiles follow NumPy's default ``linear`` method on the materialised resample of ``n``
-values: ``h = (n - 1) * q``, order statistics at ``floor(h)`` and ``min(floor(h) + 1, n - 1)``,
-NumPy's two-sided lerp. Cumulative weights are read in two levels: coarse cumulative counts
-at segment ends by one matrix product, then a cumulative sum inside the one segment that
-holds the wanted order statistic (``seg`` positions). With ``seg=None`` the whole array is
-one segment (cheaper when the number of blocks is close to the number of tasks).
-"""
+values, with the positions and the lerp of :mod:`passage_jax.reduce`
+(:func:`~passage_jax.reduce.quantile_positions`, :func:`~passage_jax.reduce.numpy_lerp`):
+order statistics at ``floor((n - 1) q)`` and ``min(floor((n - 1) q) + 1, n - 1)``.
+Cumulative weights are read in two levels: coarse cumulative counts at segment ends by one
+matrix product, then a cumulative sum inside the one segment that holds the wanted order
+statistic (``seg`` positions). With ``seg=None`` the whole array is one segment (cheaper when
+the number of blocks is close to the number of tasks).
 
+The jitted functions are pure; :func:`coarse_counts` is the one host-side (NumPy) helper.
+"""
 from __future__ import annotations
 
 from functools import partial
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from passage_jax.reduce import numpy_lerp, quantile_positions
+
+# numpy_lerp is re-exported: it was first published here
 __all__ = ["block_mean_draws", "weighted_quantile_draws", "numpy_lerp", "coarse_counts"]
 
 
@@ -35,12 +42,6 @@ def block_mean_draws(mult, sums, counts):
     return jnp.where(den > 0, num / safe, jnp.nan)
 
 
-def numpy_lerp(a, b, t):
-    """NumPy's ``_lerp``: ``a + (b-a) t`` below t=0.5, ``b - (b-a)(1-t)`` from 0.5."""
-    d = b - a
-    return jnp.where(t >= 0.5, b - d * (1 - t), a + d * t)
-
-
 def coarse_counts(blk, n_blocks, seg):
     """Cumulative block counts at segment ends: (J, m) block ids -> (J, G, K+1).
 
@@ -48,8 +49,6 @@ def coarse_counts(blk, n_blocks, seg):
     positions carry block id ``n_blocks`` (a zero-multiplicity column). Host-side helper,
     NumPy in, NumPy out.
     """
-    import numpy as np
-
     J, m = blk.shape
     G = -(-m // seg)
     out = np.zeros((J, G, n_blocks + 1), dtype=np.float64)
@@ -78,10 +77,9 @@ def weighted_quantile_draws(mult, vals, blk, coarse, qs, seg):
     P = vals.shape[1]
 
     def targets(n):
-        h = (n - 1) * q
-        lo = jnp.floor(h)
-        hi = jnp.minimum(lo + 1, n - 1)
-        return h - lo, jnp.concatenate([lo, hi])
+        # ranks of the two order statistics (as weights, in the values' dtype) and the lerp weight
+        lo, hi, t = quantile_positions(n, q, dtype)
+        return t, jnp.concatenate([lo.astype(dtype), hi.astype(dtype)])
 
     def finish(n, t, v):
         nq = q.shape[0]

@@ -1,4 +1,8 @@
-"""The six primary metrics: names, reductions, directions and validation of per-seed inputs.
+"""The six primary metrics: validation of the per-seed inputs of a paired comparison.
+
+The metric names, reductions, directions and per-task fields are the contract's
+(:mod:`passage_jax.contract`); they are re-exported here under the names this module has
+always published (``FIELDS`` is :data:`~passage_jax.contract.PER_TASK_FIELDS`).
 
 Input format (``A`` and ``B`` alike): a mapping training seed -> per-task record::
 
@@ -12,33 +16,29 @@ are NaN exactly for tasks without a valid path. ``success`` and ``obstacle_viola
 booleans (or 0/1). If ``valid_path`` is present, geometry must be finite exactly where it is
 true.
 """
-
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from .bootstrap import DEFAULT_SEEDS, encode_blocks
+from passage_jax.contract import (
+    DEFAULT_SEEDS,
+    DIRECTIONS,
+    GEOMETRY_FIELDS,
+    MEAN_FIELDS,
+    METRIC_SPEC,
+    PER_TASK_FIELDS,
+    PRIMARY_METRICS,
+    UNPLACED,
+)
+from passage_jax.stats.bootstrap import encode_blocks
 
-PRIMARY_METRICS = ("regret_median", "regret_p90", "assd_mean", "h95_mean", "success_rate",
-                   "obstacle_violation_rate")
-# metric -> (per-task field, quantile level or None for a mean, nan policy)
-METRIC_SPEC = {
-    "regret_median": ("regret", 0.5, "raise"),
-    "regret_p90": ("regret", 0.9, "raise"),
-    "assd_mean": ("assd", None, "omit"),
-    "h95_mean": ("h95", None, "omit"),
-    "success_rate": ("success", None, "raise"),
-    "obstacle_violation_rate": ("obstacle_violation", None, "raise"),
-}
-DIRECTIONS = {m: ("higher" if m == "success_rate" else "lower") for m in PRIMARY_METRICS}
-FIELDS = ("regret", "assd", "h95", "success", "obstacle_violation")
-GEOMETRY_FIELDS = ("assd", "h95")
-MEAN_FIELDS = ("assd", "h95", "success", "obstacle_violation")
-UNPLACED = "unplaced"
+#: The per-task fields behind the primary metrics (the contract's ``PER_TASK_FIELDS``).
+FIELDS = PER_TASK_FIELDS
 
-__all__ = ["PRIMARY_METRICS", "METRIC_SPEC", "DIRECTIONS", "FIELDS", "UNPLACED", "validate_primary"]
+__all__ = ["PRIMARY_METRICS", "METRIC_SPEC", "DIRECTIONS", "FIELDS", "PER_TASK_FIELDS", "GEOMETRY_FIELDS",
+           "MEAN_FIELDS", "UNPLACED", "validate_primary"]
 
 
 def _seed_key(k):
@@ -76,7 +76,7 @@ def _task_ids(rec, where):
 
 def _field(rec, f, n, where):
     if f not in rec:
-        raise ValueError(f"{where}: missing metric field {f!r} (need all of {FIELDS})")
+        raise ValueError(f"{where}: missing metric field {f!r} (need all of {PER_TASK_FIELDS})")
     x = np.asarray(rec[f])
     if x.ndim != 1 or x.shape[0] != n:
         raise ValueError(f"{where}.{f}: expected shape ({n},), got {x.shape}")
@@ -130,7 +130,7 @@ def validate_primary(A, B, blocks, task_ids=None, seeds: Sequence[int] = DEFAULT
                 raise ValueError(f"{where}.task_id: position {i} is {ids[i]!r}, {ref_from} has "
                                  f"{ref_ids[i]!r} (rosters must be identical and identically ordered)")
             n = len(ids)
-            cols = {f: _field(rec, f, n, where) for f in FIELDS}
+            cols = {f: _field(rec, f, n, where) for f in PER_TASK_FIELDS}
             if "valid_path" in rec:
                 v = _field(rec, "valid_path", n, where).astype(bool)
                 for g in GEOMETRY_FIELDS:

@@ -12,24 +12,28 @@ random patterns are drawn and ``p = (1 + #{|T*| >= |T_obs|}) / (1 + n_random)``.
 A geometry metric whose valid subset some swap pattern could leave empty for a method (for some
 seed, every block's smaller valid count is zero) gets a NaN p-value with the reason. The
 exchangeability assumption is reported as unverified.
-"""
 
+Contract: the inputs are those of :func:`passage_jax.stats.compare.compare_primary_metrics`;
+:class:`RandomizationResult` carries ``p_values``, ``paired_test`` and ``test_assumptions``
+ready to pass on to it.
+"""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
-from .bootstrap import DEFAULT_SEEDS, resample_draws
-from .primary import METRIC_SPEC, MEAN_FIELDS, PRIMARY_METRICS, validate_primary
+from passage_jax.contract import DEFAULT_SEEDS, MEAN_FIELDS, METRIC_SPEC, PRIMARY_METRICS
+from passage_jax.stats.bootstrap import resample_draws
+from passage_jax.stats.primary import validate_primary
 
 TEST_NAME = "block randomization (label swap per whole block, same swap for every seed)"
 ASSUMPTIONS = ("method labels exchangeable within each block under the null; blocks independent; "
                "the three checkpoints per method held fixed (unverified)")
 TIE_RTOL = 1e-12
 
-__all__ = ["RandomizationResult", "block_randomization_test", "swap_patterns"]
+__all__ = ["RandomizationResult", "block_randomization_test", "swap_patterns", "TEST_NAME", "ASSUMPTIONS"]
 
 
 @dataclass
@@ -62,7 +66,7 @@ def swap_patterns(n_blocks: int, exact_limit: int = 12, n_random: int = 9999, se
     return rng.integers(0, 2, size=(n_random, K), dtype=np.uint8), False
 
 
-def block_randomization_test(A, B, blocks, task_ids: Sequence[str] | None = None,
+def block_randomization_test(A, B, blocks, task_ids: Sequence[str] | None = None, *,
                              exact_limit: int = 12, n_random: int = 9999, seed: int = 0,
                              chunk: int | None = None, sharding=None) -> RandomizationResult:
     """Two-sided block randomization p-values for the six primary metrics (same inputs as

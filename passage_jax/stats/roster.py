@@ -13,21 +13,19 @@ File format (UTF-8 JSON object, written with ``indent=1`` and a trailing newline
 v1 blocks are strings or ``null`` (unknown); a bare JSON list of task records is read as v1.
 v2 blocks are strings; tasks without a footprint share the single block named by
 ``unplaced_block`` (``null`` when there is none, required when ``footprint_required``).
-The hash covers the exact bytes of the file.
+The hash covers the exact bytes of the file (:func:`passage_jax.fileio.sha256_bytes`); files
+are written atomically by :func:`passage_jax.fileio.atomic_write_bytes`.
 """
-
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
-from .blocks import BLOCK_RULE_VERSION, BLOCK_RULES, assign_blocks
-from .primary import UNPLACED
+from passage_jax.contract import UNPLACED
+from passage_jax.fileio import atomic_write_bytes, sha256_bytes, sha256_file
+from passage_jax.stats.blocks import BLOCK_RULE_VERSION, BLOCK_RULES, assign_blocks
 
 ROSTER_FORMATS = ("passage-roster-v1", "passage-roster-v2")
 
@@ -36,7 +34,7 @@ __all__ = ["ROSTER_FORMATS", "Roster", "RosterError", "read_roster", "write_rost
 
 
 class RosterError(ValueError):
-    pass
+    """A roster file or roster that breaks the format (names the file and the task)."""
 
 
 @dataclass
@@ -63,12 +61,8 @@ class Roster:
                 "unplaced_block": self.unplaced_block, "tasks": tasks}
 
 
-def file_sha256(path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+#: Hex sha256 of a file's bytes (the shared helper, under the name this module published).
+file_sha256 = sha256_file
 
 
 def _validate(r: Roster, where: str) -> Roster:
@@ -111,7 +105,7 @@ def read_roster(path, sha256: str | None = None) -> Roster:
     """Read and validate a roster; with ``sha256``, refuse a file whose hash differs."""
     path = Path(path)
     raw = path.read_bytes()
-    digest = hashlib.sha256(raw).hexdigest()
+    digest = sha256_bytes(raw)
     if sha256 is not None and digest != str(sha256).strip().lower():
         raise RosterError(f"roster {path}: sha256 is {digest}, expected {sha256}; refusing the file")
     try:
@@ -153,19 +147,8 @@ def write_roster(path, roster: Roster) -> str:
     path = Path(path)
     _validate(roster, f"roster {path}")
     data = (json.dumps(roster.to_json(), indent=1, ensure_ascii=False) + "\n").encode("utf-8")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    digest = hashlib.sha256(data).hexdigest()
+    atomic_write_bytes(path, data)
+    digest = sha256_bytes(data)
     roster.sha256 = digest
     return digest
 
