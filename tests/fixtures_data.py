@@ -84,10 +84,11 @@ def mutated(row: dict) -> dict:
     return r
 
 
-def foreign_table(rows: list[dict], route_type=pa.int64(), image_columns: bool = True,
+def foreign_table(rows: list[dict], route_type=None, image_columns: bool = True,
                   drop_markers_key: bool = True) -> pa.Table:
     """A table as a separate SPEC §1 writer might produce it: different column order,
     int64 routes, extra ``image_astar_*`` columns, no ``metadata.markers``."""
+    route_type = pa.int64() if route_type is None else route_type
     cols: dict[str, list] = {"metadata": [], "id": [], "tensor": []}
     for col in reversed(list(ROUTE_COLUMNS.values())):
         cols[col] = []

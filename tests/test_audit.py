@@ -6,9 +6,9 @@ import json
 
 import numpy as np
 import pytest
+from fixtures_data import make_rows, mutated, write_dataset, write_foreign
 
 from cli.__main__ import main as cli_main
-from fixtures_data import make_rows, mutated, write_dataset, write_foreign
 from passage_jax.data.codec import encode_tensor
 
 N = 8
@@ -181,9 +181,24 @@ def test_audit_missing_layout_is_exit_2(tmp_path, capsys):
     assert "validation does not exist" in capsys.readouterr().err
 
 
+def test_audit_dataset_library_raises_on_layout_and_matches_the_cli(tmp_path):
+    from passage_jax.data import DataError, audit_dataset
+    from passage_jax.data.audit import summary3
+
+    with pytest.raises(DataError, match="does not exist"):
+        audit_dataset(tmp_path / "data", [N], qualify=False)
+    _foreign_dataset(tmp_path)
+    with pytest.raises(DataError, match="unknown split"):
+        audit_dataset(tmp_path / "data", [N], splits=["dev"], qualify=False)
+    rep = audit_dataset(tmp_path / "data", [N], qualify=False, workers=0)
+    rc, cli_rep = _audit(tmp_path)
+    assert rc == 0 and rep == cli_rep
+    assert summary3([]) is None
+    assert summary3([3, 1, 2, 10]) == {"min": 1.0, "median": 2.5, "max": 10.0}
+
+
 def test_audit_missing_column_names_each_scene(tmp_path):
     import pyarrow.parquet as pq
-
     from fixtures_data import foreign_table
     rows = make_rows(2)
     folder = tmp_path / "data" / f"{N}x{N}" / "test"

@@ -12,8 +12,16 @@ import pyarrow.parquet as pq
 import pytest
 
 from passage_jax.data.codec import decode_tensor
-from passage_jax.data.cohort import (SHIPPED_ROOT, SHIPPED_SCENES, SHIPPED_SEED, SHIPPED_SPLITS,
-                                     CohortError, eligible_rasters, make_cohort, solve_label)
+from passage_jax.data.cohort import (
+    SHIPPED_ROOT,
+    SHIPPED_SCENES,
+    SHIPPED_SEED,
+    SHIPPED_SPLITS,
+    CohortError,
+    eligible_rasters,
+    make_cohort,
+    solve_label,
+)
 from passage_jax.data.terrain import RASTERS, load_raster
 
 SQRT2 = math.sqrt(2.0)
@@ -225,7 +233,7 @@ def test_shipped_labels_optimal_all(n):
 
 def test_shipped_obstacles_markers_and_crops():
     rasters = {k: load_raster(k) for k in RASTERS}
-    for (n, s), scenes in SHIPPED.items():
+    for (n, _split), scenes in SHIPPED.items():
         for sc in scenes:
             t, md = sc["t"], sc["md"]
             assert set(np.unique(t[..., 2])) <= {0.0, 1.0}
@@ -255,7 +263,7 @@ def _bilinear(corners, fr, fc):
 
 def test_shipped_tiles_consistent_with_raster_bounds():
     cells5 = {}
-    for (n, s), scenes in SHIPPED.items():
+    for (n, _split), scenes in SHIPPED.items():
         for sc in scenes:
             md = sc["md"]
             _, info = load_raster(md["source"]["raster"])

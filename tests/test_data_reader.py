@@ -7,13 +7,24 @@ import json
 import numpy as np
 import pyarrow as pa
 import pytest
-
 from fixtures_data import (
-    diagonal_route, free_route, make_row, make_rows, mutated, write_dataset, write_foreign,
+    diagonal_route,
+    free_route,
+    make_row,
+    make_rows,
+    mutated,
+    write_dataset,
+    write_foreign,
     write_rows,
 )
+
 from passage_jax.data import (
-    DataError, PASSAGE_CALIBRATION, iter_scene_batches, load_scenes, load_tasks, scan_split,
+    PASSAGE_CALIBRATION,
+    DataError,
+    iter_scene_batches,
+    load_scenes,
+    load_tasks,
+    scan_split,
 )
 from passage_jax.graph import OBJECTIVES
 

@@ -7,8 +7,8 @@ import re
 import numpy as np
 import pytest
 import zstandard
-
 from fixtures_data import make_row, make_rows, mutated, write_dataset, write_rows
+
 from passage_jax.data import DataError, load_scenes, load_tasks, validate_row
 from passage_jax.data.codec import encode_tensor
 from passage_jax.data.remote import check_revision, resolve_dataset_root
@@ -188,7 +188,8 @@ def test_metadata_not_json(tmp_path):
     folder = tmp_path / f"{N}x{N}" / "test"
     folder.mkdir(parents=True)
     pq.write_table(table, folder / "part-00000.parquet")
-    with pytest.raises(DataError, match=r"part-00000.parquet row 1 scene 0000000001: metadata is not valid JSON"):
+    with pytest.raises(DataError,
+                       match=r"part-00000.parquet row 1 scene 0000000001: metadata is not valid JSON"):
         load_scenes(tmp_path, N, "test")
 
 
@@ -199,7 +200,8 @@ def test_missing_column(tmp_path):
     folder = tmp_path / f"{N}x{N}" / "test"
     folder.mkdir(parents=True)
     pq.write_table(table, folder / "part-00000.parquet")
-    with pytest.raises(DataError, match=r"part-00000.parquet.*missing required column.*path_astar_energy_free"):
+    with pytest.raises(DataError,
+                       match=r"part-00000.parquet.*missing required column.*path_astar_energy_free"):
         load_scenes(tmp_path, N, "test")
 
 

@@ -105,7 +105,7 @@ def _write(root, detour=False):
 
 
 def test_independent_shards_are_accepted_and_qualified(tmp_path):
-    from cli.audit import audit_dataset
+    from passage_jax.data import audit_dataset
 
     _write(tmp_path)
     rep = audit_dataset(tmp_path, [N], qualify=True, workers=0)
@@ -115,7 +115,7 @@ def test_independent_shards_are_accepted_and_qualified(tmp_path):
 
 
 def test_independent_non_optimal_route_is_rejected(tmp_path):
-    from cli.audit import audit_dataset
+    from passage_jax.data import audit_dataset
 
     _write(tmp_path, detour=True)
     rep = audit_dataset(tmp_path, [N], qualify=True, workers=0)

@@ -1,13 +1,13 @@
 """Baseline planners against independent computations on tiny scenes."""
 from collections import deque
 
+import fixtures_runner as F
 import numpy as np
 import pytest
 
-import fixtures_runner as F
 from passage_jax.graph import route_cost, route_problem
-from passage_jax.protocol import BudgetSpec, build_request
 from passage_jax.planners import bfs, bounded, exact, greedy
+from passage_jax.protocol import BudgetSpec, build_request
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +21,8 @@ def _optimal_cost(task):
     """Independent optimum: SciPy Dijkstra on the explicit sparse graph."""
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import dijkstra as sp_dijkstra
-    from passage_jax.graph import edge_cost_field_np, MOVES
+
+    from passage_jax.graph import MOVES, edge_cost_field_np
 
     z, o = task.elevation_m, task.obstacles
     h, w = z.shape

@@ -58,7 +58,7 @@ def test_bundle_hashes_match_provenance():
 
 def test_download_pins_match_the_build_script():
     build = _build_module()
-    for key, r in PROV["rasters"].items():
+    for r in PROV["rasters"].values():
         if r["package"] == "matplotlib":
             continue
         dist = build.DISTS[r["package"]]

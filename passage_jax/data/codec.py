@@ -6,6 +6,8 @@ import io
 import numpy as np
 import zstandard
 
+__all__ = ["CHANNELS", "TensorError", "expected_nbytes", "encode_tensor", "decode_tensor"]
+
 CHANNELS = 3
 _DTYPE = np.dtype("<f4")
 
@@ -24,7 +26,8 @@ def encode_tensor(arr: np.ndarray, level: int = 10) -> bytes:
     a = np.ascontiguousarray(arr, dtype=_DTYPE)
     if a.ndim != 3 or a.shape[0] != a.shape[1] or a.shape[2] != CHANNELS:
         raise TensorError(f"tensor must have shape (N, N, 3), got {a.shape}")
-    return zstandard.ZstdCompressor(level=level, write_content_size=True, write_checksum=True).compress(a.tobytes())
+    compressor = zstandard.ZstdCompressor(level=level, write_content_size=True, write_checksum=True)
+    return compressor.compress(a.tobytes())
 
 
 def decode_tensor(blob: bytes, n: int) -> np.ndarray:

@@ -9,33 +9,45 @@ three objectives x the ``free`` and ``obstacles`` variants) solved with SciPy's
 stored float32 tensor. Everything random comes from one NumPy Generator seeded
 with ``(seed, resolution, split)``, so a cohort is reproducible bit for bit.
 
-Rebuild the shipped cohort (``passage_jax/data/cohort/``) with::
+The shipped cohort (``passage_jax/data/cohort/``) is :func:`build_shipped_cohort`;
+``python -m cli make-cohort --shipped`` rebuilds it.
 
-    python -m passage_jax.data.cohort --out passage_jax/data/cohort
+Long runs report progress through an optional callback ``progress(label, done,
+total)`` (``label`` names the resolution and split); the library itself prints
+nothing.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import math
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import scipy.ndimage
-import scipy.sparse
 import scipy.sparse.csgraph
 
-from passage_jax.data.scene import PASSAGE_CALIBRATION, SPLITS, canonical_split, elevation_metres, \
-    normalise_elevation
+from passage_jax.data.scene import (
+    DEFAULT_MARKERS,
+    PASSAGE_CALIBRATION,
+    SPLITS,
+    canonical_split,
+    elevation_metres,
+    normalise_elevation,
+)
 from passage_jax.data.terrain import RASTERS, load_raster
 from passage_jax.data.writer import write_split
-from passage_jax.graph import COST_MODELS, MOVES, OBJECTIVES, VARIANTS, edge_cost_field_np, \
-    route_cost, route_problem
+from passage_jax.fileio import atomic_write_json
+from passage_jax.graph import (
+    COST_MODELS,
+    OBJECTIVES,
+    VARIANTS,
+    route_cost,
+    route_problem,
+)
+from passage_jax.reference.csgraph import scipy_task_graph
 
 #: Objective weights used when writing fixture cohorts (SPEC §2 defaults).
 DEFAULT_WEIGHTS = {obj: COST_MODELS[obj].default_weight for obj in OBJECTIVES}
-MARKERS = {"start": 1, "goal": -1}
 CELL_SIZE_M = 30.0
 SOLVER = "scipy.csgraph.dijkstra"
 GENERATOR = "passage_jax make-cohort"
@@ -47,6 +59,16 @@ SHIPPED_ROOT = Path(__file__).resolve().parent / "cohort"
 SHIPPED_SEED = 2026
 SHIPPED_SPLITS = ("validation", "calibration", "test")
 SHIPPED_SCENES = {64: 24, 128: 24, 256: 24}
+
+#: ``progress(label, done, total)``: called once before the first scene and after each one.
+ProgressCallback = Callable[[str, int, int], None]
+
+__all__ = [
+    "CohortError", "ProgressCallback", "DEFAULT_WEIGHTS", "CELL_SIZE_M", "SOLVER",
+    "GENERATOR", "LABEL_RTOL", "SHIPPED_ROOT", "SHIPPED_SEED", "SHIPPED_SPLITS", "SHIPPED_SCENES",
+    "eligible_rasters", "crop_tile", "superellipse_mask", "connected", "solve_label", "scene_id",
+    "make_scene", "make_cohort", "build_shipped_cohort",
+]
 
 _MAX_SCENE_TRIES = 200
 _MAX_OBSTACLE_TRIES = 30
@@ -181,23 +203,12 @@ def connected(obstacles: np.ndarray, start, goal) -> bool:
 # --------------------------------------------------------------------------- #
 
 def _graph(z: np.ndarray, obstacles: np.ndarray, model: str, weight: float):
-    h, w = z.shape
-    field = edge_cost_field_np(z, obstacles, model, weight, CELL_SIZE_M)
-    idx = np.arange(h * w).reshape(h, w)
-    src, dst, cost = [], [], []
-    for k, (dr, dc) in enumerate(MOVES.tolist()):
-        ok = np.isfinite(field[k])
-        r, c = np.nonzero(ok)
-        src.append(idx[r, c])
-        dst.append(idx[r + dr, c + dc])
-        cost.append(field[k][ok])
-    cost = np.concatenate(cost)
     # Every legal step costs at least its length (>= 30 m), so no edge weight is
-    # zero; csgraph would read an explicit zero as "no edge".
-    if cost.size and not cost.min() > 0:
-        raise CohortError(f"non-positive edge cost {cost.min()} under {model}")
-    return scipy.sparse.csr_matrix((cost, (np.concatenate(src), np.concatenate(dst))),
-                                   shape=(h * w, h * w))
+    # zero; scipy_task_graph refuses one (csgraph would read it as "no edge").
+    try:
+        return scipy_task_graph(z, obstacles, model, weight, CELL_SIZE_M)
+    except ValueError as e:
+        raise CohortError(f"{e} under {model}") from None
 
 
 def solve_label(z: np.ndarray, obstacles: np.ndarray, start, goal, model: str, weight: float):
@@ -241,8 +252,11 @@ def scene_id(split: str, i: int) -> str:
 
 
 def make_scene(rng: np.random.Generator, key: str, z_raster: np.ndarray, info: dict, n: int,
-               split: str, i: int, seed: int, coverage_max: float, min_sep: int) -> dict:
-    """One scene row (``writer.write_split`` format) cut from raster ``key``."""
+               split: str, *, index: int, seed: int, coverage_max: float, min_sep: int) -> dict:
+    """One scene row (``writer.write_split`` format) cut from raster ``key``: scene
+    number ``index`` of the split, obstacles up to ``coverage_max``, start and goal at
+    least ``min_sep`` cells apart (Chebyshev); ``seed`` is recorded in the metadata."""
+    i = index
     h, w = z_raster.shape
     for _ in range(_MAX_SCENE_TRIES):
         row0, col0 = int(rng.integers(h - n + 1)), int(rng.integers(w - n + 1))
@@ -276,8 +290,8 @@ def make_scene(rng: np.random.Generator, key: str, z_raster: np.ndarray, info: d
             c_star[f"{obj}/{var}"] = c
 
     markers = np.zeros((n, n), np.float32)
-    markers[start] = MARKERS["start"]
-    markers[goal] = MARKERS["goal"]
+    markers[start] = DEFAULT_MARKERS["start"]
+    markers[goal] = DEFAULT_MARKERS["goal"]
     tensor = np.stack([e, markers, obst.astype(np.float32)], axis=-1)
     sid = scene_id(split, i)
     metadata = {
@@ -287,7 +301,7 @@ def make_scene(rng: np.random.Generator, key: str, z_raster: np.ndarray, info: d
         "calibration": dict(PASSAGE_CALIBRATION),
         "solvers": {obj: {"weight": DEFAULT_WEIGHTS[obj], "solver": SOLVER, "heuristic": "none"}
                     for obj in OBJECTIVES},
-        "markers": dict(MARKERS),
+        "markers": dict(DEFAULT_MARKERS),
         "tile": crop_tile(info, row0, col0, n, n),
         "crop": {"row0": row0, "col0": col0, "rows": n, "cols": n, "cell_size_m": CELL_SIZE_M},
         "obstacles": {"coverage": float(obst.mean()), "target": round(target, 6),
@@ -307,15 +321,16 @@ def _split_folder(out, resolution, split) -> Path:
     return Path(out) / f"{resolution}x{resolution}" / split
 
 
-def make_cohort(out, resolution: int, split: str, n_scenes: int, seed: int = 0,
+def make_cohort(out, resolution: int, split: str, n_scenes: int, *, seed: int = 0,
                 coverage_max: float = 0.3, rasters=None, rows_per_shard: int = 64,
-                progress: bool = True, min_separation: int | None = None) -> dict:
+                progress: ProgressCallback | None = None, min_separation: int | None = None) -> dict:
     """Cut ``n_scenes`` labelled scenes and write them as ``<out>/<N>x<N>/<split>/``.
 
     Rasters are cycled in a seeded order so each eligible one appears once
     ``n_scenes`` reaches their number; rasters smaller than N are skipped (listed
     in the returned summary under ``skipped``). Refuses a split folder that
-    already holds shards. Returns a summary dict.
+    already holds shards. ``progress`` (optional) is called as
+    ``progress("<N>x<N> <split>", done, n_scenes)``. Returns a summary dict.
     """
     split = canonical_split(split)
     if int(resolution) != resolution or resolution < 8:
@@ -343,19 +358,17 @@ def make_cohort(out, resolution: int, split: str, n_scenes: int, seed: int = 0,
     order = [keys[j] for j in rng.permutation(len(keys))]
     loaded = {k: load_raster(k) for k in keys}
 
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
-        TimeElapsedColumn, TimeRemainingColumn
-
+    label = f"{resolution}x{resolution} {split}"
+    if progress:
+        progress(label, 0, n_scenes)
     rows = []
-    with Progress(TextColumn(f"{resolution}x{resolution} {split}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), TimeRemainingColumn(), disable=not progress) as bar:
-        task = bar.add_task("scenes", total=n_scenes)
-        for i in range(n_scenes):
-            key = order[i % len(order)]
-            z_raster, info = loaded[key]
-            rows.append(make_scene(rng, key, z_raster, info, resolution, split, i, int(seed),
-                                   coverage_max, min_sep))
-            bar.advance(task)
+    for i in range(n_scenes):
+        key = order[i % len(order)]
+        z_raster, info = loaded[key]
+        rows.append(make_scene(rng, key, z_raster, info, resolution, split, index=i, seed=int(seed),
+                               coverage_max=coverage_max, min_sep=min_sep))
+        if progress:
+            progress(label, i + 1, n_scenes)
     paths = write_split(out, resolution, split, rows, rows_per_shard=rows_per_shard)
     used = {}
     for r in rows:
@@ -366,37 +379,21 @@ def make_cohort(out, resolution: int, split: str, n_scenes: int, seed: int = 0,
             "shards": [str(p) for p in paths]}
 
 
-def build_shipped_cohort(out=SHIPPED_ROOT, seed: int = SHIPPED_SEED, progress: bool = True) -> dict:
-    """(Re)make the shipped cohort into ``out`` (which must not hold its shards yet)."""
+def build_shipped_cohort(out=SHIPPED_ROOT, seed: int = SHIPPED_SEED,
+                         progress: ProgressCallback | None = None,
+                         command: str = "python -m cli make-cohort --shipped") -> dict:
+    """(Re)make the shipped cohort into ``out`` (which must not hold its shards yet) and
+    write its ``manifest.json``; ``command`` is recorded there as the way to rebuild."""
     summaries = []
     for n, k in SHIPPED_SCENES.items():
         for split in SHIPPED_SPLITS:
             summaries.append(make_cohort(out, n, split, k, seed=seed, progress=progress))
     manifest = {
         "generator": GENERATOR, "seed": seed, "coverage_max": 0.3,
-        "command": "python -m passage_jax.data.cohort --out passage_jax/data/cohort",
+        "command": command,
         "splits": [{k: s[k] for k in ("resolution", "split", "n_scenes", "rasters", "skipped")}
                    for s in summaries],
     }
-    Path(out, "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    atomic_write_json(Path(out, "manifest.json"), manifest)
     return manifest
 
-
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m passage_jax.data.cohort",
-                                description="rebuild the shipped real-terrain cohort")
-    p.add_argument("--out", type=Path, default=SHIPPED_ROOT)
-    p.add_argument("--seed", type=int, default=SHIPPED_SEED)
-    args = p.parse_args(argv)
-    try:
-        manifest = build_shipped_cohort(args.out, args.seed)
-    except CohortError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    for s in manifest["splits"]:
-        print(f"{s['resolution']}x{s['resolution']} {s['split']}: {s['n_scenes']} scenes {s['rasters']}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -13,18 +13,32 @@ import collections
 import concurrent.futures as cf
 import dataclasses
 import math
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from passage_jax.data.scene import SPLITS, Scene, Task, canonical_split
 from passage_jax.data.validate import (
-    REQUIRED_COLUMNS, DataError, RowRef, convention_problem, duplicate_id_problem,
-    marker_convention, validate_row,
+    REQUIRED_COLUMNS,
+    DataError,
+    RowRef,
+    convention_problem,
+    duplicate_id_problem,
+    marker_convention,
+    validate_row,
 )
 from passage_jax.graph import OBJECTIVES, VARIANTS
+
+# Public names. The shape of this block (an import list, then __all__) recurs in every
+# module that re-exports names; only the names differ.
+__all__ = [
+    "DEFAULT_N_SAMPLES", "READ_BATCH_ROWS", "SHIPPED", "RawRow", "RowReport", "dataset_root",
+    "resolution_folder", "split_folder", "present_splits", "shard_files", "shipped_cohort_root",
+    "iter_raw_rows", "id_places", "map_rows", "iter_scenes", "iter_scene_batches", "load_scenes",
+    "load_tasks", "check_weight", "scene_summary", "scan_split",
+]
 
 DEFAULT_N_SAMPLES = 1024
 #: Rows per pyarrow record batch read from a shard.

@@ -11,7 +11,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from passage_jax.data.reader import dataset_root
 from passage_jax.data.validate import DataError
+
+__all__ = ["check_revision", "check_repo", "hub_download", "resolve_dataset_root"]
 
 _REVISION_RE = re.compile(r"[0-9a-fA-F]{40}")
 _REPO_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -35,7 +38,7 @@ def check_repo(repo) -> str:
 def hub_download(repo: str, revision: str, cache_dir=None) -> Path:
     """Download a dataset snapshot; only called with a checked repo and revision."""
     try:
-        import huggingface_hub  # noqa: PLC0415  (optional dependency)
+        import huggingface_hub  # noqa: PLC0415 (optional: huggingface_hub, only for hub snapshots)
     except ImportError:
         raise DataError(
             f"dataset_repo {repo!r} at revision {revision}: hub access is not available in this "
@@ -70,6 +73,4 @@ def resolve_dataset_root(dataset_path=None, dataset_repo=None, dataset_revision=
         return Path((downloader or hub_download)(repo, rev, cache_dir))
     if dataset_path is None:
         raise DataError("no dataset given: set dataset_path, or dataset_repo and dataset_revision")
-    from passage_jax.data.reader import dataset_root
-
     return dataset_root(dataset_path)

@@ -2,14 +2,21 @@
 from __future__ import annotations
 
 import dataclasses
+
 import numpy as np
 
 from passage_jax.graph.spec import OBJECTIVE_COLUMN, OBJECTIVES, VARIANTS
+
+__all__ = [
+    "SPLITS", "SPLIT_ALIASES", "PASSAGE_CALIBRATION", "DEFAULT_MARKERS", "ROUTE_COLUMNS",
+    "canonical_split", "route_column", "elevation_metres", "normalise_elevation", "Scene", "Task",
+]
 
 SPLITS = ("train", "validation", "calibration", "test")
 SPLIT_ALIASES = {"val": "validation", "calib": "calibration"}
 #: PASSAGE's global calibration in metres.
 PASSAGE_CALIBRATION = {"min": -430.0, "max": 8767.0}
+#: Marker signs of the standard convention (+1 start, -1 goal).
 DEFAULT_MARKERS = {"start": 1, "goal": -1}
 
 
@@ -72,7 +79,7 @@ class Scene:
     def weight(self, objective: str) -> float:
         return float(self.metadata["solvers"][objective]["weight"])
 
-    def task(self, objective: str, variant: str = "obstacles") -> "Task":
+    def task(self, objective: str, variant: str = "obstacles") -> Task:
         if variant not in VARIANTS:
             raise ValueError(f"unknown task variant {variant!r}; known: {list(VARIANTS)}")
         obst = self.obstacles if variant == "obstacles" else np.zeros_like(self.obstacles)

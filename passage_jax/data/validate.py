@@ -37,16 +37,19 @@ from typing import Any
 import numpy as np
 
 from passage_jax.data.codec import TensorError, decode_tensor
-from passage_jax.data.scene import (
-    ROUTE_COLUMNS, Scene, canonical_split, elevation_metres,
-)
+from passage_jax.data.scene import DEFAULT_MARKERS, ROUTE_COLUMNS, Scene, canonical_split, elevation_metres
 from passage_jax.graph import OBJECTIVES, route_problem
+
+__all__ = [
+    "REQUIRED_COLUMNS", "REQUIRED_METADATA", "SOLVER_KEYS", "FLIPPED_MARKERS", "DataError", "RowRef",
+    "check_id", "parse_metadata", "decode_checked", "marker_cells", "detect_marker_convention",
+    "route_array", "validate_row", "duplicate_id_problem", "marker_convention", "convention_problem",
+]
 
 #: Columns every shard must have (extra columns such as ``image_astar_*`` are ignored).
 REQUIRED_COLUMNS = ("id", "tensor", *ROUTE_COLUMNS.values(), "metadata")
 REQUIRED_METADATA = ("index", "resolution", "split", "calibration", "solvers")
 SOLVER_KEYS = ("weight", "solver", "heuristic")
-STANDARD_MARKERS = {"start": 1, "goal": -1}
 FLIPPED_MARKERS = {"start": -1, "goal": 1}
 _ID_RE = re.compile(r"[0-9]{10}")
 
@@ -139,7 +142,7 @@ def parse_metadata(raw, resolution: int, split: str, ref: RowRef) -> dict:
         pair = (m.get("start"), m.get("goal")) if isinstance(m, dict) else None
         if pair not in ((1, -1), (-1, 1)) or any(isinstance(v, bool) for v in pair):
             raise _fail(ref, f"metadata.markers must hold start and goal as +1/-1 of opposite "
-                             f"signs (e.g. {STANDARD_MARKERS}), got {m!r}")
+                             f"signs (e.g. {DEFAULT_MARKERS}), got {m!r}")
     if md.get("tile") is not None:
         _check_tile(md["tile"], ref)
     return md
@@ -230,7 +233,7 @@ def detect_marker_convention(plus, minus, routes: dict, ref: RowRef) -> dict:
         votes["standard"] += (first == plus) + (last == minus)
         votes["flipped"] += (first == minus) + (last == plus)
     if votes["standard"] > votes["flipped"]:
-        return dict(STANDARD_MARKERS)
+        return dict(DEFAULT_MARKERS)
     if votes["flipped"] > votes["standard"]:
         return dict(FLIPPED_MARKERS)
     raise _fail(ref, f"marker convention: the +1 marker at {plus} and the -1 marker at {minus} "

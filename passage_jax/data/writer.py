@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -11,11 +10,15 @@ import pyarrow.parquet as pq
 
 from passage_jax.data.codec import encode_tensor
 from passage_jax.data.scene import ROUTE_COLUMNS, canonical_split
+from passage_jax.fileio import atomic_write_bytes
+
+__all__ = ["ROUTE_TYPE", "shard_schema", "rows_to_table", "atomic_write_table", "write_split"]
 
 ROUTE_TYPE = pa.list_(pa.list_(pa.int32()))
 
 
 def shard_schema() -> pa.Schema:
+    """The columns a shard is written with (SPEC §1), in order."""
     fields = [pa.field("id", pa.string()), pa.field("tensor", pa.binary())]
     fields += [pa.field(col, ROUTE_TYPE) for col in ROUTE_COLUMNS.values()]
     fields += [pa.field("metadata", pa.string())]
@@ -44,11 +47,10 @@ def rows_to_table(rows: list[dict]) -> pa.Table:
 
 
 def atomic_write_table(table: pa.Table, path: Path) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    pq.write_table(table, tmp, compression="zstd")
-    os.replace(tmp, path)
+    """Write ``table`` as one zstd-compressed Parquet file, atomically."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd")
+    atomic_write_bytes(path, sink.getvalue().to_pybytes())
 
 
 def write_split(root, resolution: int, split: str, rows: list[dict],

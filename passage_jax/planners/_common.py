@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from passage_jax.graph.spec import MOVES
+from passage_jax.graph.moves import MOVES
+
+__all__ = ["effective_limit", "check_kwargs", "free_neighbours", "as_path"]
 
 
 def effective_limit(own, budget_value):
@@ -13,6 +15,7 @@ def effective_limit(own, budget_value):
 
 
 def check_kwargs(name: str, kwargs: dict, allowed: tuple) -> None:
+    """TypeError naming any ``inference_kwargs`` key the planner does not take."""
     bad = sorted(set(kwargs) - set(allowed))
     if bad:
         raise TypeError(f"planner {name!r}: unknown inference_kwargs {bad}; known: {list(allowed)}")
@@ -31,4 +34,5 @@ def free_neighbours(cell, obstacles):
 
 
 def as_path(cells) -> np.ndarray:
+    """Cells as an (L, 2) int32 route."""
     return np.asarray(cells, np.int32).reshape(-1, 2)

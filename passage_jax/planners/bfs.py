@@ -11,13 +11,17 @@ from collections import deque
 
 import numpy as np
 
-from passage_jax.protocol.contracts import PlanRequest, PlanResult
 from passage_jax.planners._common import as_path, check_kwargs, effective_limit, free_neighbours
+from passage_jax.protocol.contracts import PlanRequest, PlanResult
+
+__all__ = ["BFSPlanner", "make_planner"]
 
 _KWARGS = ("max_expansions",)
 
 
 class BFSPlanner:
+    """Breadth-first search in the MOVES order; the fewest-steps route."""
+
     def __init__(self, max_expansions: int | None = None):
         self.max_expansions = None if max_expansions is None else int(max_expansions)
 

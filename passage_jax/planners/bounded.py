@@ -7,16 +7,22 @@ reported as ``work`` and as the ``primary`` stage.
 """
 from __future__ import annotations
 
-from passage_jax.protocol.contracts import PlanRequest, PlanResult
 from passage_jax.planners._common import check_kwargs, effective_limit
+from passage_jax.protocol.contracts import PlanRequest, PlanResult
+from passage_jax.reference.search import astar, dijkstra
+
+__all__ = ["BoundedPlanner", "make_planner"]
 
 _KWARGS = ("max_expansions", "algorithm")
+_SEARCH = {"astar": astar, "dijkstra": dijkstra}
 _STATUS = {"ok": "ok", "unreachable": "no_path", "budget_exhausted": "budget_exhausted"}
 
 
 class BoundedPlanner:
+    """CPU Dijkstra or A* under the tighter of its own and the request's expansion limit."""
+
     def __init__(self, max_expansions: int | None = None, algorithm: str = "astar"):
-        if algorithm not in ("astar", "dijkstra"):
+        if algorithm not in _SEARCH:
             raise ValueError(f"bounded planner: algorithm {algorithm!r} is not 'astar' or 'dijkstra'")
         if max_expansions is not None and int(max_expansions) <= 0:
             raise ValueError("bounded planner: max_expansions must be positive")
@@ -24,9 +30,7 @@ class BoundedPlanner:
         self.algorithm = algorithm
 
     def plan(self, request: PlanRequest) -> PlanResult:
-        import importlib
-
-        search = getattr(importlib.import_module("passage_jax.reference.search"), self.algorithm)
+        search = _SEARCH[self.algorithm]
         limit = effective_limit(self.max_expansions, request.budget.max_expansions)
         res = search(request.elevation, request.obstacles, request.start, request.goal,
                      request.cost_model, request.cost_weight, max_expansions=limit,

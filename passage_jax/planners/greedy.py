@@ -12,13 +12,17 @@ import math
 
 import numpy as np
 
-from passage_jax.protocol.contracts import PlanRequest, PlanResult
 from passage_jax.planners._common import as_path, check_kwargs, free_neighbours
+from passage_jax.protocol.contracts import PlanRequest, PlanResult
+
+__all__ = ["GreedyPlanner", "make_planner"]
 
 _KWARGS = ()
 
 
 class GreedyPlanner:
+    """Steps to the free unvisited neighbour closest to the goal; stops when stuck."""
+
     def plan(self, request: PlanRequest) -> PlanResult:
         obst = np.asarray(request.obstacles)
         goal = tuple(request.goal)

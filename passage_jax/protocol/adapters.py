@@ -17,12 +17,20 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
+import jax
 import numpy as np
 
 from passage_jax.protocol.contracts import PlanRequest, PlanResult, normalise_result
 
+__all__ = [
+    "INFERENCE_FORMATS", "Planner", "FlaxPlanner", "as_planner", "import_entry", "is_factory",
+    "planner_factory", "load_planner",
+]
+
+#: Input shapes a planner may take (the spec's ``inference_format``).
 INFERENCE_FORMATS = ("request", "scene", "tensor")
 
 
@@ -88,8 +96,6 @@ def _default_flax_input(request: PlanRequest):
 
 def _params_precision(params) -> str | None:
     try:
-        import jax
-
         kinds = {str(np.asarray(leaf).dtype) for leaf in jax.tree_util.tree_leaves(params)}
     except Exception:  # noqa: BLE001
         return None
@@ -111,26 +117,19 @@ def as_planner(obj, inference_format: str = "request", name: str | None = None,
         return obj
     kw = dict(call_kwargs or {})
     name = name or getattr(obj, "__name__", type(obj).__name__)
+    method = "plan" if inference_format == "request" else "predict_path"
+    fn = getattr(obj, method, None)
+    if fn is None:
+        if not callable(obj):
+            raise TypeError(f"{name}: a {inference_format} planner needs {method}({inference_format}) "
+                            f"or must be callable")
+        fn = obj
     if inference_format == "request":
-        fn = getattr(obj, "plan", None)
-        if fn is None:
-            if not callable(obj):
-                raise TypeError(f"{name}: a request planner needs plan(request) or must be callable")
-            fn = obj
         return Planner(lambda r: fn(r, **kw), name, inference_format, obj)
     if inference_format == "scene":
-        fn = getattr(obj, "predict_path", None)
-        if fn is None:
-            if not callable(obj):
-                raise TypeError(f"{name}: a scene planner needs predict_path(scene) or must be callable")
-            fn = obj
         return Planner(lambda r: fn(r.as_scene(), **kw), name, inference_format, obj)
-    # tensor
-    fn = getattr(obj, "predict_path", None) or (obj if callable(obj) else None)
-    if fn is None:
-        raise TypeError(f"{name}: a tensor planner needs predict_path(tensor) or must be callable")
 
-    def call(r: PlanRequest):
+    def call(r: PlanRequest):  # tensor
         if r.input_tensor is None:
             raise ValueError("a tensor planner needs request.input_tensor")
         return fn(r.input_tensor, **kw)

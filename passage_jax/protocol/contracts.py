@@ -11,11 +11,18 @@ import dataclasses
 import math
 import time
 import types
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
 from passage_jax.graph.spec import GraphSpec
+
+__all__ = [
+    "STATUSES", "WORK_KEYS", "STAGES", "LIMIT_COUNTER", "SUMMED_COUNTERS", "METADATA_ALLOWLIST",
+    "REQUEST_FIELDS", "ProtocolError", "BudgetSpec", "PlanRequest", "PlanResult",
+    "filter_metadata", "accumulate_stages", "normalise_result", "budget_problem",
+]
 
 #: Terminal statuses of a request.
 STATUSES = ("ok", "no_path", "invalid_path", "budget_exhausted", "timeout", "oom",
@@ -110,7 +117,7 @@ class BudgetSpec:
             object.__setattr__(self, name, _opt_positive_int(name, getattr(self, name)))
 
     @classmethod
-    def from_dict(cls, d: Mapping | None) -> "BudgetSpec":
+    def from_dict(cls, d: Mapping | None) -> BudgetSpec:
         d = dict(d or {})
         unknown = sorted(set(d) - {f.name for f in dataclasses.fields(cls)})
         if unknown:

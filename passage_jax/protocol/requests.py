@@ -9,6 +9,8 @@ from __future__ import annotations
 from passage_jax.graph.spec import GraphSpec
 from passage_jax.protocol.contracts import BudgetSpec, PlanRequest, filter_metadata
 
+__all__ = ["request_graph", "build_request"]
+
 
 def request_graph(task, pixel_size_m: float = 30.0) -> GraphSpec:
     """The graph of a task: its objective as cost model, the scene's weight."""

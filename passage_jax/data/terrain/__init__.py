@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import copy
 import functools
-import hashlib
 import json
 import zipfile
 from pathlib import Path
 
 import numpy as np
+
+from passage_jax.fileio import sha256_file
+
+__all__ = ["RASTERS", "BUNDLE_DIR", "TerrainError", "load_raster", "raster_info", "provenance"]
 
 BUNDLE_DIR = Path(__file__).resolve().parent
 PROVENANCE_FILE = BUNDLE_DIR / "provenance.json"
@@ -52,21 +55,15 @@ def raster_info(key: str) -> dict:
     return copy.deepcopy(rasters[key])
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _load_checked(key: str) -> np.ndarray:
     info = raster_info(key)
     path = BUNDLE_DIR / info["bundle_file"]
     if not path.exists():
         raise TerrainError(f"{path} is missing; rebuild with scripts/build_terrain.py")
-    got = _sha256(path)
+    # the same missing/hash-differs check as evaluate.score makes for a run's shards,
+    # with this bundle's own error and remedy
+    got = sha256_file(path)
     if got != info["bundle_sha256"]:
         raise TerrainError(f"{path}: sha256 {got} does not match provenance.json "
                            f"({info['bundle_sha256']}); the bundle was altered")
@@ -96,5 +93,3 @@ def load_raster(key: str) -> tuple[np.ndarray, dict]:
     z = _load_checked(key)
     return z.copy(), raster_info(key)
 
-
-__all__ = ["RASTERS", "BUNDLE_DIR", "TerrainError", "load_raster", "raster_info", "provenance"]
