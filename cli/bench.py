@@ -1,7 +1,13 @@
-"""``python -m cli bench --spec S``: run + score a spec, write sidecar.json, print the table."""
+"""``python -m cli bench --spec S``: run + score a spec, write sidecar.json, print the table.
+
+The command composes the two rooms: :func:`passage_jax.run.run_spec` runs the spec,
+:func:`passage_jax.evaluate.score_run` scores the persisted routes and
+:func:`passage_jax.evaluate.sidecar` describes the result.
+"""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 
 def register(p):
@@ -15,11 +21,26 @@ def register(p):
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
+def bench(spec, output=None, container_digest=None, progress=None, log=None) -> dict:
+    """Run + score ``spec`` (a path or a RunSpec) and write ``sidecar.json``."""
+    # command start-up: the library loads only when the command runs (--help stays instant)
+    from passage_jax.evaluate import default_output, score_run, sidecar  # noqa: PLC0415 (CLI start-up)
+    from passage_jax.fileio import atomic_write_json  # noqa: PLC0415 (CLI start-up)
+    from passage_jax.run import RunSpec, load_spec, run_spec  # noqa: PLC0415 (CLI start-up)
+
+    if not isinstance(spec, RunSpec):
+        spec = load_spec(spec)
+    output = Path(output) if output is not None else default_output(spec)
+    run_spec(spec, output, progress=progress, log=log)
+    scores = score_run(output, log=log)
+    side = sidecar(output, spec, scores, container_digest)
+    atomic_write_json(output / "sidecar.json", side)
+    return {"output": output, "scores": scores, "sidecar": side}
+
+
 def main(args) -> int:
-    from passage_jax.runner import AdmissionError, RunError, SpecError
-    from passage_jax.runner.bench import bench
-    from passage_jax.runner.report import print_metrics_table
-    from passage_jax.runner.score import ScoreError
+    from passage_jax.evaluate import ScoreError, print_metrics_table  # noqa: PLC0415 (CLI start-up)
+    from passage_jax.run import AdmissionError, RunError, SpecError  # noqa: PLC0415 (CLI start-up)
 
     try:
         res = bench(args.spec, args.output, container_digest=args.container_digest,

@@ -23,8 +23,31 @@ def register(p):
                    help="split the bootstrap draws over all local devices (same results)")
 
 
+def _num(x) -> str:
+    return "n/a" if x is None else f"{x:.4g}"
+
+
+def hint(e) -> str:
+    """The command-line flag that answers a library error, if one does."""
+    # command start-up: the library loads only when the command runs (--help stays instant)
+    from passage_jax.evaluate.compare import InvalidResamples, LimitsDiffer, OutputExists, RosterHashMissing  # noqa: PLC0415 (CLI start-up)
+
+    if isinstance(e, OutputExists):
+        return " (or pass --force to replace it)"
+    if isinstance(e, InvalidResamples):
+        return " (--bootstrap-resamples)"
+    if isinstance(e, RosterHashMissing):
+        return " (--roster and --roster-sha256 go together)"
+    if isinstance(e, LimitsDiffer):
+        return " (--require-identical-limits)"
+    return ""
+
+
 def main(args) -> int:
-    from passage_jax.runner.compare import CompareError, compare_runs
+    from rich.console import Console  # noqa: PLC0415 (CLI start-up)
+    from rich.table import Table  # noqa: PLC0415 (CLI start-up)
+
+    from passage_jax.evaluate import CompareError, compare_runs  # noqa: PLC0415 (CLI start-up)
 
     if len(args.score) != 2:
         print("compare: give --score exactly twice (A, then B)", file=sys.stderr)
@@ -37,11 +60,8 @@ def main(args) -> int:
                            require_identical_limits=args.require_identical_limits,
                            force=args.force, shard_draws=args.shard_draws)
     except CompareError as e:
-        print(f"compare: {e}", file=sys.stderr)
+        print(f"compare: {e}{hint(e)}", file=sys.stderr)
         return 2
-    from rich.console import Console
-    from rich.table import Table
-
     a, b = res["runs"]["A"]["method_name"], res["runs"]["B"]["method_name"]
     t = Table(title=f"{a} (A) − {b} (B), uncertainty {res['blocks']['uncertainty_status']}")
     head = ("seed-mean Δ" if res["seed_mean"] else
@@ -49,8 +69,7 @@ def main(args) -> int:
     for c in ("metric", head, "low", "high"):
         t.add_column(c, justify="left" if c == "metric" else "right")
     for k, c in res["contrasts"].items():
-        f = (lambda x: "n/a" if x is None else f"{x:.4g}")
-        t.add_row(k, f(c["delta"]), f(c.get("ci_low")), f(c.get("ci_high")))
+        t.add_row(k, _num(c["delta"]), _num(c.get("ci_low")), _num(c.get("ci_high")))
     Console().print(t)
     print(f"comparison written to {args.output}")
     return 0

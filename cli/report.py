@@ -13,13 +13,15 @@ def register(p):
 
 
 def main(args) -> int:
-    from passage_jax.runner.report import ReportError, write_report
+    # command start-up: the library loads only when the command runs (--help stays instant)
+    from passage_jax.evaluate import ReportError, ReportExists, write_report  # noqa: PLC0415 (CLI start-up)
 
     try:
         out = write_report(args.compare, args.output, n_route_tasks=args.route_tasks,
                            force=args.force)
     except ReportError as e:
-        print(f"report: {e}", file=sys.stderr)
+        flag = " (or pass --force to replace it)" if isinstance(e, ReportExists) else ""
+        print(f"report: {e}{flag}", file=sys.stderr)
         return 2
     for v in out.values():
         print(v)

@@ -11,7 +11,8 @@ def register(p):
 
 
 def main(args) -> int:
-    from passage_jax.runner import AdmissionError, RunError, SpecError, load_spec, run_spec
+    # command start-up: the library loads only when the command runs (--help stays instant)
+    from passage_jax.run import AdmissionError, RunError, SpecError, load_spec, run_spec  # noqa: PLC0415 (CLI start-up)
 
     try:
         spec = load_spec(args.spec)

@@ -15,15 +15,28 @@ def register(p):
                         "moved (its shard and input hashes must match the run's)")
 
 
+def hint(e) -> str:
+    """The command-line flag that answers a library error, if one does."""
+    # command start-up: the library loads only when the command runs (--help stays instant)
+    from passage_jax.evaluate import AlreadyScored, DatasetNotFound, ScoreOutdated  # noqa: PLC0415 (CLI start-up)
+
+    if isinstance(e, AlreadyScored):
+        return "; pass --force to score it again"
+    if isinstance(e, ScoreOutdated):
+        return "; score it again with --force"
+    if isinstance(e, DatasetNotFound):
+        return "; pass --dataset-path to point at a copy"
+    return ""
+
+
 def main(args) -> int:
-    from passage_jax.runner.report import print_metrics_table
-    from passage_jax.runner.score import ScoreError, score_run
+    from passage_jax.evaluate import ScoreError, print_metrics_table, score_run  # noqa: PLC0415 (CLI start-up)
 
     try:
         res = score_run(args.run, force=args.force, dataset_path=args.dataset_path,
                         log=lambda m: print(m, file=sys.stderr))
     except ScoreError as e:
-        print(f"score: {e}", file=sys.stderr)
+        print(f"score: {e}{hint(e)}", file=sys.stderr)
         return 2
     print_metrics_table(res, title=f"score {args.run}")
     return 0

@@ -7,8 +7,9 @@
 # takes it through the whole evaluator: a run spec, `run` (admission, reference
 # qualification, timed requests), offline `score`, a paired block-bootstrap
 # `compare` against the breadth-first baseline, and a Markdown `report` with
-# figures. The same steps are the CLI commands `run`, `score`, `compare` and
-# `report`. Runs in well under a minute on a CPU:
+# figures. `run` comes from `passage_jax.run` (live execution), the rest from
+# `passage_jax.evaluate` (offline evaluation). The same steps are the CLI commands
+# `run`, `score`, `compare` and `report`. Runs in well under a minute on a CPU:
 #
 #     python notebooks/evaluate_a_planner.py [OUTPUT_FOLDER]
 
@@ -18,12 +19,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from passage_jax.evaluate import compare_runs, score_run, write_report
 from passage_jax.protocol import PlanResult
 from passage_jax.reference import astar
-from passage_jax.runner import parse_spec, run_spec
-from passage_jax.runner.compare import compare_runs
-from passage_jax.runner.report import write_report
-from passage_jax.runner.score import score_run
+from passage_jax.run import parse_spec, run_spec
 
 OUT = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp(prefix="passage-"))
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 import json
 
 import yaml
-
 from test_score_support import runs, spec_dict
 
-from passage_jax.runner.files import code_hash, sha256_file
+from passage_jax.fileio import sha256_file
+from passage_jax.protocol.records import code_hash
 
 
 def test_bench_cli(tmp_path, capsys):

@@ -8,11 +8,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from test_score_support import N_SAMPLES, runs, spec_dict
 
-from passage_jax.runner.compare import CompareError, bin_index, compare_runs
-from passage_jax.runner.score import score_run
+from passage_jax.evaluate.compare import CompareError, bin_index, compare_runs
+from passage_jax.evaluate.score import score_run
 
 B = 300  # bootstrap draws in these tests
 
@@ -57,7 +56,7 @@ def test_contrasts_match_plain_numpy(R, tmp_path):
     specs = {"regret_median": ("regret", 50), "regret_p90": ("regret", 90),
              "success_rate": ("success", None), "assd_mean": ("assd", None)}
     for metric, (f, q) in specs.items():
-        def stat(x):
+        def stat(x, q=q):
             x = x[np.isfinite(x)]
             return np.mean(x) if q is None else np.percentile(x, q)
         draws = []
@@ -99,7 +98,7 @@ def test_both_valid_intersection_and_denominators(R, tmp_path):
 
 
 def test_refuses_different_tasks(R, tmp_path):
-    from passage_jax.runner import parse_spec, run_spec
+    from passage_jax.run import parse_spec, run_spec
 
     other = tmp_path / "greedy5"
     run_spec(parse_spec(spec_dict("greedy", R["cohort"], n_samples=N_SAMPLES - 1)), other,
@@ -113,7 +112,7 @@ def test_refuses_different_tasks(R, tmp_path):
 def test_refuses_different_data_hash(R, tmp_path):
     import pyarrow.parquet as pq
 
-    from passage_jax.runner import parse_spec, run_spec
+    from passage_jax.run import parse_spec, run_spec
 
     cohort = tmp_path / "cohort"
     shutil.copytree(R["cohort"], cohort)
@@ -168,7 +167,7 @@ def test_roster_sha_and_blocks(R, tmp_path):
     with pytest.raises(CompareError, match="sha256"):
         compare_runs(R["bfs"] / "seed-1234", R["greedy"], tmp_path / "c.json", n_resamples=B,
                      roster=f, roster_sha256="f" * 64)
-    with pytest.raises(CompareError, match="roster-sha256"):
+    with pytest.raises(CompareError, match="without its sealed sha256"):
         compare_runs(R["bfs"] / "seed-1234", R["greedy"], tmp_path / "c.json", n_resamples=B,
                      roster=f)
     res = compare_runs(R["bfs"] / "seed-1234", R["greedy"], tmp_path / "c.json", n_resamples=B,

@@ -8,10 +8,9 @@ import json
 
 import numpy as np
 import pytest
-
 from test_score_support import runs
 
-from passage_jax.runner.compare import CompareError, blocks_for, check_identity, compare_runs
+from passage_jax.evaluate.compare import CompareError, blocks_for, check_identity, compare_runs
 
 B = 200
 
@@ -98,7 +97,7 @@ def test_estimates_only_contrast_names_statistic_and_counts(R, tmp_path):
 
 
 def test_report_labels_pair_contrast_and_undefined_draws(R, tmp_path):
-    from passage_jax.runner.report import write_report
+    from passage_jax.evaluate.report import write_report
 
     cmp = tmp_path / "cmp.json"
     # a two-seed run against a one-seed run: the common seed, a single pair, no seed mean
@@ -116,7 +115,7 @@ def test_report_labels_pair_contrast_and_undefined_draws(R, tmp_path):
 
 
 def test_report_seed_mean_header_when_seeds_match(R, tmp_path):
-    from passage_jax.runner.report import render_markdown
+    from passage_jax.evaluate.report import render_markdown
 
     res = compare_runs(R["bfs"], R["exact"], tmp_path / "c.json", n_resamples=B)
     md = render_markdown(json.loads((tmp_path / "c.json").read_text()), {})
@@ -126,7 +125,7 @@ def test_report_seed_mean_header_when_seeds_match(R, tmp_path):
 def test_regret_figure_shows_a_curve_at_zero(R, tmp_path, monkeypatch):
     """An exact planner's regrets are 0 (to an ulp); its CDF must not sit on the left spine,
     and the legend must not cover the plotting area."""
-    import passage_jax.runner.report as rep
+    import passage_jax.evaluate.report as rep
 
     res = compare_runs(R["bfs"], R["exact"], tmp_path / "c.json", n_resamples=B)
     seen = {}
@@ -185,7 +184,7 @@ def test_randomization_accepts_numpy_integers_and_checks_limits():
 
 
 def test_latency_without_recorded_time_is_unavailable_not_a_refusal():
-    from passage_jax.runner.compare import latency_contrast
+    from passage_jax.evaluate.compare import latency_contrast
 
     boot = {"n": 50, "alpha": 0.05, "seed": 0}
     lat_a = np.array([1.0, 2.0, 3.0, 4.0])
@@ -204,8 +203,8 @@ def test_tileless_task_without_roster_leaves_uncertainty_unknown():
     sealed roster may gather tile-less tasks into a declared unplaced block."""
     import numpy as np
 
-    from passage_jax.runner.compare import blocks_for
-    from passage_jax.runner.score import UNPLACED
+    from passage_jax.contract import UNPLACED
+    from passage_jax.evaluate.compare import blocks_for
 
     ids = [f"{i:010d}" for i in range(4)]
     placed = np.array(["5deg:+35:-115", "5deg:+35:-115", "5deg:+45:+5", "5deg:+45:+5"])

@@ -2,8 +2,10 @@
 import numpy as np
 import pytest
 
-from passage_jax.runner.latency import (
-    CENSORED_LATENCY_FORMAT, censored_latency_block, interpolated_percentiles,
+from passage_jax.evaluate.latency import (
+    CENSORED_LATENCY_FORMAT,
+    censored_latency_block,
+    interpolated_percentiles,
     order_statistic_rank,
 )
 

@@ -3,15 +3,26 @@ import dataclasses
 import math
 import time
 
+import fixtures_runner as F
 import numpy as np
 import pytest
 
-import fixtures_runner as F
 from passage_jax.graph import GraphSpec
 from passage_jax.protocol import (
-    METADATA_ALLOWLIST, REQUEST_FIELDS, STATUSES, BudgetSpec, FlaxPlanner, PlanRequest,
-    PlanResult, ProtocolError, as_planner, budget_problem, build_request, is_factory,
-    load_planner, normalise_result,
+    METADATA_ALLOWLIST,
+    REQUEST_FIELDS,
+    STATUSES,
+    BudgetSpec,
+    FlaxPlanner,
+    PlanRequest,
+    PlanResult,
+    ProtocolError,
+    as_planner,
+    budget_problem,
+    build_request,
+    is_factory,
+    load_planner,
+    normalise_result,
 )
 
 
@@ -276,6 +287,7 @@ def test_request_tensor_keeps_the_release_marker_convention(tmp_path, markers_ke
     # signs, and the request's metadata.markers says which sign is the start (also when
     # the file had no markers key and the convention was detected from the routes)
     import fixtures_data as D
+
     from passage_jax.data import load_scenes
 
     D.write_rows(tmp_path, D.make_rows(2, flipped=True, markers_key=markers_key))

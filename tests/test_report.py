@@ -3,11 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from test_score_support import runs
 
-from passage_jax.runner.compare import compare_runs
-from passage_jax.runner.report import ReportError, write_report
+from passage_jax.evaluate.compare import compare_runs
+from passage_jax.evaluate.report import ReportError, write_report
 
 
 def test_report_markdown_and_figures(tmp_path):

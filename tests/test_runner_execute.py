@@ -1,14 +1,14 @@
 """One timed request: every terminal status, the deadline rule, device sync."""
 import time
 
+import fixtures_runner as F
 import numpy as np
 import pytest
 
-import fixtures_runner as F
 from passage_jax.graph import route_cost
-from passage_jax.protocol import BudgetSpec, PlanResult, as_planner
 from passage_jax.planners import bfs, greedy
-from passage_jax.runner.timing import execute
+from passage_jax.protocol import BudgetSpec, PlanResult, as_planner
+from passage_jax.run.timing import execute
 
 
 @pytest.fixture(scope="module")

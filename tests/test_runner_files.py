@@ -1,13 +1,20 @@
-"""Run-folder file formats: paths.npz round trip, atomic writes, refusal to overwrite."""
+"""Run-folder records: paths.npz round trip, atomic writes, refusal to overwrite."""
 import os
 
 import numpy as np
 import pytest
 
-from passage_jax.runner.files import (
-    ROUTE_FORMATS, PathsWriter, atomic_write_json, atomic_write_npz, holds_run, load_paths,
-    pack_routes, route_of, snapshot_route, unpack_routes,
+from passage_jax.fileio import atomic_write_json, atomic_write_npz
+from passage_jax.protocol.records import (
+    ROUTE_FORMATS,
+    PathsWriter,
+    load_paths,
+    pack_routes,
+    route_of,
+    snapshot_route,
+    unpack_routes,
 )
+from passage_jax.run import holds_run
 
 
 def test_snapshot_classifies_without_casting():

@@ -2,19 +2,17 @@
 import json
 import os
 
+import fixtures_runner as F
 import numpy as np
 import pytest
 import yaml
 
-import fixtures_runner as F
 from passage_jax.graph import route_cost, route_problem
-from passage_jax.protocol import build_request
 from passage_jax.planners import bfs
-from passage_jax.runner import (
-    AdmissionError, RunError, load_paths, parse_spec, read_requests, route_of,
-    run_spec,
-)
-from passage_jax.runner.admission import admit
+from passage_jax.protocol import build_request
+from passage_jax.protocol.records import load_paths, read_requests, route_of
+from passage_jax.run import AdmissionError, RunError, parse_spec, run_spec
+from passage_jax.run.admission import admit
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +31,8 @@ def _run(cohort, out, admitted=None, **over):
     spec = parse_spec(F.spec_dict(cohort, **over))
     if admitted is not None:  # reuse the admitted tasks and references, new spec
         import dataclasses
-        from passage_jax.runner.admission import entry_identity
+
+        from passage_jax.run.admission import entry_identity
         admitted = dataclasses.replace(admitted, spec=spec, entry=entry_identity(spec))
     return spec, run_spec(spec, out, progress=False, admitted=admitted)
 
@@ -76,7 +75,7 @@ def test_bfs_run_files(cohort, admitted, tmp_path):
     assert m["seed"] == 1234 and m["n_records"] == len(recs)
     assert m["spec"]["latency_repeats"] == 2 and m["spec_sha256"] == spec.sha256()
     assert len(m["code"]["sha256"]) == 64
-    from passage_jax.runner.files import sha256_file
+    from passage_jax.fileio import sha256_file
     for s in m["data"]["shards"]:
         assert s["sha256"] == sha256_file(s["path"])
     assert sum(s["rows_used"] for s in m["data"]["shards"]) == len(tasks)
@@ -203,7 +202,7 @@ def test_cli_init_spec_run_and_conform(cohort, tmp_path, capsys):
 
 
 def test_conform_flags_a_bad_planner(cohort, tmp_path):
-    from passage_jax.runner.conform import conform
+    from passage_jax.run.conform import conform
 
     spec = parse_spec(F.spec_dict(cohort, inference="fixtures_runner:make_flaky",
                                   inference_kwargs={"fail_ids": ["0000000000", "analytic"]},

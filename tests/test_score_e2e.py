@@ -10,11 +10,14 @@ import shutil
 import numpy as np
 import pytest
 from scipy.spatial.distance import cdist
-
 from test_score_support import N_SAMPLES, runs
 
-from passage_jax.runner.score import (
-    METRIC_CONTRACT, PER_SAMPLE_FIELDS, ScoreError, score_folder, score_run,
+from passage_jax.evaluate.score import (
+    METRIC_CONTRACT,
+    PER_SAMPLE_FIELDS,
+    ScoreError,
+    score_folder,
+    score_run,
 )
 
 MOVES = {(-1, -1), (-1, 0), (-1, 1), (0, -1), (0, 1), (1, -1), (1, 0), (1, 1)}
@@ -165,7 +168,7 @@ def test_baselines_behave(R):
 
 
 def test_receipt_and_refusal_to_overwrite(R, tmp_path):
-    from passage_jax.runner.files import sha256_file
+    from passage_jax.fileio import sha256_file
 
     folder = tmp_path / "run"
     shutil.copytree(R["greedy"], folder)
@@ -191,7 +194,7 @@ def test_receipt_and_refusal_to_overwrite(R, tmp_path):
 
 
 def _rewrite_manifest_hash(seed, name):
-    from passage_jax.runner.files import sha256_file
+    from passage_jax.fileio import sha256_file
 
     m = json.loads((seed / "manifest.json").read_text())
     m["files"][name] = sha256_file(seed / name)

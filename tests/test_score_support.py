@@ -41,8 +41,8 @@ def runs() -> dict:
     """{"root": tmp folder, "cohort": dataset root, "<name>": scored run folder}."""
     if _CACHE:
         return _CACHE
-    from passage_jax.runner import parse_spec, run_spec
-    from passage_jax.runner.score import score_run
+    from passage_jax.evaluate.score import score_run
+    from passage_jax.run import parse_spec, run_spec
 
     tmp = Path(tempfile.mkdtemp(prefix="passage-score-tests-"))
     atexit.register(shutil.rmtree, tmp, True)

@@ -15,18 +15,26 @@ Nothing here calls the planner.
 from __future__ import annotations
 
 import dataclasses
-import importlib
+import hashlib
 import inspect
-import math
+import os
 import platform
 import re
 import sys
 from pathlib import Path
 
+import jax
 import numpy as np
 
-from passage_jax.runner.files import array_sha256, read_document, sha256_file
-from passage_jax.runner.spec import RunSpec
+from passage_jax.data import DataError, load_tasks, resolve_dataset_root
+from passage_jax.fileio import read_document, sha256_file
+from passage_jax.graph.routes import route_cost
+from passage_jax.protocol.adapters import import_entry, is_factory
+from passage_jax.protocol.records import input_hash, pack_routes, references_identity
+from passage_jax.reference import qualify_scenes, solve_tasks
+from passage_jax.run.spec import RunSpec
+
+__all__ = ["Admitted", "AdmissionError", "References", "admit", "hardware", "CHECKPOINT_KEY"]
 
 
 class AdmissionError(RuntimeError):
@@ -54,12 +62,8 @@ class References:
     max_expansions: int | None
 
     def identity(self) -> str:
-        from passage_jax.runner.files import pack_routes
-
         coords, offsets = pack_routes(self.routes)
-        ids = np.asarray(self.sample_id, dtype=str)
-        return array_sha256(ids.astype("U32"), self.c_star, coords, offsets,
-                            np.asarray(self.qualified))
+        return references_identity(self.sample_id, self.c_star, coords, offsets, self.qualified)
 
 
 @dataclasses.dataclass
@@ -82,16 +86,7 @@ class Admitted:
         return [input_hash(t) for t in self.tasks]
 
 
-def input_hash(task) -> str:
-    """Identity of what a planner sees of a task: elevation, obstacles, start, goal."""
-    return array_sha256(task.elevation_m, np.asarray(task.obstacles, bool),
-                        np.asarray(task.scene.start, np.int64),
-                        np.asarray(task.scene.goal, np.int64))
-
-
 def resolve_root(spec: RunSpec) -> Path:
-    from passage_jax.data import DataError, resolve_dataset_root
-
     try:
         if spec.dataset_path is not None:
             # a dataset_repo without a revision next to a local path is provenance only
@@ -103,8 +98,6 @@ def resolve_root(spec: RunSpec) -> Path:
 
 
 def load_admitted_tasks(spec: RunSpec, root: Path) -> list:
-    from passage_jax.data import DataError, load_tasks
-
     try:
         tasks = load_tasks(root, spec.resolution, spec.split, spec.cost_model, spec.task_variant,
                            n_samples=spec.n_samples, weight=spec.cost_weight)
@@ -134,13 +127,6 @@ def shard_identity(tasks) -> list:
 
 def qualify_references(spec: RunSpec, tasks) -> References:
     """Qualify each task's reference; AdmissionError naming the first scene that fails."""
-    from passage_jax.graph.routes import route_cost
-
-    try:
-        reference = importlib.import_module("passage_jax.reference")
-        qualify_scenes = reference.qualify_scenes
-    except (ImportError, AttributeError) as e:
-        raise AdmissionError(f"references: the reference stage is unavailable: {e}") from None
     key_of = f"{spec.cost_model}/{spec.task_variant}"
     # value iteration solves every task; a declared CPU budget adds the independent
     # CPU search as a cross-check within that budget
@@ -187,8 +173,6 @@ def qualify_references(spec: RunSpec, tasks) -> References:
 
 
 def _solver_routes(tasks) -> list:
-    from passage_jax.reference import solve_tasks
-
     sols = solve_tasks(tasks)
     out = []
     for t, s in zip(tasks, sols):
@@ -200,8 +184,6 @@ def _solver_routes(tasks) -> list:
 
 
 def entry_identity(spec: RunSpec) -> dict:
-    from passage_jax.protocol.adapters import import_entry, is_factory
-
     try:
         obj = import_entry(spec.inference)
     except (ImportError, ValueError) as e:
@@ -246,8 +228,6 @@ def checkpoint_files(spec: RunSpec) -> dict:
 
 
 def _dir_sha256(folder: Path) -> str:
-    import hashlib
-
     h = hashlib.sha256()
     for p in sorted(folder.rglob("*")):
         if p.is_file():
@@ -284,8 +264,6 @@ def verify_runtime_bundle(path) -> dict | None:
 def select_device(name):
     if name is None:
         return None
-    import jax
-
     platform_name = {"gpu": "gpu", "cuda": "gpu", "rocm": "gpu"}.get(name, name)
     try:
         devs = jax.devices(platform_name)
@@ -311,29 +289,8 @@ def admit(spec: RunSpec, qualify: bool = True) -> Admitted:
 
 
 def hardware() -> dict:
-    import os
-
-    import jax
-
     return {"platform": platform.platform(), "machine": platform.machine(),
             "processor": platform.processor(), "python": platform.python_version(),
             "cpu_count": os.cpu_count(), "jax_backend": jax.default_backend(),
             "jax_devices": [str(d) for d in jax.devices()],
             "device_kinds": sorted({d.device_kind for d in jax.devices()})}
-
-
-def package_versions() -> dict:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {}
-    for name in ("passage_jax", "jax", "jaxlib", "numpy", "scipy", "flax", "optax", "pyarrow",
-                 "zstandard", "pyyaml", "rich"):
-        try:
-            out[name] = version(name)
-        except PackageNotFoundError:
-            out[name] = None
-    return out
-
-
-def finite_or_none(x):
-    return float(x) if x is not None and math.isfinite(float(x)) else None

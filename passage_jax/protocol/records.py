@@ -1,8 +1,12 @@
-"""Run-folder files: atomic writes, hashes, route snapshots and the npz formats.
+"""The planner's persisted records: what a run writes and an evaluation reads.
 
-Every file is written to a temporary name in its folder and moved into place
-with ``os.replace``. The npz files hold plain arrays only (numbers, bools,
-fixed-width unicode); they load with ``allow_pickle=False``.
+A run folder ``seed-<seed>/`` holds ``requests.jsonl`` (one terminal record per
+request, keys :data:`RECORD_KEYS`), ``paths.npz`` (the routes as returned) and
+``references.npz`` (the qualified references, format :data:`REFERENCES_FORMAT`),
+next to ``manifest.json``. ``passage_jax.run`` writes them, ``passage_jax.evaluate``
+reads them; both take the formats, the route snapshot, the input and reference
+identities and the provenance helpers from here. The npz files hold plain arrays
+only (numbers, bools, fixed-width unicode); they load with ``allow_pickle=False``.
 
 ``paths.npz`` (one entry per record of ``requests.jsonl``, same order):
 
@@ -20,12 +24,20 @@ fixed-width unicode); they load with ``allow_pickle=False``.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
-import os
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import numpy as np
+
+from passage_jax.fileio import array_sha256, atomic_write_npz
+
+__all__ = [
+    "PATHS_FORMAT", "REFERENCES_FORMAT", "RUN_FORMAT", "REQUESTS_FORMAT", "RECORD_KEYS",
+    "ROUTE_FORMATS", "ROUTE_FORMAT_CODE", "snapshot_route", "PathsWriter", "load_paths",
+    "route_of", "pack_routes", "unpack_routes", "read_requests", "input_hash",
+    "references_identity", "code_hash", "package_versions",
+]
 
 PATHS_FORMAT = "passage-jax-paths-v1"
 REFERENCES_FORMAT = "passage-jax-references-v1"
@@ -42,91 +54,36 @@ ROUTE_FORMAT_CODE = {v: k for k, v in ROUTE_FORMATS.items()}
 _I32 = np.iinfo(np.int32)
 
 
+RUN_FORMAT = "passage-jax-run-v1"
+REQUESTS_FORMAT = "passage-jax-requests-v1"
+#: record keys, in the order they are written to requests.jsonl
+RECORD_KEYS = ("record", "seed", "series", "repeat", "task_index", "sample_id", "quality",
+               "status", "reported_status", "latency_ms", "returned_ms", "deadline_ms", "late",
+               "overrun_ms", "work", "stage_work", "precision", "resource_peaks", "route_format",
+               "route_len", "route_cost", "problem", "error_type", "error", "message",
+               "sync_arrays")
+#: packages whose versions every manifest and score receipt records
+VERSIONED_PACKAGES = ("passage_jax", "jax", "jaxlib", "numpy", "scipy", "flax", "optax",
+                      "pyarrow", "zstandard", "pyyaml", "rich")
+
+
 # --------------------------------------------------------------------------- #
-# atomic writes and hashes
+# identities and provenance
 # --------------------------------------------------------------------------- #
 
-def _tmp(path: Path) -> Path:
-    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+def input_hash(task) -> str:
+    """Identity of what a planner sees of a task: elevation, obstacles, start, goal."""
+    return array_sha256(task.elevation_m, np.asarray(task.obstacles, bool),
+                        np.asarray(task.scene.start, np.int64),
+                        np.asarray(task.scene.goal, np.int64))
 
 
-def atomic_write_bytes(path, data: bytes) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _tmp(path)
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return path
-
-
-def atomic_write_text(path, text: str) -> Path:
-    return atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def _json_default(o):
-    if isinstance(o, np.generic):
-        return o.item()
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if isinstance(o, Path):
-        return str(o)
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
-
-
-def to_json(obj, indent: int | None = 2) -> str:
-    return json.dumps(obj, indent=indent, sort_keys=True, default=_json_default, allow_nan=True)
-
-
-def atomic_write_json(path, obj) -> Path:
-    return atomic_write_text(path, to_json(obj) + "\n")
-
-
-def atomic_write_npz(path, arrays: dict) -> Path:
-    for k, v in arrays.items():
-        if np.asarray(v).dtype.kind == "O":
-            raise TypeError(f"npz array {k!r} has object dtype; only plain arrays are written")
-    buf = io.BytesIO()
-    np.savez_compressed(buf, **arrays)
-    return atomic_write_bytes(path, buf.getvalue())
-
-
-def read_document(path, error=ValueError, label: str = "", yaml_allowed: bool = False):
-    """Parse a JSON file (or, with ``yaml_allowed``, YAML unless the suffix is ``.json``).
-
-    A missing file or a parse failure raises ``error("<label> <path>: ...")``.
-    """
-    import yaml
-
-    p = Path(path)
-    where = f"{label} {p}" if label else str(p)
-    if not p.is_file():
-        raise error(f"{where}: file not found")
-    text = p.read_text()
-    try:
-        if yaml_allowed and p.suffix.lower() != ".json":
-            return yaml.safe_load(text)
-        return json.loads(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as e:
-        raise error(f"{where}: {'cannot parse' if yaml_allowed else 'not JSON'}: {e}") from None
-
-
-def sha256_file(path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(chunk), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+def references_identity(sample_ids, c_star, coords, offsets, qualified) -> str:
+    """Identity of a run's references (``references.npz`` ``identity``): sample ids,
+    c*, packed reference routes and qualification flags."""
+    ids = np.asarray(sample_ids, dtype=str).astype("U32")
+    return array_sha256(ids, np.asarray(c_star, np.float64), coords, offsets,
+                        np.asarray(qualified))
 
 
 def code_hash(root=None) -> dict:
@@ -143,28 +100,29 @@ def code_hash(root=None) -> dict:
     return {"sha256": h.hexdigest(), "n_files": len(files), "root": "passage_jax"}
 
 
-def array_sha256(*arrays) -> str:
-    """Hash of arrays' dtypes, shapes and bytes (identity of request inputs)."""
-    h = hashlib.sha256()
-    for a in arrays:
-        a = np.ascontiguousarray(a)
-        h.update(f"{a.dtype.str}{a.shape}".encode())
-        h.update(a.tobytes())
-    return h.hexdigest()
+def package_versions() -> dict:
+    """Installed versions of :data:`VERSIONED_PACKAGES` (None when absent)."""
+    out = {}
+    for name in VERSIONED_PACKAGES:
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
+    return out
 
 
-def holds_run(folder) -> str | None:
-    """Why ``folder`` cannot receive a new run (it exists and is not empty), or None."""
-    folder = Path(folder)
-    if folder.exists() and not folder.is_dir():
-        return f"{folder} exists and is not a folder"
-    if folder.is_dir():
-        entries = sorted(p.name for p in folder.iterdir())
-        if entries:
-            what = "already holds a run" if any(e.startswith("seed-") or e == "run.json"
-                                                for e in entries) else "is not empty"
-            return f"output folder {folder} {what} ({', '.join(entries[:5])}); choose a new folder"
-    return None
+def read_requests(path) -> list[dict]:
+    """Records of a ``requests.jsonl`` (one JSON object per line); ValueError naming
+    the line when one is not JSON."""
+    out = []
+    with open(path) as f:
+        for i, line in enumerate(f):
+            if line.strip():
+                try:
+                    out.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{path} line {i + 1}: not JSON: {e}") from None
+    return out
 
 
 # --------------------------------------------------------------------------- #

@@ -16,6 +16,14 @@ differ), and writes one JSON file with:
 * a secondary latency contrast (median of the quality repeat);
 * optional ODD bins (``odd_spec``): the same contrasts per joint bin of
   per-task stratifiers, empty bins included.
+
+Every contrast is computed by :mod:`passage_jax.stats` and written as its result's
+``to_dict()``: the six primary contrasts of a seed-mean comparison over the default
+seeds come from one :func:`~passage_jax.stats.compare_primary_metrics` call (also
+written as ``primary_comparison``); any other contrast from
+:func:`~passage_jax.stats.seed_mean_bootstrap` over the compared pairs, or, when the
+blocks do not support an interval, from the same seed-mean result without draws
+(estimates only, keys :data:`ESTIMATE_KEYS`).
 """
 from __future__ import annotations
 
@@ -25,10 +33,23 @@ from pathlib import Path
 
 import numpy as np
 
-from passage_jax.runner.files import atomic_write_json, read_document, sha256_file
-from passage_jax.runner.score import (
-    STRATIFIERS, UNPLACED, ScoreError, load_score, seed_folders, timing_profile, utc_now,
+from passage_jax.contract import DEFAULT_SEEDS, DIRECTIONS, METRIC_SPEC, PRIMARY_METRICS, UNPLACED
+from passage_jax.evaluate.score import STRATIFIERS, ScoreError, load_score, seed_folders, timing_profile
+from passage_jax.fileio import atomic_write_json, jsonable, read_document, sha256_file, utc_now
+from passage_jax.stats import (
+    RosterError,
+    block_census,
+    compare_primary_metrics,
+    parse_statistic,
+    read_roster,
+    seed_mean_bootstrap,
 )
+from passage_jax.stats.bootstrap import seed_mean_result
+
+__all__ = ["compare_runs", "CompareError", "OutputExists", "InvalidResamples", "LimitsDiffer",
+           "RosterHashMissing", "bin_index",
+           "blocks_for", "check_identity", "latency_contrast", "contrast", "COMPARE_FORMAT",
+           "ODD_FORMAT", "DEFAULT_RESAMPLES", "ESTIMATE_KEYS"]
 
 COMPARE_FORMAT = "passage-jax-compare-v1"
 ODD_FORMAT = "passage-odd-spec-v1"
@@ -37,6 +58,22 @@ DEFAULT_RESAMPLES = 10000
 
 class CompareError(RuntimeError):
     """The two runs cannot be compared (or an input is malformed)."""
+
+
+class OutputExists(CompareError, FileExistsError):
+    """The comparison file already exists (replacing it must be asked for)."""
+
+
+class InvalidResamples(CompareError, ValueError):
+    """The number of bootstrap resamples is not a positive integer."""
+
+
+class LimitsDiffer(CompareError):
+    """The runs' procedure limits differ while identical limits are required."""
+
+
+class RosterHashMissing(CompareError):
+    """A roster was given without its sealed sha256, or a sha256 without a roster."""
 
 
 # --------------------------------------------------------------------------- #
@@ -137,7 +174,7 @@ def check_limits(A: dict, B: dict, require_identical: bool) -> dict:
     differ = sorted({k for x in la + lb for k in x if x[k] != a[k]})
     out = {"A": a, "B": b, "differ": differ, "required_identical": bool(require_identical)}
     if require_identical and differ:
-        raise CompareError("limits differ under --require-identical-limits: "
+        raise LimitsDiffer("limits differ and identical limits are required: "
                            + "; ".join(f"{k}: A {a[k]!r} vs B {b[k]!r}" for k in differ))
     return out
 
@@ -182,10 +219,8 @@ def blocks_for(ids: list, clusters: np.ndarray, roster=None, roster_sha256=None)
         # sealed roster may gather such tasks into one declared unplaced block)
         blocks = list(labels)
     else:
-        from passage_jax.stats import RosterError, read_roster
-
         if roster_sha256 is None:
-            raise CompareError("--roster needs --roster-sha256 (the sealed hash of the file)")
+            raise RosterHashMissing(f"roster {roster} is given without its sealed sha256")
         try:
             r = read_roster(roster, sha256=roster_sha256)
         except (RosterError, OSError) as e:
@@ -202,8 +237,6 @@ def blocks_for(ids: list, clusters: np.ndarray, roster=None, roster_sha256=None)
         labels = [None if b is None or b == UNPLACED else b for b in blocks]
         src = {"source": "roster", "roster": str(Path(roster).resolve()), "sha256": r.sha256,
                "format": r.format, "rule": r.block_rule, "rule_version": r.block_rule_version}
-    from passage_jax.stats import block_census
-
     census = block_census(labels)
     unknown = any(b is None for b in blocks)
     known = {b for b in labels if b is not None}
@@ -213,7 +246,7 @@ def blocks_for(ids: list, clusters: np.ndarray, roster=None, roster_sha256=None)
         reason = "some tasks have no block identity"
     elif len(known) < 2:
         reason = f"{len(known)} known block(s); at least two are needed"
-    return {**src, "labels": blocks, "census": _clean(census), "uncertainty_status": status,
+    return {**src, "labels": blocks, "census": jsonable(census), "uncertainty_status": status,
             "reason": reason}
 
 
@@ -221,36 +254,29 @@ def blocks_for(ids: list, clusters: np.ndarray, roster=None, roster_sha256=None)
 # contrasts
 # --------------------------------------------------------------------------- #
 
-def _clean(obj):
-    if isinstance(obj, dict):
-        return {k: _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    if isinstance(obj, (np.floating, float)):
-        return float(obj) if math.isfinite(obj) else None
-    if isinstance(obj, np.integer):
-        return int(obj)
-    if isinstance(obj, np.bool_):
-        return bool(obj)
-    return obj
+#: what a contrast without an interval reports (of the seed-mean result's ``to_dict()``)
+ESTIMATE_KEYS = ("delta", "ci_low", "ci_high", "ci_available", "statistic", "n_a", "n_b")
 
 
-def _observed(x, q):
-    from passage_jax.stats.bootstrap import observed_statistic
+def _serialise(result, labels) -> dict:
+    """JSON form of a stats seed-mean result, its per-seed entries keyed by pair label."""
+    d = result.to_dict()
+    d["per_seed"] = {lab: d["per_seed"][str(k)] for k, lab in zip(result.per_seed, labels)}
+    return jsonable(d)
 
-    return observed_statistic(np.asarray(x, np.float64), q)
+
+def _estimates_only(d: dict) -> dict:
+    """A serialised result without an interval: estimates and counts only."""
+    per = {lab: {k: v for k, v in p.items() if k in ESTIMATE_KEYS and k != "statistic"}
+           for lab, p in d["per_seed"].items()}
+    return {**{k: d[k] for k in ESTIMATE_KEYS}, "per_seed": per}
 
 
 def contrast(xa: list, xb: list, labels: list, statistic, nan_policy: str, blocks, boot: dict,
              available: bool) -> dict:
     """Seed-mean contrast over the pairs (per pair too) with a block interval when
-    ``available``; otherwise estimates only."""
-    from passage_jax.stats import seed_mean_bootstrap
-    from passage_jax.stats.bootstrap import _stat_name, parse_statistic
-
-    q = parse_statistic(statistic)
+    ``available``; otherwise estimates only (the seed-mean result without draws)."""
     keys = tuple(range(len(labels)))
-    per = {}
     if available:
         try:
             r = seed_mean_bootstrap(dict(zip(keys, xa)), dict(zip(keys, xb)), statistic=statistic,
@@ -259,34 +285,30 @@ def contrast(xa: list, xb: list, labels: list, statistic, nan_policy: str, block
                                     sharding=boot.get("sharding"))
         except ValueError as e:
             raise CompareError(f"bootstrap of {statistic}: {e}") from None
-        d = r.to_dict()
-        for k, lab in zip(keys, labels):
-            per[lab] = d["per_seed"][str(k)]
-        d["per_seed"] = per
-        return _clean(d)
-    deltas = []
-    for k, lab in zip(keys, labels):
-        a, b = _observed(xa[k], q), _observed(xb[k], q)
-        deltas.append(a - b)
-        per[lab] = {"delta": a - b, "ci_low": None, "ci_high": None, "ci_available": False,
-                    "n_a": int(np.isfinite(np.asarray(xa[k], float)).sum()),
-                    "n_b": int(np.isfinite(np.asarray(xb[k], float)).sum())}
-    return _clean({"delta": float(np.mean(deltas)), "ci_low": None, "ci_high": None,
-                   "ci_available": False, "statistic": _stat_name(q),
-                   "n_a": sum(p["n_a"] for p in per.values()),
-                   "n_b": sum(p["n_b"] for p in per.values()), "per_seed": per})
+        return _serialise(r, labels)
+    no_draws = np.zeros((0, len(keys)))
+    r = seed_mean_result([np.asarray(x, np.float64) for x in xa],
+                         [np.asarray(x, np.float64) for x in xb], no_draws, no_draws,
+                         parse_statistic(statistic), seeds=keys, alpha=boot["alpha"],
+                         n_bootstrap=0, return_draws=False)
+    return _estimates_only(_serialise(r, labels))
 
 
-def primary_contrasts(RA: list, RB: list, labels: list, blocks, boot, available) -> dict:
-    from passage_jax.stats.primary import DIRECTIONS, METRIC_SPEC, PRIMARY_METRICS
-
+def primary_contrasts(RA: list, RB: list, labels: list, blocks, boot, available,
+                      computed=None) -> dict:
+    """The six primary contrasts; ``computed``: the metrics' seed-mean results of a
+    :func:`~passage_jax.stats.compare_primary_metrics` call over the same pairs, used as
+    they are (None: one seed-mean bootstrap per metric)."""
     out = {}
     for metric in PRIMARY_METRICS:
-        f, q, pol = METRIC_SPEC[metric]
-        stat = "mean" if q is None else q
-        xa = [np.asarray(r[f], np.float64) for r in RA]
-        xb = [np.asarray(r[f], np.float64) for r in RB]
-        c = contrast(xa, xb, labels, stat, pol, blocks, boot, available)
+        if computed is not None:
+            c = _serialise(computed[metric], labels)
+        else:
+            f, q, pol = METRIC_SPEC[metric]
+            stat = "mean" if q is None else q
+            xa = [np.asarray(r[f], np.float64) for r in RA]
+            xb = [np.asarray(r[f], np.float64) for r in RB]
+            c = contrast(xa, xb, labels, stat, pol, blocks, boot, available)
         c["direction"] = DIRECTIONS[metric]
         out[metric] = c
     return out
@@ -429,8 +451,6 @@ def odd_bins(spec: dict, R0: dict, RA, RB, labels, blocks, boot) -> dict:
 
 
 def _odd_contrasts(ra, rb, labels, bl, boot, avail):
-    from passage_jax.stats.primary import METRIC_SPEC, PRIMARY_METRICS
-
     out = {}
     for metric in PRIMARY_METRICS:
         f, q, pol = METRIC_SPEC[metric]
@@ -448,7 +468,7 @@ def _odd_contrasts(ra, rb, labels, bl, boot, avail):
 # entry point
 # --------------------------------------------------------------------------- #
 
-def compare_runs(a, b, output, n_resamples: int = DEFAULT_RESAMPLES, alpha: float = 0.05,
+def compare_runs(a, b, output, *, n_resamples: int = DEFAULT_RESAMPLES, alpha: float = 0.05,
                  bootstrap_seed: int = 0, roster=None, roster_sha256=None, odd_spec=None,
                  require_identical_limits: bool = False, force: bool = False,
                  shard_draws: bool = False) -> dict:
@@ -456,11 +476,12 @@ def compare_runs(a, b, output, n_resamples: int = DEFAULT_RESAMPLES, alpha: floa
     bootstrap draws over all local devices (``sharding="auto"``); results do not depend on it."""
     output = Path(output)
     if output.exists() and not force:
-        raise CompareError(f"{output} exists; choose a new file (or pass --force)")
+        raise OutputExists(f"{output} exists; choose a new file")
     if isinstance(n_resamples, bool) or not isinstance(n_resamples, int) or n_resamples < 1:
-        raise CompareError(f"--bootstrap-resamples must be a positive integer, got {n_resamples!r}")
+        raise InvalidResamples(f"the number of bootstrap resamples must be a positive integer, "
+                               f"got {n_resamples!r}")
     if roster_sha256 is not None and roster is None:
-        raise CompareError("--roster-sha256 given without --roster")
+        raise RosterHashMissing("a roster sha256 is given without a roster")
     odd = read_odd_spec(odd_spec) if odd_spec is not None else None
     A, B = load_side(a), load_side(b)
     shared = check_identity(A, B)
@@ -480,12 +501,7 @@ def compare_runs(a, b, output, n_resamples: int = DEFAULT_RESAMPLES, alpha: floa
     boot = {"n": int(n_resamples), "alpha": float(alpha), "seed": int(bootstrap_seed),
             "sharding": "auto" if shard_draws else None}
     blocks = blk["labels"]
-    contrasts = primary_contrasts(RA, RB, labels, blocks, boot, avail)
-    geometry = geometry_intersection(RA, RB, labels, blocks, boot, avail)
-    latency = latency_contrast(RA, RB, labels, blocks, boot, avail)
-    official = None
-    from passage_jax.stats import DEFAULT_SEEDS, compare_primary_metrics
-
+    official, computed = None, None
     if seed_mean and tuple(sorted(A["seeds"])) == tuple(DEFAULT_SEEDS) and avail:
         recs = []
         for R in (RA, RB):
@@ -496,9 +512,12 @@ def compare_runs(a, b, output, n_resamples: int = DEFAULT_RESAMPLES, alpha: floa
             cmp = compare_primary_metrics(recs[0], recs[1], blocks, n_bootstrap=n_resamples,
                                           alpha=alpha, seed=bootstrap_seed, task_ids=ids,
                                           sharding=boot["sharding"])
-            official = _clean(cmp.to_dict())
+            official, computed = jsonable(cmp.to_dict()), cmp.deltas
         except ValueError as e:
             official = {"unavailable": str(e)}
+    contrasts = primary_contrasts(RA, RB, labels, blocks, boot, avail, computed)
+    geometry = geometry_intersection(RA, RB, labels, blocks, boot, avail)
+    latency = latency_contrast(RA, RB, labels, blocks, boot, avail)
     result = {
         "format": COMPARE_FORMAT,
         "created_utc": utc_now(),
@@ -528,6 +547,6 @@ def compare_runs(a, b, output, n_resamples: int = DEFAULT_RESAMPLES, alpha: floa
         "primary_comparison": official,
         "odd": None if odd is None else odd_bins(odd, RA[0], RA, RB, labels, blocks, boot),
     }
-    result = _clean(result)
+    result = jsonable(result)
     atomic_write_json(output, result)
     return result

@@ -20,38 +20,31 @@ import math
 import time
 import traceback
 
-import numpy as np
+import jax
 
 from passage_jax.graph.routes import route_cost, route_problem
 from passage_jax.protocol.contracts import (
-    BudgetSpec, PlanResult, ProtocolError, budget_problem, normalise_result,
+    BudgetSpec,
+    PlanResult,
+    ProtocolError,
+    budget_problem,
+    normalise_result,
 )
+from passage_jax.protocol.records import ROUTE_FORMAT_CODE, ROUTE_FORMATS, snapshot_route
 from passage_jax.protocol.requests import build_request
-from passage_jax.runner.files import ROUTE_FORMAT_CODE, ROUTE_FORMATS, snapshot_route
 
-#: Name of this runner's timing profile (recorded in manifest.json ``timing.profile``):
-#: in-process, one complete request per call, timer from input preparation to the
-#: recosted route.
-TIMING_PROFILE = "in_process_complete_request_v1"
+__all__ = ["execute", "block_until_ready"]
 
 
 def block_until_ready(tree) -> int:
     """Wait for every JAX array in ``tree`` (nested lists/tuples/dicts/dataclass
     fields); returns how many were waited for."""
-    try:
-        import jax
-    except ImportError:  # pragma: no cover
-        return 0
     n = 0
     for leaf in jax.tree_util.tree_leaves(tree):
         if isinstance(leaf, jax.Array):
             leaf.block_until_ready()
             n += 1
     return n
-
-
-def _result_leaves(res: PlanResult):
-    return [res.path, res.work, res.stage_work, res.resource_peaks]
 
 
 def _is_oom(e: BaseException) -> bool:
@@ -135,7 +128,3 @@ def execute(planner, task, budget: BudgetSpec | None = None, clock=time.monotoni
         rec["route_cost"] = None
     return rec, snap
 
-
-def percentile_ms(values, q) -> float:
-    v = np.asarray(values, np.float64)
-    return float(np.percentile(v, q)) if v.size else math.nan

@@ -25,14 +25,39 @@ import math
 from pathlib import Path
 
 import numpy as np
+from rich.console import Console
+from rich.table import Table
 
-from passage_jax.runner.files import atomic_write_bytes, atomic_write_text, read_document
+from passage_jax.contract import FAILURE_REGRET, PRIMARY_METRICS, PRIMARY_SHORT
+from passage_jax.evaluate.compare import COMPARE_FORMAT
+from passage_jax.evaluate.score import (
+    ScoreError,
+    load_npz,
+    load_score,
+    read_json,
+    read_run_requests,
+    reload_tasks,
+)
+from passage_jax.fileio import atomic_write_bytes, atomic_write_text, read_document
+from passage_jax.protocol.records import load_paths, route_of, unpack_routes
+
+__all__ = ["write_report", "render_markdown", "print_metrics_table", "metrics_rows",
+           "route_figure", "regret_figure", "ReportError"]
+
+
+def _pyplot():
+    """matplotlib's pyplot on the file-only Agg backend."""
+    import matplotlib  # noqa: PLC0415 (optional: matplotlib only for figures)
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (optional: matplotlib only for figures)
+
+    return plt
 
 
 def _save_figure(fig, path):
     """Lay out, render to PNG and write atomically; closes the figure."""
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
@@ -40,15 +65,13 @@ def _save_figure(fig, path):
     atomic_write_bytes(path, buf.getvalue())
     return path
 
-PRIMARY = ("regret_median", "regret_p90", "assd_mean", "h95_mean", "success_rate",
-           "obstacle_violation_rate")
-FAILURE_REGRET = 999999.0
-#: column headers of the console table, in PRIMARY order
-SHORT = ("regret median", "regret p90", "ASSD mean", "H95 mean", "success", "violation")
-
 
 class ReportError(RuntimeError):
-    pass
+    """The report cannot be written (bad comparison file, existing outputs, runs changed)."""
+
+
+class ReportExists(ReportError, FileExistsError):
+    """A report file or figure already exists (replacing it must be asked for)."""
 
 
 def _fmt(x, digits=4) -> str:
@@ -79,11 +102,11 @@ def metrics_rows(scores: dict) -> list[list[str]]:
     for name, m in scores.items():
         p = m["primary"]
         label = str(name)[5:] if str(name).startswith("seed-") else str(name)
-        rows.append([label] + [_fmt(p[k]) for k in PRIMARY]
+        rows.append([label] + [_fmt(p[k]) for k in PRIMARY_METRICS]
                     + [f"{m['n_path_valid']}/{m['n_tasks']}"])
     if len(scores) > 1:
         mean = []
-        for k in PRIMARY:
+        for k in PRIMARY_METRICS:
             vals = [m["primary"][k] for m in scores.values() if m["primary"][k] is not None]
             mean.append(_fmt(float(np.mean(vals))) if vals else "n/a")
         rows.append(["seed mean"] + mean + [""])
@@ -91,11 +114,8 @@ def metrics_rows(scores: dict) -> list[list[str]]:
 
 
 def print_metrics_table(scores: dict, title: str = "six primary metrics", console=None):
-    from rich.console import Console
-    from rich.table import Table
-
     t = Table(title=title)
-    for c in ("seed",) + SHORT + ("valid/tasks",):
+    for c in ("seed",) + PRIMARY_SHORT + ("valid/tasks",):
         t.add_column(c, justify="left" if c == "seed" else "right", no_wrap=True)
     for row in metrics_rows(scores):
         t.add_row(*row)
@@ -143,6 +163,13 @@ def _block_source(blk: dict) -> str:
     return f"{blk.get('source')} (rule `{blk.get('rule')}`)"
 
 
+def _censored_cell(e) -> str:
+    """One order-statistic percentile of the censored latency block."""
+    if not e:
+        return "n/a"
+    return f"≥ {_fmt(e['lower_bound'], 2)} (censored)" if e["censored"] else _fmt(e["value"], 2)
+
+
 def render_markdown(cmp: dict, figures: dict) -> str:
     A, B = cmp["runs"]["A"], cmp["runs"]["B"]
     na, nb = A["method_name"], B["method_name"]
@@ -162,11 +189,11 @@ def render_markdown(cmp: dict, figures: dict) -> str:
         f"- Created {cmp['created_utc']}", "",
         "## Six primary metrics per method", "",
     ]
-    header = ["method", "seed"] + list(PRIMARY) + ["valid / tasks", "connected"]
+    header = ["method", "seed"] + list(PRIMARY_METRICS) + ["valid / tasks", "connected"]
     rows = []
     for side, name in (("A", na), ("B", nb)):
         for lab, m in cmp["methods"][side]["per_seed"].items():
-            rows.append([f"{side}: {name}", lab] + [_fmt(m["primary"][k]) for k in PRIMARY]
+            rows.append([f"{side}: {name}", lab] + [_fmt(m["primary"][k]) for k in PRIMARY_METRICS]
                         + [f"{m['n_path_valid']} / {m['n_tasks']}", _fmt(m["connected_rate"])])
     lines += [_md_table(header, rows), ""]
     lines += ["Regret is over all tasks (a failure counts as 999999); ASSD and H95 are over "
@@ -182,7 +209,7 @@ def render_markdown(cmp: dict, figures: dict) -> str:
     labels = [p["label"] for p in cmp["pairs"]]
     header = ["metric", "better", _delta_header(cmp), "interval"] + [f"Δ seed {lab}" for lab in labels]
     rows = []
-    for k in PRIMARY:
+    for k in PRIMARY_METRICS:
         c = cmp["contrasts"][k]
         rows.append([k, c["direction"], _fmt(c["delta"]), _interval(c)]
                     + [f"{_fmt(c['per_seed'][lab]['delta'])} {_interval(c['per_seed'][lab])}"
@@ -220,15 +247,9 @@ def render_markdown(cmp: dict, figures: dict) -> str:
             lw = m.get("latency_warm") or {}
             it, ce = lw.get("interpolated") or {}, lw.get("censored") or {}
             cp = ce.get("percentiles") or {}
-
-            def cell(q):
-                e = cp.get(q)
-                if not e:
-                    return "n/a"
-                return f"≥ {_fmt(e['lower_bound'], 2)} (censored)" if e["censored"] else \
-                    _fmt(e["value"], 2)
             rows.append([f"{side}: {name}", lab, _fmt(it.get("p50"), 2), _fmt(it.get("p95"), 2),
-                         _fmt(it.get("p99"), 2), cell("p50"), cell("p95"), cell("p99"),
+                         _fmt(it.get("p99"), 2), *(_censored_cell(cp.get(q))
+                                                   for q in ("p50", "p95", "p99")),
                          ce.get("n_requests"), ce.get("n_successes"), ce.get("n_timeouts"),
                          ce.get("n_other_failures"),
                          _fmt(ce.get("at_least_100_warm_requests"))])
@@ -265,12 +286,12 @@ def render_markdown(cmp: dict, figures: dict) -> str:
         for b in odd["bins"]:
             desc = ", ".join(f"{k} {v}" for k, v in b["bin"].items())
             if b["n_tasks"] == 0:
-                rows.append([desc, 0, "empty"] + [""] * len(PRIMARY))
+                rows.append([desc, 0, "empty"] + [""] * len(PRIMARY_METRICS))
                 continue
             rows.append([desc, b["n_tasks"], b["uncertainty_status"]]
                         + [f"{_fmt(b['contrasts'][k].get('delta'))} "
-                           f"{_interval(b['contrasts'][k])}" for k in PRIMARY])
-        lines += [_md_table(["bin", "tasks", "uncertainty"] + [f"Δ {k}" for k in PRIMARY],
+                           f"{_interval(b['contrasts'][k])}" for k in PRIMARY_METRICS])
+        lines += [_md_table(["bin", "tasks", "uncertainty"] + [f"Δ {k}" for k in PRIMARY_METRICS],
                             rows), ""]
 
     lines += ["## Figures", ""]
@@ -286,12 +307,9 @@ def render_markdown(cmp: dict, figures: dict) -> str:
 # --------------------------------------------------------------------------- #
 
 def _seed_data(folder: Path) -> dict:
-    from passage_jax.runner.files import load_paths, route_of
-    from passage_jax.runner.score import load_score, read_requests
-
     s = load_score(folder)
     paths = load_paths(folder / "paths.npz")
-    recs = read_requests(folder / "requests.jsonl")
+    recs = read_run_requests(folder / "requests.jsonl")
     p = s["per_sample"]
     sel = np.flatnonzero(p["primary_quality"])
     sel = sel[np.argsort(p["task_index"][sel], kind="stable")]
@@ -306,21 +324,13 @@ def _seed_data(folder: Path) -> dict:
 
 
 def _hillshade(z: np.ndarray) -> np.ndarray:
-    from matplotlib.colors import LightSource
+    from matplotlib.colors import LightSource  # noqa: PLC0415 (optional: matplotlib only for figures)
 
     return LightSource(azdeg=315, altdeg=45).hillshade(z, vert_exag=2.0, dx=30.0, dy=30.0)
 
 
 def route_figure(cmp: dict, path: Path, n_tasks: int = 4) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-
-    import matplotlib.pyplot as plt
-
-    from passage_jax.runner.files import unpack_routes
-    from passage_jax.runner.score import load_npz, read_json, reload_tasks
-
+    plt = _pyplot()
     pair = cmp["pairs"][0]
     fa = Path(cmp["runs"]["A"]["folders"][str(pair["seed_a"])])
     fb = Path(cmp["runs"]["B"]["folders"][str(pair["seed_b"])])
@@ -381,14 +391,7 @@ def route_figure(cmp: dict, path: Path, n_tasks: int = 4) -> Path:
 
 
 def regret_figure(cmp: dict, path: Path) -> Path:
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from passage_jax.runner.score import load_score
-
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 5.0))
     linthresh = 1e-3
     lowest = 0.0
@@ -433,8 +436,6 @@ def regret_figure(cmp: dict, path: Path) -> Path:
 def write_report(compare_json, output, n_route_tasks: int = 4, force: bool = False) -> dict:
     compare_json, output = Path(compare_json), Path(output)
     cmp = read_document(compare_json, ReportError)
-    from passage_jax.runner.compare import COMPARE_FORMAT
-
     if cmp.get("format") != COMPARE_FORMAT:
         raise ReportError(f"{compare_json}: not a {COMPARE_FORMAT} file")
     stem = output.stem
@@ -442,10 +443,8 @@ def write_report(compare_json, output, n_route_tasks: int = 4, force: bool = Fal
             "regret": output.with_name(f"{stem}_regret.png")}
     existing = [p for p in [output, *figs.values()] if p.exists()]
     if existing and not force:
-        raise ReportError(f"{existing[0]} exists; choose a new report name (or pass --force)")
+        raise ReportExists(f"{existing[0]} exists; choose a new report name")
     output.parent.mkdir(parents=True, exist_ok=True)
-    from passage_jax.runner.score import ScoreError
-
     try:
         route_figure(cmp, figs["routes"], n_route_tasks)
         regret_figure(cmp, figs["regret"])

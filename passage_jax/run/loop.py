@@ -1,51 +1,95 @@
-"""The complete-request runner: admission, timed series, persistence (SPEC §7).
+"""The complete-request run loop: admission, timed series, run folders (SPEC §7).
 
 ``run_spec(spec, output)`` admits the run (nothing is called before every
 admission check passed), then for each seed builds the planner (construction
 is not timed), runs one cold pass over the tasks, ``latency_warmup`` recorded
 warm-up passes and ``latency_repeats`` measured warm repeats, one request at a
-time, and writes ``<output>/seed-<seed>/`` (see :mod:`passage_jax.runner.files`
+time, and writes ``<output>/seed-<seed>/`` (see :mod:`passage_jax.protocol.records`
 and ``docs/runner.md`` for the formats). A seed folder is assembled under a
 temporary name and moved into place when complete.
 """
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
+import hashlib
 import json
 import os
 import shutil
 import time
 from pathlib import Path
 
+import jax
 import numpy as np
-
-from passage_jax.protocol.adapters import load_planner
-from passage_jax.runner import admission as adm
-from passage_jax.runner.files import (
-    PathsWriter, REFERENCES_FORMAT, atomic_write_json, atomic_write_npz, atomic_write_text,
-    code_hash, holds_run, pack_routes, sha256_file, to_json,
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
 )
-from passage_jax.runner.spec import RunSpec, load_spec
-from passage_jax.runner.timing import TIMING_PROFILE, execute
 
-RUN_FORMAT = "passage-jax-run-v1"
-REQUESTS_FORMAT = "passage-jax-requests-v1"
+from passage_jax.contract import IN_PROCESS_TIMING_PROFILE
+from passage_jax.fileio import (
+    atomic_write_json,
+    atomic_write_npz,
+    atomic_write_text,
+    sha256_file,
+    to_json,
+    utc_now,
+)
+from passage_jax.protocol.adapters import load_planner
+from passage_jax.protocol.records import (
+    RECORD_KEYS,
+    REFERENCES_FORMAT,
+    RUN_FORMAT,
+    PathsWriter,
+    code_hash,
+    pack_routes,
+    package_versions,
+)
+from passage_jax.run import admission as adm
+from passage_jax.run.spec import RunSpec, load_spec
+from passage_jax.run.timing import execute
+
+__all__ = ["RunError", "OutputFolderTaken", "run_spec", "run_seed", "passes", "holds_run", "spec_and_output",
+           "references_arrays", "SERIES"]
+
 SERIES = ("cold", "warmup", "warm")
-#: record keys, in the order they are written to requests.jsonl
-RECORD_KEYS = ("record", "seed", "series", "repeat", "task_index", "sample_id", "quality",
-               "status", "reported_status", "latency_ms", "returned_ms", "deadline_ms", "late",
-               "overrun_ms", "work", "stage_work", "precision", "resource_peaks", "route_format",
-               "route_len", "route_cost", "problem", "error_type", "error", "message",
-               "sync_arrays")
 
 
 class RunError(RuntimeError):
     """The run cannot proceed (output folder taken, planner construction failed ...)."""
 
 
-def utc_now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+class OutputFolderTaken(RunError, FileExistsError):
+    """The output folder exists and is not empty (it may hold a run)."""
+
+
+def holds_run(folder) -> str | None:
+    """Why ``folder`` cannot receive a new run (it exists and is not empty), or None."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        return f"{folder} exists and is not a folder"
+    if folder.is_dir():
+        entries = sorted(p.name for p in folder.iterdir())
+        if entries:
+            what = "already holds a run" if any(e.startswith("seed-") or e == "run.json"
+                                                for e in entries) else "is not empty"
+            return f"output folder {folder} {what} ({', '.join(entries[:5])}); choose a new folder"
+    return None
+
+
+def spec_and_output(spec: RunSpec | str | os.PathLike, output) -> tuple[RunSpec, Path]:
+    """The spec (loaded and validated when given as a path) and the output folder, which
+    must be new or empty (:class:`OutputFolderTaken` otherwise)."""
+    if not isinstance(spec, RunSpec):
+        spec = load_spec(spec)
+    output = Path(output)
+    why = holds_run(output)
+    if why:
+        raise OutputFolderTaken(why)
+    return spec, output
 
 
 def passes(spec: RunSpec) -> list[tuple[str, int]]:
@@ -93,9 +137,6 @@ def references_arrays(admitted: adm.Admitted) -> dict:
 def _progress(enabled: bool):
     if not enabled:
         return contextlib.nullcontext(None)
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                               TimeElapsedColumn, TimeRemainingColumn)
-
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TimeElapsedColumn(), TimeRemainingColumn(), transient=False)
 
@@ -103,8 +144,6 @@ def _progress(enabled: bool):
 def _device_ctx(device):
     if device is None:
         return contextlib.nullcontext()
-    import jax
-
     return jax.default_device(device)
 
 
@@ -185,7 +224,7 @@ def run_seed(admitted: adm.Admitted, seed: int, folder: Path, progress=None,
             "solvers": sorted(set(refs.solver)),
         },
         "timing": {
-            "profile": TIMING_PROFILE,
+            "profile": IN_PROCESS_TIMING_PROFILE,
             "latency_warmup": spec.latency_warmup, "latency_repeats": spec.latency_repeats,
             "quality_repeat_index": spec.quality_repeat_index,
             "passes": [list(p) for p in plan],
@@ -195,7 +234,7 @@ def run_seed(admitted: adm.Admitted, seed: int, folder: Path, progress=None,
         "budget": spec.budget.to_dict(),
         "hardware": adm.hardware(),
         "device": None if admitted.device is None else str(admitted.device),
-        "versions": adm.package_versions(),
+        "versions": package_versions(),
         "n_records": len(lines),
         "status_counts": counts,
         "files": files,
@@ -207,8 +246,6 @@ def run_seed(admitted: adm.Admitted, seed: int, folder: Path, progress=None,
 
 
 def _tasks_sha(admitted) -> str:
-    import hashlib
-
     h = hashlib.sha256()
     for sid, ih in zip(admitted.sample_ids, admitted.input_hashes()):
         h.update(f"{sid}:{ih}\n".encode())
@@ -225,12 +262,7 @@ def run_spec(spec: RunSpec | str | os.PathLike, output, progress: bool | None = 
              admitted: adm.Admitted | None = None, log=None) -> dict:
     """Admit and run ``spec``, writing ``<output>/seed-<seed>/`` per seed and
     ``<output>/run.json``. Refuses an output folder that is not empty."""
-    if not isinstance(spec, RunSpec):
-        spec = load_spec(spec)
-    output = Path(output)
-    why = holds_run(output)
-    if why:
-        raise RunError(why)
+    spec, output = spec_and_output(spec, output)
     if admitted is None:
         admitted = adm.admit(spec)
     if progress is None:
@@ -258,15 +290,3 @@ def run_spec(spec: RunSpec | str | os.PathLike, output, progress: bool | None = 
     atomic_write_text(output / "run.json", to_json(summary) + "\n")
     return summary
 
-
-def read_requests(path) -> list[dict]:
-    """Records of a ``requests.jsonl`` (one JSON object per line)."""
-    out = []
-    with open(path) as f:
-        for i, line in enumerate(f):
-            if line.strip():
-                try:
-                    out.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{path} line {i + 1}: not JSON: {e}") from None
-    return out

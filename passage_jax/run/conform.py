@@ -29,20 +29,31 @@ import dataclasses
 import math
 import time
 import traceback
-from pathlib import Path
 
 import numpy as np
 
+from passage_jax.contract import CENSOR_FACTOR, FAILURE_REGRET
+from passage_jax.data.scene import PASSAGE_CALIBRATION, Scene, elevation_metres, normalise_elevation
+from passage_jax.fileio import array_sha256, atomic_write_json
+from passage_jax.metrics import score_routes
 from passage_jax.protocol.adapters import load_planner
 from passage_jax.protocol.contracts import (
-    METADATA_ALLOWLIST, REQUEST_FIELDS, STATUSES, BudgetSpec, PlanResult, ProtocolError,
+    METADATA_ALLOWLIST,
+    REQUEST_FIELDS,
+    STATUSES,
+    BudgetSpec,
+    PlanResult,
+    ProtocolError,
     normalise_result,
 )
+from passage_jax.protocol.records import code_hash, package_versions
 from passage_jax.protocol.requests import build_request
-from passage_jax.runner import admission as adm
-from passage_jax.runner.files import array_sha256, atomic_write_json, code_hash, holds_run
-from passage_jax.runner.spec import RunSpec, load_spec
-from passage_jax.runner.timing import execute
+from passage_jax.run import admission as adm
+from passage_jax.run.loop import spec_and_output
+from passage_jax.run.spec import RunSpec
+from passage_jax.run.timing import execute
+
+__all__ = ["conform", "analytic_task", "RECEIPT_FORMAT", "SCOPE"]
 
 RECEIPT_FORMAT = "passage-jax-conformance-v1"
 SCOPE = ("CPU interface checks of the request/result protocol on one admitted task and an "
@@ -61,8 +72,6 @@ class _Wrapped:
 
 
 def _score(routes, tasks, c_star, ok, refs):
-    from passage_jax.metrics import score_routes
-
     return score_routes(routes, tasks, np.asarray(c_star, np.float64), np.asarray(ok, bool), refs)
 
 
@@ -78,12 +87,8 @@ def _check(name, fn):
 def analytic_task(objective: str, weight: float, n: int = 9):
     """A flat n x n scene without obstacles, start (0, 0), goal (n-1, 2): every
     model reduces to distance, so c* = 2 * 30 * sqrt(2) + (n - 3) * 30."""
-    from passage_jax.data.scene import PASSAGE_CALIBRATION, Scene, normalise_elevation
-
     z = np.full((n, n), 1000.0)
     e = normalise_elevation(z, PASSAGE_CALIBRATION)
-    from passage_jax.data.scene import elevation_metres
-
     zm = elevation_metres(e, PASSAGE_CALIBRATION)
     route = np.array([(0, 0), (1, 1), (2, 2)] + [(r, 2) for r in range(3, n)], np.int32)
     scene = Scene(id="analytic", resolution=n, split="test", elevation_norm=e, elevation_m=zm,
@@ -99,12 +104,7 @@ def analytic_task(objective: str, weight: float, n: int = 9):
 
 def conform(spec: RunSpec | str, output, admitted: adm.Admitted | None = None) -> dict:
     """Run the checks and write ``<output>/conformance.json``; returns the receipt."""
-    if not isinstance(spec, RunSpec):
-        spec = load_spec(spec)
-    output = Path(output)
-    why = holds_run(output)
-    if why:
-        raise FileExistsError(why)
+    spec, output = spec_and_output(spec, output)
     one = dataclasses.replace(spec, n_samples=1)
     if admitted is None:
         admitted = adm.admit(one)
@@ -152,11 +152,9 @@ def conform(spec: RunSpec | str, output, admitted: adm.Admitted | None = None) -
         # under a failed status: both must be failures with the censored cost
         s = _score([route, ref_route, ref_route], [task] * 3, [c_star] * 3,
                    [False, False, True], [ref_route] * 3)
-        from passage_jax.metrics import FAILURE_REGRET
-
         ok = (not s["success"][0] and not s["success"][1] and bool(s["success"][2])
               and s["regret"][0] == FAILURE_REGRET and s["regret"][1] == FAILURE_REGRET
-              and math.isclose(float(s["predicted_cost"][1]), 1e6 * c_star, rel_tol=1e-12))
+              and math.isclose(float(s["predicted_cost"][1]), CENSOR_FACTOR * c_star, rel_tol=1e-12))
         return ok, {"planner_status": rec["status"],
                     "failed_regret": float(s["regret"][1]),
                     "failed_predicted_cost": float(s["predicted_cost"][1]), "c_star": c_star}
@@ -260,7 +258,7 @@ def conform(spec: RunSpec | str, output, admitted: adm.Admitted | None = None) -
                  "shards": admitted.shards, "reference_policy": spec.reference_policy},
         "code": code_hash(),
         "hardware": adm.hardware(),
-        "versions": adm.package_versions(),
+        "versions": package_versions(),
         "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     output.mkdir(parents=True, exist_ok=True)

@@ -31,15 +31,13 @@ from fractions import Fraction
 
 import numpy as np
 
-CENSORED_LATENCY_FORMAT = "passage-censored-latency/v1"
+from passage_jax.contract import CENSORED_LATENCY_FORMAT, CENSORED_STATUSES
+
+__all__ = ["interpolated_percentiles", "order_statistic_rank", "censored_latency_block",
+           "series_latency", "PERCENTILES", "WARM_THRESHOLD"]
+
 PERCENTILES = (50, 95, 99)
-#: statuses whose request time is right-censored
-CENSORED_STATUSES = ("timeout",)
 WARM_THRESHOLD = 100
-
-
-def _num(x):
-    return None if x is None or not math.isfinite(float(x)) else float(x)
 
 
 def interpolated_percentiles(latency_ms, percentiles=PERCENTILES) -> dict:

@@ -19,23 +19,52 @@ Per seed folder it writes, each atomically:
 * ``score_receipt.json`` (written last): hashes of every input and output,
   versions, evaluator source hash and time.
 
-An existing score is never overwritten unless ``force=True``.
+An existing score is never overwritten unless ``force=True``
+(:class:`AlreadyScored` otherwise).
 """
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import math
 from pathlib import Path
 
 import numpy as np
 
-from passage_jax.runner.files import (
-    ROUTE_FORMAT_CODE, atomic_write_json, atomic_write_npz, array_sha256, code_hash, load_paths, route_of,
-    read_document, sha256_file, unpack_routes,
+from passage_jax.contract import IN_PROCESS_TIMING_PROFILE, PRIMARY_METRICS, UNPLACED
+from passage_jax.data import DataError, load_tasks
+from passage_jax.evaluate.latency import series_latency
+from passage_jax.fileio import (
+    atomic_write_json,
+    atomic_write_npz,
+    jsonable,
+    read_document,
+    sha256_file,
+    utc_now,
 )
-from passage_jax.runner.latency import series_latency
-from passage_jax.runner.timing import TIMING_PROFILE as DEFAULT_TIMING_PROFILE
+from passage_jax.graph.routes import route_length_pixels
+from passage_jax.metrics import primary_metrics, score_routes, sharding_devices
+from passage_jax.protocol.contracts import STATUSES
+from passage_jax.protocol.records import (
+    ROUTE_FORMAT_CODE,
+    code_hash,
+    input_hash,
+    load_paths,
+    package_versions,
+    read_requests,
+    references_identity,
+    route_of,
+    unpack_routes,
+)
+from passage_jax.stats import assign_blocks, block_census
+
+# Public names. The shape of this block (an import list, then __all__) recurs in every
+# module that re-exports names; only the names differ.
+__all__ = [
+    "score_run", "score_folder", "load_score", "seed_folders", "timing_profile", "reload_tasks",
+    "ScoreError", "AlreadyScored", "DatasetNotFound", "ScoreOutdated", "PER_SAMPLE_FIELDS",
+    "STRATIFIERS", "METRIC_CONTRACT", "SCORE_FORMAT", "RECEIPT_FORMAT", "BLOCK_RULE", "OUTPUTS",
+    "RUN_INPUTS",
+]
 
 #: Scoring spreads each kernel call over every local device of the default backend
 #: (one device: the plain path); the devices used are recorded in score_receipt.json.
@@ -45,7 +74,6 @@ METRIC_CONTRACT = "passage-qualified-complete-v1"
 SCORE_FORMAT = "passage-jax-score-v1"
 RECEIPT_FORMAT = "passage-jax-score-receipt-v1"
 BLOCK_RULE = "main_tile_5deg"
-UNPLACED = "unplaced"
 OUTPUTS = ("per_sample.npz", "metrics.json", "score_receipt.json")
 RUN_INPUTS = ("requests.jsonl", "paths.npz", "references.npz")
 #: per_sample.npz row fields (all of length n_rows), in the order they are written
@@ -65,8 +93,16 @@ class ScoreError(RuntimeError):
     """The run folder cannot be scored (missing/tampered files, data changed ...)."""
 
 
-def utc_now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+class AlreadyScored(ScoreError):
+    """The seed folder already holds score outputs (scoring again must be asked for)."""
+
+
+class DatasetNotFound(ScoreError):
+    """The dataset the run recorded is not where the run found it."""
+
+
+class ScoreOutdated(ScoreError):
+    """A scored folder's outputs or manifest no longer match its score receipt."""
 
 
 # --------------------------------------------------------------------------- #
@@ -99,12 +135,10 @@ def read_json(path) -> dict:
     return read_document(path, ScoreError)
 
 
-def read_requests(path) -> list[dict]:
+def read_run_requests(path) -> list[dict]:
     """The run's ``requests.jsonl`` records (ScoreError when a line is not JSON)."""
-    from passage_jax.runner.run import read_requests as read
-
     try:
-        return read(path)
+        return read_requests(path)
     except ValueError as e:
         raise ScoreError(str(e)) from None
 
@@ -145,9 +179,8 @@ def references_from_npz(ref: dict, where: str) -> dict:
     routes = unpack_routes(ref["route_coords"], ref["route_offsets"])
     if len(routes) != len(ids):
         raise ScoreError(f"{where}: {len(routes)} reference routes for {len(ids)} tasks")
-    ident = array_sha256(np.asarray(ids, dtype=str).astype("U32"),
-                         np.asarray(ref["c_star"], np.float64), ref["route_coords"],
-                         ref["route_offsets"], np.asarray(ref["qualified"]))
+    ident = references_identity(ids, ref["c_star"], ref["route_coords"], ref["route_offsets"],
+                                ref["qualified"])
     if ident != str(ref["identity"]):
         raise ScoreError(f"{where}: reference identity {ident} does not match the recorded "
                          f"{ref['identity']}")
@@ -160,13 +193,6 @@ def references_from_npz(ref: dict, where: str) -> dict:
 # reloading the scenes
 # --------------------------------------------------------------------------- #
 
-def _input_hashes(tasks) -> list:
-    # the same identity the runner recorded at admission
-    from passage_jax.runner.admission import input_hash
-
-    return [input_hash(t) for t in tasks]
-
-
 def dataset_root(manifest: dict, override=None) -> Path:
     data = manifest.get("data") or {}
     cands = [override] if override is not None else [data.get("dataset_root"),
@@ -174,14 +200,12 @@ def dataset_root(manifest: dict, override=None) -> Path:
     for c in cands:
         if c and Path(c).is_dir():
             return Path(c)
-    raise ScoreError(f"dataset of the run not found (tried {[c for c in cands if c]}); "
-                     f"pass --dataset-path to point at a copy (its hashes are checked)")
+    raise DatasetNotFound(f"dataset of the run not found (tried {[c for c in cands if c]}); "
+                          f"a copy elsewhere can be named (its hashes are checked)")
 
 
 def reload_tasks(manifest: dict, refs: dict, where: str, dataset_path=None) -> tuple:
     """Tasks of the run, reloaded and checked; returns (tasks, root, shard hashes)."""
-    from passage_jax.data import DataError, load_tasks
-
     data = manifest.get("data") or {}
     for k in ("resolution", "split", "cost_model", "task_variant", "shards", "sample_ids"):
         if k not in data:
@@ -189,6 +213,8 @@ def reload_tasks(manifest: dict, refs: dict, where: str, dataset_path=None) -> t
     root = dataset_root(manifest, dataset_path)
     res, split = int(data["resolution"]), str(data["split"])
     shard_dir = root / f"{res}x{res}" / split
+    # the same missing/hash-differs check as data.terrain makes for its bundle, with this
+    # run's error and wording
     shard_hashes = {}
     for s in data["shards"]:
         p = shard_dir / s["name"]
@@ -212,7 +238,7 @@ def reload_tasks(manifest: dict, refs: dict, where: str, dataset_path=None) -> t
         if Path(t.scene.file).name not in shard_hashes:
             raise ScoreError(f"{where}: scene {t.id} comes from {t.scene.file}, a shard the "
                              f"run did not record")
-    got = _input_hashes(tasks)
+    got = [input_hash(t) for t in tasks]  # the identity the run recorded at admission
     for i, (g, e) in enumerate(zip(got, refs["input_sha256"])):
         if g != e:
             raise ScoreError(f"{where}: task {i} (scene {ids[i]}): input hash {g} differs "
@@ -230,15 +256,11 @@ def reload_tasks(manifest: dict, refs: dict, where: str, dataset_path=None) -> t
 # --------------------------------------------------------------------------- #
 
 def cluster_ids(tile_json) -> list[str]:
-    from passage_jax.stats import assign_blocks
-
     tiles = [json.loads(s) if str(s) else None for s in tile_json]
     return [UNPLACED if b is None else b for b in assign_blocks(tiles, BLOCK_RULE)]
 
 
 def _strata(tasks, ref_routes) -> dict:
-    from passage_jax.graph.routes import route_length_pixels
-
     out = {k: np.empty(len(tasks), np.float64) for k in STRATIFIERS}
     for i, t in enumerate(tasks):
         out["obstacle_coverage"][i] = float(np.mean(np.asarray(t.obstacles, bool)))
@@ -250,8 +272,6 @@ def _strata(tasks, ref_routes) -> dict:
 
 
 def _check_records(records, paths, manifest, where):
-    from passage_jax.protocol.contracts import STATUSES
-
     n = len(records)
     if len(paths["route_format"]) != n:
         raise ScoreError(f"{where}: paths.npz holds {len(paths['route_format'])} routes for "
@@ -269,42 +289,24 @@ def _check_records(records, paths, manifest, where):
             raise ScoreError(f"{where}: record {i}: unknown status {r['status']!r}")
 
 
-def _float_or_none(x):
-    x = float(x)
-    return x if math.isfinite(x) else None
-
-
 def quality_summary(per_task: dict, mask, qualified) -> dict:
-    from passage_jax.metrics import primary_metrics
-
     sub = {k: np.asarray(v)[mask] for k, v in per_task.items()
            if isinstance(v, np.ndarray) and v.dtype.kind != "O"}
     m = primary_metrics(sub, valid_mask=np.asarray(qualified)[mask])
-    return _clean(m)
-
-
-def _clean(obj):
-    if isinstance(obj, dict):
-        return {k: _clean(v) for k, v in obj.items()}
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    return obj
+    return jsonable(m)
 
 
 def score_folder(folder, force: bool = False, dataset_path=None) -> dict:
     """Score one seed folder; returns the metrics dict (also written)."""
-    from passage_jax.metrics import score_routes, sharding_devices
-
     folder = Path(folder)
     where = str(folder)
     existing = [n for n in OUTPUTS if (folder / n).exists()]
     if existing and not force:
-        raise ScoreError(f"{where} is already scored ({', '.join(existing)}); pass --force to "
-                         f"score it again")
+        raise AlreadyScored(f"{where} is already scored ({', '.join(existing)})")
     manifest = read_json(folder / "manifest.json")
     input_hashes = {"manifest.json": sha256_file(folder / "manifest.json")}
     input_hashes.update(verify_run_files(folder, manifest))
-    records = read_requests(folder / "requests.jsonl")
+    records = read_run_requests(folder / "requests.jsonl")
     try:
         paths = load_paths(folder / "paths.npz")
     except (KeyError, ValueError, OSError) as e:
@@ -426,9 +428,7 @@ def score_folder(folder, force: bool = False, dataset_path=None) -> dict:
         "quality_repeat_index": q_index,
         "n_tasks": T,
         "n_reference_qualified": int(refs["qualified"].sum()),
-        "primary": {k: headline[k] for k in (
-            "regret_median", "regret_p90", "assd_mean", "h95_mean", "success_rate",
-            "obstacle_violation_rate")},
+        "primary": {k: headline[k] for k in PRIMARY_METRICS},
         "n_path_valid": headline["n_path_valid"],
         "connected_rate": headline["connected_rate"],
         "mean_traversals_given_violation": headline["mean_traversals_given_violation"],
@@ -449,7 +449,7 @@ def score_folder(folder, force: bool = False, dataset_path=None) -> dict:
         "references": {"identity": refs["identity"], "policy": str(ref_npz.get("policy", ""))},
         "timing_profile": timing_profile(manifest),
     }
-    metrics = _clean(metrics)
+    metrics = jsonable(metrics)
 
     atomic_write_npz(folder / "per_sample.npz", rows)
     atomic_write_json(folder / "metrics.json", metrics)
@@ -462,7 +462,7 @@ def score_folder(folder, force: bool = False, dataset_path=None) -> dict:
         "inputs": input_hashes,
         "outputs": {n: sha256_file(folder / n) for n in ("per_sample.npz", "metrics.json")},
         "evaluator": code_hash(),
-        "versions": _versions(),
+        "versions": package_versions(),
         "devices": sharding_devices(SCORE_SHARDING),
         "scored_utc": utc_now(),
         "forced": bool(existing),
@@ -472,18 +472,8 @@ def score_folder(folder, force: bool = False, dataset_path=None) -> dict:
 
 
 def _census(clusters) -> dict:
-    from passage_jax.stats import block_census
-
     c = block_census([None if x == UNPLACED else str(x) for x in clusters])
-    return _clean(c)
-
-
-def _versions() -> dict:
-    from passage_jax.runner.admission import package_versions
-
-    return package_versions()
-
-
+    return jsonable(c)
 
 
 def timing_profile(manifest: dict) -> dict:
@@ -491,7 +481,7 @@ def timing_profile(manifest: dict) -> dict:
     runs written before it was recorded use this runner's in-process
     complete-request profile) and its timer boundary."""
     t = manifest.get("timing") or {}
-    return {"profile": t.get("profile", DEFAULT_TIMING_PROFILE),
+    return {"profile": t.get("profile", IN_PROCESS_TIMING_PROFILE),
             "runner_format": manifest.get("format"),
             "timer": t.get("timer")}
 
@@ -503,7 +493,7 @@ def score_run(path, force: bool = False, dataset_path=None, log=None) -> dict:
     if not force:
         done = [f for f in folders if any((f / n).exists() for n in OUTPUTS)]
         if done:
-            raise ScoreError(f"{done[0]} is already scored; pass --force to score it again")
+            raise AlreadyScored(f"{done[0]} is already scored")
     for f in folders:
         out[f.name] = score_folder(f, force=force, dataset_path=dataset_path)
         if log:
@@ -517,17 +507,17 @@ def load_score(folder, verify: bool = True) -> dict:
     folder = Path(folder)
     for n in OUTPUTS:
         if not (folder / n).is_file():
-            raise ScoreError(f"{folder} is not scored ({n} missing); run `score --run` first")
+            raise ScoreError(f"{folder} is not scored ({n} missing)")
     receipt = read_json(folder / "score_receipt.json")
     if verify:
         for n, h in receipt.get("outputs", {}).items():
             got = sha256_file(folder / n)
             if got != h:
-                raise ScoreError(f"{folder / n}: sha256 {got} differs from the score receipt's "
-                                 f"{h}; rescore with --force")
+                raise ScoreOutdated(f"{folder / n}: sha256 {got} differs from the score "
+                                    f"receipt's {h}; the folder needs scoring again")
         if sha256_file(folder / "manifest.json") != receipt["inputs"]["manifest.json"]:
-            raise ScoreError(f"{folder / 'manifest.json'} changed after scoring; rescore with "
-                             f"--force")
+            raise ScoreOutdated(f"{folder / 'manifest.json'} changed after scoring; the folder "
+                                f"needs scoring again")
     per = load_npz(folder / "per_sample.npz")
     if str(per.get("metric_contract")) != METRIC_CONTRACT:
         raise ScoreError(f"{folder / 'per_sample.npz'}: metric_contract "

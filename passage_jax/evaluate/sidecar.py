@@ -1,17 +1,16 @@
-"""``bench --spec S``: run, score and describe a spec in one call (SPEC §7).
+"""The bench sidecar (SPEC §7): what a reader needs to place a scored run.
 
-The run goes through the ordinary runner (:func:`passage_jax.runner.run_spec`),
-the score through :func:`passage_jax.runner.score.score_run`; ``sidecar.json``
-then records what a reader needs to place the result: the evaluated subset
-(sample ids and their hash), the dataset identity (root, revision, shard
-hashes), seeds, inference kwargs per seed, hardware, timing settings,
-precision, the evaluator's source hash, the six primary metrics per seed and
-their seed mean, and a container digest when one is declared (absent
-otherwise).
+``python -m cli bench --spec S`` runs the spec through :func:`passage_jax.run.run_spec`,
+scores it with :func:`passage_jax.evaluate.score_run`, then writes
+``sidecar.json`` from :func:`sidecar`: the evaluated subset (sample ids and their
+hash), the dataset identity (root, revision, shard hashes), seeds, inference
+kwargs per seed, hardware, timing settings, precision, the evaluator's source
+hash, the six primary metrics per seed and their seed mean, and a container
+digest when one is declared (absent otherwise).
 
-Without ``output`` the results go to a fresh folder
-``<results_root>/<method>-<UTC timestamp>`` (a suffix is added when that name
-is taken); an existing run is never overwritten.
+Without an output folder the results go to :func:`default_output`, a fresh
+folder ``<results_root>/<method>-<UTC timestamp>`` (a suffix is added when that
+name is taken); an existing run is never overwritten.
 """
 from __future__ import annotations
 
@@ -22,13 +21,15 @@ from pathlib import Path
 
 import numpy as np
 
-from passage_jax.runner.files import atomic_write_json, code_hash, sha256_file
-from passage_jax.runner.score import PER_SAMPLE_FIELDS, read_json, score_run, seed_folders, utc_now
+from passage_jax.contract import PRIMARY_METRICS
+from passage_jax.evaluate.score import PER_SAMPLE_FIELDS, read_json, seed_folders
+from passage_jax.fileio import sha256_file, utc_now
+from passage_jax.protocol.records import code_hash
+
+__all__ = ["sidecar", "default_output", "SIDECAR_FORMAT", "CONTAINER_ENV"]
 
 SIDECAR_FORMAT = "passage-jax-bench-sidecar-v1"
 CONTAINER_ENV = "PASSAGE_CONTAINER_DIGEST"
-PRIMARY = ("regret_median", "regret_p90", "assd_mean", "h95_mean", "success_rate",
-           "obstacle_violation_rate")
 
 
 def default_output(spec, now=None) -> Path:
@@ -43,13 +44,15 @@ def default_output(spec, now=None) -> Path:
 
 def _seed_mean(scores: dict) -> dict:
     out = {}
-    for k in PRIMARY:
+    for k in PRIMARY_METRICS:
         vals = [m["primary"][k] for m in scores.values()]
         out[k] = (float(np.mean(vals)) if vals and all(v is not None for v in vals) else None)
     return out
 
 
 def sidecar(output: Path, spec, scores: dict, container_digest=None) -> dict:
+    """The sidecar of the scored run in ``output`` (``spec``: its RunSpec; ``scores``:
+    what ``score_run`` returned)."""
     folders = seed_folders(output)
     manifests = {f.name: read_json(f / "manifest.json") for f in folders}
     m0 = next(iter(manifests.values()))
@@ -103,17 +106,3 @@ def sidecar(output: Path, spec, scores: dict, container_digest=None) -> dict:
         side["container_digest"] = digest
     return side
 
-
-def bench(spec, output=None, container_digest=None, progress=None, log=None) -> dict:
-    """Run + score ``spec`` (a path or a RunSpec) and write ``sidecar.json``."""
-    from passage_jax.runner import load_spec, run_spec
-    from passage_jax.runner.spec import RunSpec
-
-    if not isinstance(spec, RunSpec):
-        spec = load_spec(spec)
-    output = Path(output) if output is not None else default_output(spec)
-    run_spec(spec, output, progress=progress, log=log)
-    scores = score_run(output, log=log)
-    side = sidecar(output, spec, scores, container_digest)
-    atomic_write_json(output / "sidecar.json", side)
-    return {"output": output, "scores": scores, "sidecar": side}

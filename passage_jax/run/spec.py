@@ -6,21 +6,23 @@ be present, and every value is type-checked with an error naming the key.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import math
 import re
 from pathlib import Path
 from typing import Any
 
-
+from passage_jax.contract import DEFAULT_SEEDS
+from passage_jax.data.scene import canonical_split
+from passage_jax.fileio import read_document, sha256_bytes
 from passage_jax.graph.spec import OBJECTIVES, VARIANTS
 from passage_jax.protocol.adapters import INFERENCE_FORMATS
 from passage_jax.protocol.contracts import BudgetSpec, ProtocolError
-from passage_jax.runner.files import read_document
+
+__all__ = ["RunSpec", "SpecError", "parse_spec", "load_spec", "REQUIRED", "DEFAULTS", "KNOWN",
+           "STARTER_SPEC", "REFERENCE_POLICIES"]
 
 REFERENCE_POLICIES = ("released_labels", "independent_analytic_reference")
-DEFAULT_SEEDS = (1234, 2026, 3407)
 COMPONENT_VARIANTS = ("direct", "bounded_repair", "prediction_free", "exact_fallback",
                       "exact_classical", "budgeted_classical", "oracle_diagnostic")
 COMPONENT_GUIDES = ("learned", "prediction_free", "none", "oracle")
@@ -118,7 +120,7 @@ class RunSpec:
         return d
 
     def sha256(self) -> str:
-        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
+        return sha256_bytes(json.dumps(self.to_dict(), sort_keys=True).encode())
 
 
 def parse_spec(data: Any, source: str = "<dict>") -> RunSpec:
@@ -162,7 +164,6 @@ def parse_spec(data: Any, source: str = "<dict>") -> RunSpec:
                 or not math.isfinite(d["cost_weight"]):
             fail("cost_weight", "must be a finite number (it only confirms the released weight)")
         d["cost_weight"] = float(d["cost_weight"])
-    from passage_jax.data.scene import canonical_split
     try:
         d["split"] = canonical_split(str(d["split"]))
     except ValueError as e:
@@ -310,7 +311,7 @@ split: test                         # train | validation | calibration | test (r
 task_variant: obstacles             # obstacles | free
 n_samples: 8                        # deterministic prefix of the split; null = whole split
 seeds: [1234, 2026, 3407]           # one run folder per seed (compare needs these three)
-dataset_path: shipped   # "shipped" = the cohort inside the package, or a local root holding <N>x<N>/<split>/*.parquet
+dataset_path: shipped               # "shipped": the cohort in the package; or a root with <N>x<N>/<split>/
 dataset_repo: null                  # or a hub dataset ...
 dataset_revision: null              # ... with an exact 40-hex-character commit
 
