@@ -34,7 +34,7 @@ def terrain_crop(rng: np.random.Generator, n: int) -> tuple[np.ndarray, str]:
     source key ('synthetic' when the bundle is unavailable)."""
     try:
         # the terrain bundle is optional here: importing it reads its provenance file
-        from passage_jax.data.terrain import RASTERS, load_raster  # noqa: PLC0415
+        from passage_jax.data.terrain import RASTERS, load_raster  # noqa: PLC0415 (optional: the terrain bundle may be absent)
         keys = [k for k in RASTERS]
         rng.shuffle(keys)
         for key in keys:

@@ -69,6 +69,24 @@ def test_stage_imports_point_down():
     assert not bad, "\n".join(bad)
 
 
+MAX_POSITIONAL = 8
+
+
+def test_no_function_takes_more_than_eight_positional_parameters():
+    """Kernels exchange pytrees and options are keyword-only (``*args`` of like
+    items, e.g. arrays to hash, do not count)."""
+    bad = []
+    for path in sorted(PKG.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                names = [a.arg for a in node.args.posonlyargs + node.args.args]
+                if names and names[0] in ("self", "cls"):
+                    names = names[1:]
+                if len(names) > MAX_POSITIONAL:
+                    bad.append(f"{path.relative_to(PKG)}:{node.lineno} {node.name} ({len(names)})")
+    assert not bad, "\n".join(bad)
+
+
 def test_leaf_modules_import_no_stage():
     for leaf in ("contract", "fileio", "reduce"):
         path = PKG / f"{leaf}.py"
