@@ -9,19 +9,28 @@ and :class:`~passage_jax.metrics.types.TaskAtCandidate`), runs the jitted
 :data:`~passage_jax.metrics.kernels.score_tasks_packed` under scoped float64
 (dispatching every chunk before waiting for any, so the host prepares the next
 chunk while the previous one computes), and scatters the results back into
-task order. With a ``sharding`` over the batch axis each
+task order. A task whose candidate or reference is longer than ``long_route``
+cells (a decoder looping on a plateau returns 100,000 cells) is scored apart,
+in memory that does not grow with the square of its length: the kernel runs
+without its pairwise geometry on the candidate alone (bucketed by the
+candidate's own length, so it never pads other tasks), and only when that
+finds the route valid is its geometry computed on the host by
+:func:`route_geometry_host` (nearest cells through a k-d tree over the
+distinct cells, exact integer squared distances). With a ``sharding`` over the batch axis each
 chunk is placed on the devices with ``jax.device_put`` and the kernel runs SPMD;
 the results are the same on any number of devices.
 """
 from __future__ import annotations
 
 import functools
+import math
 
 import jax
 import numpy as np
+from scipy.spatial import cKDTree
 
 from passage_jax.graph import MODEL_INDEX, CropStats, route_problem
-from passage_jax.metrics.kernels import score_tasks_packed
+from passage_jax.metrics.kernels import GEOMETRY_SPAN, score_tasks_packed
 from passage_jax.metrics.sharding import resolve_sharding
 from passage_jax.metrics.types import (
     METRIC_KEYS,
@@ -31,13 +40,19 @@ from passage_jax.metrics.types import (
     TaskAtCandidate,
 )
 
-__all__ = ["MIN_BUCKET", "normalise_candidate", "score_routes"]
+__all__ = ["MIN_BUCKET", "LONG_ROUTE", "normalise_candidate", "route_geometry_host",
+           "score_routes"]
 
 #: Smallest padded route length (shorter routes share this bucket).
 MIN_BUCKET = 32
 #: Pairwise squared distances per kernel call (tasks * L * L): sets the batch size
 #: of each length bucket, so every bucket compiles once.
 _PAIR_BUDGET = 1 << 21
+#: Route cells per kernel call of the geometry-free (long-route) kernel.
+_CELL_BUDGET = 1 << 20
+#: Routes (candidate or reference) longer than this many cells are scored by the
+#: long-route path: O(L) kernel, geometry on the host, only for valid routes.
+LONG_ROUTE = 2048
 _MAX_BATCH = 1024
 _INT32 = np.iinfo(np.int32)
 _I32 = np.dtype(np.int32)
@@ -89,13 +104,15 @@ def _bucket(n: int) -> int:
     return b
 
 
-def _batch_size(length: int, n: int, n_dev: int = 1) -> int:
+def _batch_size(length: int, n: int, n_dev: int = 1, pairwise: bool = True) -> int:
     """Tasks per kernel call for ``n`` tasks padded to ``length``: at most
     ``_PAIR_BUDGET`` pairwise distances per call and device, and the calls of
     one bucket evenly filled, rounded up to an eighth of the largest batch (so a
     bucket has at most eight batch shapes). On ``n_dev`` devices each call holds
-    ``n_dev`` times as many tasks, a multiple of ``n_dev``."""
-    most = max(1, min(_MAX_BATCH, _PAIR_BUDGET // (length * length)))
+    ``n_dev`` times as many tasks, a multiple of ``n_dev``. Without ``pairwise``
+    geometry the budget is ``_CELL_BUDGET`` route cells per call and device."""
+    per_task = length * length if pairwise else length
+    most = max(1, min(_MAX_BATCH, (_PAIR_BUDGET if pairwise else _CELL_BUDGET) // per_task))
     if n_dev > 1:
         most = -(-most // 8) * 8 * n_dev  # each eighth splits evenly over the devices
     calls = -(-n // most)
@@ -191,7 +208,8 @@ def _cells_in_grid(cells, h, w):
 
 
 def score_routes(candidates, tasks, c_star, request_ok, references=None,
-                 pixel_size_m: float = 30.0, sharding=None) -> dict:
+                 pixel_size_m: float = 30.0, sharding=None, *,
+                 long_route: int = LONG_ROUTE) -> dict:
     """Score candidate routes against their tasks (SPEC §4).
 
     Parameters
@@ -214,6 +232,9 @@ def score_routes(candidates, tasks, c_star, request_ok, references=None,
         Each kernel call's batch is then padded to a multiple of the sharding's
         device count and placed with ``jax.device_put``; padding rows are
         dropped, and the results equal the unsharded ones.
+    long_route : tasks whose candidate or reference has more cells than this
+        are scored in memory linear in their length (see the module notes);
+        the metrics are the same as the fused kernel's (geometry to a few ulp).
 
     Returns a dict of (N,) NumPy arrays keyed by ``METRIC_KEYS`` plus
     ``malformed`` (bool) and ``problem`` (object array of str/None: why a
@@ -310,23 +331,30 @@ def score_routes(candidates, tasks, c_star, request_ok, references=None,
     cand_len = np.fromiter(map(len, cands), np.int64, n)
 
     # ---- buckets: one padded length for both routes of a task ----------------
-    uniq, inv = np.unique(np.maximum(cand_len, ref_len[rix]), return_inverse=True)
+    # (a long task: the candidate's own length, its geometry is not padded at all)
+    long = (cand_len > long_route) | (ref_len[rix] > long_route)
+    uniq, inv = np.unique(np.where(long, cand_len, np.maximum(cand_len, ref_len[rix])),
+                          return_inverse=True)
     bucket = np.array([_bucket(v) for v in uniq], np.int64)[inv.reshape(-1)]
-    # routes ordered by bucket (longest first: the costliest calls are dispatched
-    # first and the host prepares the rest meanwhile), then by elevation grid, so
-    # each bucket's cells are one block and each grid in it is read in one gather
-    order = np.lexsort((t_elev[tix], -bucket))
+    # routes ordered long tasks first, then by bucket (longest first: the costliest
+    # calls are dispatched first and the host prepares the rest meanwhile), then by
+    # elevation grid, so each bucket's cells are one block and each grid in it is
+    # read in one gather
+    order = np.lexsort((t_elev[tix], -bucket, ~long))
     cells, lens_o, off_o = _concat([cands[i] for i in order], np.int32)
     task_o = tix[order]
     bucket_o = bucket[order]
+    long_o = long[order]
     elev_o = t_elev[task_o]
     t_start32, t_goal32, t_hw32 = (a.astype(np.int32) for a in (t_start, t_goal, t_hw))
     t_hwu = t_hw.astype(np.uint32)
-    edges = np.flatnonzero(np.r_[True, bucket_o[1:] != bucket_o[:-1]]) if n else []
+    edges = (np.flatnonzero(np.r_[True, (bucket_o[1:] != bucket_o[:-1])
+                                  | (long_o[1:] != long_o[:-1])]) if n else [])
     pending = []
     with jax.enable_x64(True):
         for s, e in zip(edges, np.r_[edges[1:], n].astype(np.int64)):
             length = int(bucket_o[s])
+            pairwise = not long_o[s]
             idx = order[s:e]
             tj = task_o[s:e]
             ln = lens_o[s:e]
@@ -344,7 +372,7 @@ def score_routes(candidates, tasks, c_star, request_ok, references=None,
                 zc[ra:rb] = grids.elev[ev[a]][1][flat[ra:rb]]
             zc[~inb] = 0.0
 
-            size = _batch_size(length, e - s, n_dev)
+            size = _batch_size(length, e - s, n_dev, pairwise)
             padded = -(-(e - s) // size) * size
             live = np.arange(length) < ln[:, None]
             st = grids.stats[t_elev[tj]]
@@ -353,7 +381,7 @@ def score_routes(candidates, tasks, c_star, request_ok, references=None,
             args = (
                 Route(_pad_rows(padded, live, block, (2,), np.int32), pad(ln.astype(np.int32))),
                 Route(_ref_rows(rix[idx], padded, length, ref_cells, ref_len, ref_off),
-                      pad(ref_len[rix[idx]].astype(np.int32))),
+                      pad(ref_len[rix[idx]].astype(np.int32))) if pairwise else None,
                 TaskAtCandidate(
                     grid_shape_hw=pad(t_hw32[tj]),
                     obstacle_cells=_pad_rows(padded, live, on, (), bool),
@@ -367,7 +395,8 @@ def score_routes(candidates, tasks, c_star, request_ok, references=None,
                 chunk = jax.tree_util.tree_map(lambda x, rows=rows: x[rows], args)
                 if sharding is not None:
                     chunk = jax.device_put(chunk, sharding)
-                res = score_tasks_packed(*chunk, pixel_size_m=float(pixel_size_m))
+                res = score_tasks_packed(*chunk, pixel_size_m=float(pixel_size_m),
+                                         geometry=pairwise)
                 pending.append((idx[k:k + size], res))
         out = {k: np.empty(n, _DTYPES.get(k, np.float64)) for k in METRIC_KEYS}
         for part, res in pending:
@@ -376,10 +405,60 @@ def score_routes(candidates, tasks, c_star, request_ok, references=None,
                 out[k][part] = flags[:len(part), c]
             for c, k in enumerate(PACKED_FLOAT_KEYS):
                 out[k][part] = values[:len(part), c]
+    # ---- long tasks: geometry on the host, for valid routes only -------------
+    for i in np.flatnonzero(long & out["valid_path"]):
+        r = rix[i]
+        out["assd"][i], out["h95"][i], out["path_iou"][i] = route_geometry_host(
+            cands[i], ref_cells[ref_off[r]:ref_off[r + 1]])
     out["success"] = out["valid_path"].copy()
     out["malformed"] = ~well_formed
     out["problem"] = np.array(problems, dtype=object)
     return out
+
+
+def route_geometry_host(candidate, reference) -> tuple[float, float, float]:
+    """(assd, h95, path_iou) of two int32 (L, 2) routes, as
+    :func:`~passage_jax.metrics.kernels.route_geometry` defines them (a revisited
+    cell counts once per visit for ASSD and H95; IoU of the cell sets; NaN when
+    a route is empty or the cells do not fit a ``GEOMETRY_SPAN``-wide window),
+    in float64 and in memory O(L_candidate + L_reference): the directed minimum
+    squared distances are found for the distinct cells of each route through a
+    k-d tree over the other route's distinct cells and made exact integers from
+    the nearest cell's coordinates (every squared distance inside the window is
+    below 2**31, so the tree's float64 comparisons are exact), then spread to
+    every visit. Equal to the kernel's values up to the order of float sums.
+    """
+    a = np.asarray(candidate, np.int64).reshape(-1, 2)
+    b = np.asarray(reference, np.int64).reshape(-1, 2)
+    nan = (math.nan, math.nan, math.nan)
+    if len(a) == 0 or len(b) == 0:
+        return nan
+    both = np.concatenate([a, b])
+    lo = both.min(axis=0)
+    if np.any(both.max(axis=0) - lo >= GEOMETRY_SPAN):
+        return nan
+    ka = (a[:, 0] - lo[0]) * GEOMETRY_SPAN + (a[:, 1] - lo[1])
+    kb = (b[:, 0] - lo[0]) * GEOMETRY_SPAN + (b[:, 1] - lo[1])
+    ua, ia = np.unique(ka, return_inverse=True)
+    ub, ib = np.unique(kb, return_inverse=True)
+    ca = np.stack([ua // GEOMETRY_SPAN, ua % GEOMETRY_SPAN], axis=1)
+    cb = np.stack([ub // GEOMETRY_SPAN, ub % GEOMETRY_SPAN], axis=1)
+
+    def nearest_d2(q, pts):
+        _, j = cKDTree(pts.astype(np.float64)).query(q.astype(np.float64), k=1)
+        d = q - pts[j]
+        return d[:, 0] * d[:, 0] + d[:, 1] * d[:, 1]
+
+    da = np.sqrt(nearest_d2(ca, cb).astype(np.float64))[ia.reshape(-1)]
+    db = np.sqrt(nearest_d2(cb, ca).astype(np.float64))[ib.reshape(-1)]
+    steps = np.abs(np.diff(b, axis=0)).sum(axis=1)
+    l_star = float(np.where(steps == 2, math.sqrt(2.0), 1.0).sum())
+    with np.errstate(divide="ignore", invalid="ignore"):
+        assd = float((da.sum() + db.sum()) / (len(a) + len(b)) / np.float64(l_star))
+    h95 = float(max(np.percentile(da, 95.0), np.percentile(db, 95.0)))
+    inter = len(np.intersect1d(ua, ub, assume_unique=True))
+    iou = inter / (len(ua) + len(ub) - inter)
+    return assd, h95, iou
 
 
 def _pad_tail(x, fill=0, *, rows):

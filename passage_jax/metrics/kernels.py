@@ -250,8 +250,9 @@ def route_geometry(candidate: Route, reference: Route, dtype=None):
 # Everything for one task, then for a batch
 # --------------------------------------------------------------------------- #
 
-def score_task(candidate: Route, reference: Route, task, *, request_ok=True, well_formed=True,
-               pixel_size_m: float = 30.0) -> RouteMetrics:
+def score_task(candidate: Route, reference: Route | None, task, *, request_ok=True,
+               well_formed=True, pixel_size_m: float = 30.0, geometry: bool = True
+               ) -> RouteMetrics:
     """All SPEC §4 per-task metrics of one padded candidate route.
 
     ``task`` is a :class:`~passage_jax.metrics.types.TaskArrays` or a
@@ -261,6 +262,9 @@ def score_task(candidate: Route, reference: Route, task, *, request_ok=True, wel
     ``request_ok``: the request ended with status ok before its deadline;
     ``well_formed``: the candidate was a well-formed route (a malformed one is
     passed as an empty route). Geometry is NaN unless the route is valid.
+    ``geometry`` (static): False leaves out the pairwise geometry (ASSD, H95
+    and IoU are NaN, ``reference`` is not read and may be None), so the work
+    and memory are O(L): validity, cost and regret of a long route.
     """
     dtype = task.dtype
     conn, trav, viol, valid = route_validity(candidate, task, request_ok=request_ok,
@@ -271,8 +275,11 @@ def score_task(candidate: Route, reference: Route, task, *, request_ok=True, wel
     c_star = jnp.asarray(task.c_star, dtype)
     pred = censored_cost(cost, valid, c_star)
     reg = regret(pred, valid, c_star)
-    assd, h95, iou = route_geometry(candidate, reference, dtype)
     nan = jnp.asarray(jnp.nan, dtype)
+    if geometry:
+        assd, h95, iou = route_geometry(candidate, reference, dtype)
+    else:
+        assd = h95 = iou = nan
     return RouteMetrics(
         connected_path=conn, obstacle_traversals=trav, obstacle_violation=viol,
         valid_path=valid, success=valid, predicted_cost=pred, regret=reg,
@@ -281,15 +288,16 @@ def score_task(candidate: Route, reference: Route, task, *, request_ok=True, wel
     )
 
 
-def _score_tasks(candidates: Route, references: Route, tasks, request_ok=None, well_formed=None,
-                 *, pixel_size_m: float = 30.0) -> RouteMetrics:
+def _score_tasks(candidates: Route, references: Route | None, tasks, request_ok=None,
+                 well_formed=None, *, pixel_size_m: float = 30.0,
+                 geometry: bool = True) -> RouteMetrics:
     n = jnp.shape(candidates.length)[0]
     request_ok = jnp.ones(n, bool) if request_ok is None else request_ok
     well_formed = jnp.ones(n, bool) if well_formed is None else well_formed
 
     def one(cand, ref, task, ok, wf):
         return score_task(cand, ref, task, request_ok=ok, well_formed=wf,
-                          pixel_size_m=pixel_size_m)
+                          pixel_size_m=pixel_size_m, geometry=geometry)
 
     return jax.vmap(one)(candidates, references, tasks, request_ok, well_formed)
 
@@ -300,19 +308,20 @@ def _score_tasks(candidates: Route, references: Route, tasks, request_ok=None, w
 #: ``tasks`` (TaskArrays or TaskAtCandidate) and the (B,) bool ``request_ok`` /
 #: ``well_formed`` (None: all True) carries a leading task axis; ``pixel_size_m``
 #: is static. With :class:`TaskAtCandidate` the grid size is data, so tasks on
-#: grids of any size share one compilation.
-score_tasks = jax.jit(_score_tasks, static_argnames=("pixel_size_m",))
+#: grids of any size share one compilation. ``geometry=False`` (static) leaves
+#: the pairwise geometry out (NaN; ``references`` may be None).
+score_tasks = jax.jit(_score_tasks, static_argnames=("pixel_size_m", "geometry"))
 
 
-def _score_tasks_packed(candidates: Route, references: Route, tasks, request_ok=None,
-                        well_formed=None, *, pixel_size_m: float = 30.0):
+def _score_tasks_packed(candidates: Route, references: Route | None, tasks, request_ok=None,
+                        well_formed=None, *, pixel_size_m: float = 30.0, geometry: bool = True):
     return _score_tasks(candidates, references, tasks, request_ok, well_formed,
-                        pixel_size_m=pixel_size_m).packed()
+                        pixel_size_m=pixel_size_m, geometry=geometry).packed()
 
 
 #: :data:`score_tasks` with its outputs packed by :meth:`RouteMetrics.packed`
 #: into (B, 4) int32 and (B, 5) floats: what the host entry point fetches, two
 #: transfers per call instead of ten. Compiled without LLVM's most expensive
 #: passes: a third less compile time per shape, same run time.
-score_tasks_packed = jax.jit(_score_tasks_packed, static_argnames=("pixel_size_m",),
+score_tasks_packed = jax.jit(_score_tasks_packed, static_argnames=("pixel_size_m", "geometry"),
                              compiler_options={"xla_llvm_disable_expensive_passes": True})
