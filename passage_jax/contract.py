@@ -9,7 +9,8 @@ from __future__ import annotations
 __all__ = [
     "PRIMARY_METRICS", "PRIMARY_SHORT", "METRIC_SPEC", "DIRECTIONS", "PER_TASK_FIELDS",
     "GEOMETRY_FIELDS", "MEAN_FIELDS", "CENSOR_FACTOR", "FAILURE_REGRET", "DEFAULT_SEEDS",
-    "UNPLACED", "IN_PROCESS_TIMING_PROFILE", "CENSORED_LATENCY_FORMAT", "CENSORED_STATUSES",
+    "UNPLACED", "IN_PROCESS_TIMING_PROFILE", "SUPERVISED_TIMING_PROFILE",
+    "CENSORED_LATENCY_FORMAT", "CENSORED_STATUSES",
 ]
 
 #: The six primary metrics, in reporting order.
@@ -47,6 +48,9 @@ UNPLACED = "unplaced"
 
 #: Timing profile of the in-process runner (one complete request, host to host).
 IN_PROCESS_TIMING_PROFILE = "in_process_complete_request_v1"
+#: Timing profile of supervised execution (the planner in a worker process; the parent's
+#: timer includes sending the task and receiving the route snapshot, IPC included).
+SUPERVISED_TIMING_PROFILE = "supervised_worker_request_v1"
 #: Format tag of the censored latency block in metrics.json.
 CENSORED_LATENCY_FORMAT = "passage-censored-latency/v1"
 #: Statuses whose latency is right-censored at the deadline.

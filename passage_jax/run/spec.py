@@ -20,9 +20,11 @@ from passage_jax.protocol.adapters import INFERENCE_FORMATS
 from passage_jax.protocol.contracts import BudgetSpec, ProtocolError
 
 __all__ = ["RunSpec", "SpecError", "parse_spec", "load_spec", "REQUIRED", "DEFAULTS", "KNOWN",
-           "STARTER_SPEC", "REFERENCE_POLICIES"]
+           "STARTER_SPEC", "REFERENCE_POLICIES", "EXECUTIONS"]
 
 REFERENCE_POLICIES = ("released_labels", "independent_analytic_reference")
+#: How requests are executed: in the run's own process, or in a supervised worker process.
+EXECUTIONS = ("in_process", "supervised")
 COMPONENT_VARIANTS = ("direct", "bounded_repair", "prediction_free", "exact_fallback",
                       "exact_classical", "budgeted_classical", "oracle_diagnostic")
 COMPONENT_GUIDES = ("learned", "prediction_free", "none", "oracle")
@@ -54,6 +56,10 @@ DEFAULTS: dict[str, Any] = {
     "component_control": None,
     "runtime_bundle_manifest": None,
     "device": None,
+    "execution": "in_process",
+    "worker_memory_mb": None,
+    "worker_grace_ms": 200,
+    "worker_warmup": 1,
 }
 KNOWN = REQUIRED + tuple(DEFAULTS)
 
@@ -96,6 +102,10 @@ class RunSpec:
     component_control: dict | None = None
     runtime_bundle_manifest: str | None = None
     device: str | None = None
+    execution: str = "in_process"
+    worker_memory_mb: int | None = None
+    worker_grace_ms: float = 200
+    worker_warmup: int = 1
     source: str = "<dict>"  # where the spec came from (not a spec key)
 
     def kwargs_for_seed(self, seed: int) -> dict:
@@ -231,6 +241,7 @@ def parse_spec(data: Any, source: str = "<dict>") -> RunSpec:
     d["component_control"] = _check_component_control(d["component_control"], where)
     if d["device"] is not None and d["device"] not in ("cpu", "gpu", "cuda", "rocm", "tpu"):
         fail("device", "must be null (default device) or one of cpu, gpu, cuda, rocm, tpu")
+    _check_execution(d, fail)
     # budgets consistent: a planner's own limit may not exceed the declared budget
     for seed in d["seeds"]:
         kw = dict(d["inference_kwargs"])
@@ -243,6 +254,26 @@ def parse_spec(data: Any, source: str = "<dict>") -> RunSpec:
                     f"{where}: inference_kwargs {name}={kw[name]!r} (seed {seed}) exceeds "
                     f"budget.{name}={declared!r}; a planner may not use more than the declared budget")
     return RunSpec(source=source, **d)
+
+
+def _check_execution(d, fail):
+    if d["execution"] not in EXECUTIONS:
+        fail("execution", f"must be one of {list(EXECUTIONS)}")
+    supervised = d["execution"] == "supervised"
+    mem = d["worker_memory_mb"]
+    if mem is not None:
+        if not _is_int(mem) or mem <= 0:
+            fail("worker_memory_mb", "must be a positive integer (MiB of worker resident memory) or null")
+        if not supervised:
+            fail("worker_memory_mb", "only applies to execution: supervised")
+    g = d["worker_grace_ms"]
+    if isinstance(g, bool) or not isinstance(g, (int, float)) or not math.isfinite(g) or g < 0:
+        fail("worker_grace_ms", "must be a finite number of milliseconds >= 0")
+    if not _is_int(d["worker_warmup"]) or d["worker_warmup"] < 0:
+        fail("worker_warmup", "must be an integer >= 0 (untimed warm-up requests per fresh worker)")
+    if supervised and d["budget"].wall_time_ms is None:
+        fail("execution", "supervised execution needs budget.wall_time_ms: the parent kills a request "
+             "that passes this deadline plus worker_grace_ms")
 
 
 def _num(v):
@@ -336,4 +367,10 @@ results_root: outputs/passage-jax   # where `bench` writes
 component_control: null             # {variant, guide, checkpoint_id, machinery_id, primary_learned}
 runtime_bundle_manifest: null       # JSON passage-runtime-bundle-v1 {files: [{path, sha256}]}
 device: null                        # null = JAX default device; or cpu | gpu | tpu
+# Execution: in_process (default) or supervised (the planner runs in a worker process that
+# is killed and replaced when a request passes budget.wall_time_ms + worker_grace_ms)
+execution: in_process
+worker_memory_mb: null              # supervised only: resident-memory cap of the worker (MiB)
+worker_grace_ms: 200                # supervised: wait past the deadline before killing the worker
+worker_warmup: 1                    # supervised: untimed warm-up requests per fresh worker
 """

@@ -33,7 +33,7 @@ from passage_jax.protocol.contracts import (
 from passage_jax.protocol.records import ROUTE_FORMAT_CODE, ROUTE_FORMATS, snapshot_route
 from passage_jax.protocol.requests import build_request
 
-__all__ = ["execute", "block_until_ready"]
+__all__ = ["execute", "call_planner", "finish_record", "block_until_ready"]
 
 
 def block_until_ready(tree) -> int:
@@ -54,37 +54,51 @@ def _is_oom(e: BaseException) -> bool:
     return "RESOURCE_EXHAUSTED" in text or "Out of memory" in text or "out of memory" in text
 
 
-def execute(planner, task, budget: BudgetSpec | None = None, clock=time.monotonic) -> tuple:
-    """Run one request; returns ``(record, snapshot)``.
+def call_planner(planner, make_request) -> dict:
+    """The planner's part of one request: build it (``make_request()``), call the
+    planner, wait for its JAX arrays, normalise the result and snapshot the route.
 
-    ``record`` is a JSON-ready dict (status, latency and deadline figures, work,
-    stage work, precision, peaks, route format and length, legality problem,
-    recomputed cost, error); ``snapshot`` is ``snapshot_route``'s tuple.
+    Returns the outcome ``{"result": PlanResult or None, "snap": snapshot_route
+    tuple, "sync_arrays": int, "status": None or the failure status, "error",
+    "error_type"}``; a planner failure is recorded here, never raised. A supervised
+    worker runs exactly this and sends the outcome (with ``result.path`` dropped) to
+    the parent, which finishes it with :func:`finish_record`.
     """
-    budget = budget or BudgetSpec()
-    wall = budget.wall_time_ms
-    rec: dict = {"reported_status": None, "error": None, "error_type": None, "problem": None,
-                 "work": {}, "stage_work": {}, "precision": None, "resource_peaks": {},
-                 "route_cost": None, "sync_arrays": 0}
-    snap = (ROUTE_FORMAT_CODE["none"], None, None, None)  # until the planner returns
-    t0 = clock()
-    deadline = None if wall is None else t0 + wall / 1000.0
-    status = None
-    result = None
+    out = {"result": None, "snap": (ROUTE_FORMAT_CODE["none"], None, None, None),
+           "sync_arrays": 0, "status": None, "error": None, "error_type": None}
     try:
-        request = build_request(task, budget, deadline)
+        request = make_request()
         raw = planner.raw(request) if hasattr(planner, "raw") else planner(request)
-        rec["sync_arrays"] = block_until_ready(raw.__dict__ if isinstance(raw, PlanResult) else raw)
+        out["sync_arrays"] = block_until_ready(raw.__dict__ if isinstance(raw, PlanResult) else raw)
         result = normalise_result(raw)
-        snap = snapshot_route(result.path)
+        out["result"] = result
+        out["snap"] = snapshot_route(result.path)
     except ProtocolError as e:
-        status = "runtime_error"
-        rec.update(error=f"protocol: {e}", error_type="ProtocolError")
+        out.update(status="runtime_error", error=f"protocol: {e}", error_type="ProtocolError")
     except Exception as e:  # noqa: BLE001  (a planner failure is recorded, never fatal)
-        status = "oom" if _is_oom(e) else "runtime_error"
         tb = traceback.format_exception_only(type(e), e)
-        rec.update(error="".join(tb).strip()[-2000:], error_type=type(e).__name__)
-    t_ret = clock()
+        out.update(status="oom" if _is_oom(e) else "runtime_error",
+                   error="".join(tb).strip()[-2000:], error_type=type(e).__name__)
+    return out
+
+
+def finish_record(task, budget: BudgetSpec, outcome: dict, t0: float, t_ret: float,
+                  clock=time.monotonic) -> tuple:
+    """Check legality, recost, stop the clock and apply the status precedence.
+
+    ``outcome`` is :func:`call_planner`'s dict (a supervisor may also pass one with
+    a forced ``status`` and ``"returned": False`` when the planner never returned);
+    ``t0`` is the request's start and ``t_ret`` the moment the route snapshot was
+    complete (or the request was given up). Returns ``(record, snapshot)``.
+    """
+    wall = budget.wall_time_ms
+    deadline = None if wall is None else t0 + wall / 1000.0
+    rec: dict = {"reported_status": None, "error": outcome["error"], "error_type": outcome["error_type"],
+                 "problem": None, "work": {}, "stage_work": {}, "precision": None,
+                 "resource_peaks": {}, "route_cost": None, "sync_arrays": outcome["sync_arrays"]}
+    snap = outcome["snap"]
+    status = outcome["status"]
+    result = outcome["result"]
     if result is not None:
         rec.update(reported_status=result.status, work=result.work, stage_work=result.stage_work,
                    precision=result.precision, resource_peaks=result.resource_peaks)
@@ -118,7 +132,7 @@ def execute(planner, task, budget: BudgetSpec | None = None, clock=time.monotoni
                 status = result.status
     rec["status"] = status
     rec["latency_ms"] = (t_end - t0) * 1000.0
-    rec["returned_ms"] = (t_ret - t0) * 1000.0
+    rec["returned_ms"] = (t_ret - t0) * 1000.0 if outcome.get("returned", True) else None
     rec["deadline_ms"] = wall
     rec["late"] = bool(late)
     rec["overrun_ms"] = max(0.0, (t_ret - deadline) * 1000.0) if deadline is not None else None
@@ -128,3 +142,18 @@ def execute(planner, task, budget: BudgetSpec | None = None, clock=time.monotoni
         rec["route_cost"] = None
     return rec, snap
 
+
+def execute(planner, task, budget: BudgetSpec | None = None, clock=time.monotonic) -> tuple:
+    """Run one request; returns ``(record, snapshot)``.
+
+    ``record`` is a JSON-ready dict (status, latency and deadline figures, work,
+    stage work, precision, peaks, route format and length, legality problem,
+    recomputed cost, error); ``snapshot`` is ``snapshot_route``'s tuple.
+    """
+    budget = budget or BudgetSpec()
+    wall = budget.wall_time_ms
+    t0 = clock()
+    deadline = None if wall is None else t0 + wall / 1000.0
+    outcome = call_planner(planner, lambda: build_request(task, budget, deadline))
+    t_ret = clock()
+    return finish_record(task, budget, outcome, t0, t_ret, clock)
