@@ -1,4 +1,4 @@
-"""``python -m cli run --spec S --output D``: run a planner on frozen tasks."""
+"""``python -m cli run --spec S --output D [--resume]``: run a planner on frozen tasks."""
 from __future__ import annotations
 
 import sys
@@ -6,18 +6,39 @@ import sys
 
 def register(p):
     p.add_argument("--spec", required=True, help="run spec (YAML or JSON)")
-    p.add_argument("--output", required=True, help="new (or empty) folder for the run")
+    p.add_argument("--output", required=True,
+                   help="new (or empty) folder for the run; with --resume, the interrupted run's folder")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the interrupted run in --output (same spec, data and references); "
+                        "keeps every durable record and runs only what is missing")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
 def main(args) -> int:
     # command start-up: the library loads only when the command runs (--help stays instant)
-    from passage_jax.run import AdmissionError, RunError, SpecError, load_spec, run_spec  # noqa: PLC0415 (CLI start-up)
+    from passage_jax.run import (  # noqa: PLC0415 (CLI start-up)
+        AdmissionError,
+        OutputFolderTaken,
+        ResumeError,
+        RunError,
+        SpecError,
+        load_spec,
+        run_spec,
+    )
 
     try:
         spec = load_spec(args.spec)
         summary = run_spec(spec, args.output, progress=False if args.no_progress else None,
-                           log=lambda m: print(m, file=sys.stderr))
+                           log=lambda m: print(m, file=sys.stderr), resume=args.resume)
+    except OutputFolderTaken as e:
+        hint = ("; to continue an interrupted run there, pass --resume"
+                if "holds a run" in str(e) else "")
+        print(f"run: {e}{hint}", file=sys.stderr)
+        return 2
+    except ResumeError as e:
+        print(f"run --resume: {e}; to start over, run without --resume into a new --output folder",
+              file=sys.stderr)
+        return 2
     except (SpecError, AdmissionError, RunError) as e:
         print(f"run: {e}", file=sys.stderr)
         return 2
@@ -25,5 +46,8 @@ def main(args) -> int:
         counts = ", ".join(f"{series}: " + " ".join(f"{k}={v}" for k, v in sorted(c.items()))
                            for series, c in s["status_counts"].items())
         print(f"seed {seed}: {s['n_records']} records ({counts})")
-    print(f"run written to {args.output}")
+    if summary.get("complete"):
+        print(f"run in {args.output} was already complete; nothing was run")
+    else:
+        print(f"run written to {args.output}")
     return 0

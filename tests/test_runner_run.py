@@ -41,9 +41,9 @@ def test_bfs_run_files(cohort, admitted, tmp_path):
     out = tmp_path / "run"
     spec, summary = _run(cohort, out, admitted)
     folder = out / "seed-1234"
-    assert sorted(os.listdir(out)) == ["run.json", "seed-1234"]
-    assert sorted(os.listdir(folder)) == ["manifest.json", "paths.npz", "references.npz",
-                                          "requests.jsonl"]
+    assert sorted(os.listdir(out)) == ["run.json", "run_started.json", "seed-1234"]
+    assert sorted(os.listdir(folder)) == ["manifest.json", "paths.npz", "records.journal",
+                                          "references.npz", "requests.jsonl", "seed_state.json"]
     recs = read_requests(folder / "requests.jsonl")
     tasks = admitted.tasks
     # one terminal record per task and pass: cold + 1 warm-up + 2 warm repeats

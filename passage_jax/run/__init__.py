@@ -2,12 +2,22 @@
 folders and conformance checks.
 
 ``run_spec(spec, output)`` admits a spec and writes one ``seed-<seed>/`` folder per
-seed (formats in :mod:`passage_jax.protocol.records`); :mod:`passage_jax.evaluate`
-scores those folders offline and never imports this package.
+seed (formats in :mod:`passage_jax.protocol.records`; every record is made durable in
+a journal as it completes, and ``run_spec(..., resume=True)`` continues a killed
+run); :mod:`passage_jax.evaluate` scores those folders offline and never imports this
+package.
 """
 from passage_jax.run.admission import AdmissionError, Admitted, References, admit
 from passage_jax.run.conform import conform
-from passage_jax.run.loop import OutputFolderTaken, RunError, holds_run, passes, run_seed, run_spec
+from passage_jax.run.loop import (
+    OutputFolderTaken,
+    ResumeError,
+    RunError,
+    holds_run,
+    passes,
+    run_seed,
+    run_spec,
+)
 from passage_jax.run.spec import (
     DEFAULTS,
     KNOWN,
@@ -25,6 +35,6 @@ from passage_jax.run.timing import block_until_ready, execute
 __all__ = [
     "RunSpec", "SpecError", "load_spec", "parse_spec", "DEFAULTS", "KNOWN", "REQUIRED",
     "STARTER_SPEC", "Admitted", "AdmissionError", "References", "admit", "execute",
-    "block_until_ready", "RunError", "OutputFolderTaken", "holds_run", "passes", "run_seed",
-    "run_spec", "conform",
+    "block_until_ready", "RunError", "OutputFolderTaken", "ResumeError", "holds_run", "passes",
+    "run_seed", "run_spec", "conform",
 ]

@@ -1,24 +1,33 @@
-"""The complete-request run loop: admission, timed series, run folders (SPEC §7).
+"""The complete-request run loop: admission, timed series, durable records, run folders
+(SPEC §7), and resuming a run that was killed.
 
 ``run_spec(spec, output)`` admits the run (nothing is called before every
-admission check passed), then for each seed builds the planner (construction
-is not timed), runs one cold pass over the tasks, ``latency_warmup`` recorded
-warm-up passes and ``latency_repeats`` measured warm repeats, one request at a
-time, and writes ``<output>/seed-<seed>/`` (see :mod:`passage_jax.protocol.records`
-and ``docs/runner.md`` for the formats). A seed folder is assembled under a
-temporary name and moved into place when complete.
+admission check passed), writes ``<output>/run_started.json`` (what a resume must
+find unchanged), then for each seed opens an executor (planner construction is not
+timed), runs one cold pass over the tasks, ``latency_warmup`` recorded warm-up
+passes and ``latency_repeats`` measured warm repeats, one request at a time, and
+writes ``<output>/seed-<seed>/`` (formats in :mod:`passage_jax.protocol.records` and
+``docs/runner.md``).
+
+A seed in progress lives in ``<output>/.seed-<seed>.partial/``. Each record is
+appended to its journal (:mod:`passage_jax.run.journal`) and fsynced before the
+next request starts; when the seed completes, ``requests.jsonl``, ``paths.npz``,
+``references.npz`` and ``manifest.json`` are built from the journal and the folder
+is renamed to ``seed-<seed>``. ``run_spec(..., resume=True)`` continues a killed
+run from what is durable: it checks the stored identities, keeps completed seeds
+(verified, and rebuilt from their journals when a file is torn) and every complete
+journal entry, and re-runs only what is missing.
 """
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import shutil
-import time
 from pathlib import Path
 
-import jax
 import numpy as np
 from rich.progress import (
     BarColumn,
@@ -29,16 +38,16 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from passage_jax.contract import IN_PROCESS_TIMING_PROFILE
 from passage_jax.fileio import (
     atomic_write_json,
     atomic_write_npz,
     atomic_write_text,
+    jsonable,
+    read_document,
     sha256_file,
     to_json,
     utc_now,
 )
-from passage_jax.protocol.adapters import load_planner
 from passage_jax.protocol.records import (
     RECORD_KEYS,
     REFERENCES_FORMAT,
@@ -49,13 +58,24 @@ from passage_jax.protocol.records import (
     package_versions,
 )
 from passage_jax.run import admission as adm
+from passage_jax.run.executors import PlannerBuildError, open_executor
+from passage_jax.run.journal import JOURNAL_NAME, Journal, JournalError, fsync_dir, scan_journal
 from passage_jax.run.spec import RunSpec, load_spec
-from passage_jax.run.timing import execute
 
-__all__ = ["RunError", "OutputFolderTaken", "run_spec", "run_seed", "passes", "holds_run", "spec_and_output",
-           "references_arrays", "SERIES"]
+__all__ = ["RunError", "OutputFolderTaken", "ResumeError", "run_spec", "run_seed", "passes",
+           "holds_run", "spec_and_output", "references_arrays", "run_identity", "SERIES",
+           "RUN_STARTED", "RUN_STARTED_FORMAT", "SEED_STATE", "SEED_FILES"]
 
 SERIES = ("cold", "warmup", "warm")
+#: run-level record of what a resume must find unchanged (written after admission)
+RUN_STARTED = "run_started.json"
+RUN_STARTED_FORMAT = "passage-jax-run-started-v1"
+#: per-seed state: start time, planner builds, resumes and repairs
+SEED_STATE = "seed_state.json"
+SEED_STATE_FORMAT = "passage-jax-seed-state-v1"
+#: the files of a finished seed that the manifest hashes (built from the journal)
+SEED_FILES = ("requests.jsonl", "paths.npz", "references.npz")
+_LOCK = ".run.lock"
 
 
 class RunError(RuntimeError):
@@ -66,6 +86,15 @@ class OutputFolderTaken(RunError, FileExistsError):
     """The output folder exists and is not empty (it may hold a run)."""
 
 
+class ResumeError(RunError):
+    """A run folder cannot be resumed: it holds a different run (the differing field is
+    named), another process is running it, or its durable records are corrupt."""
+
+
+def _is_run_entry(name: str) -> bool:
+    return name.startswith(("seed-", ".seed-")) or name in ("run.json", RUN_STARTED)
+
+
 def holds_run(folder) -> str | None:
     """Why ``folder`` cannot receive a new run (it exists and is not empty), or None."""
     folder = Path(folder)
@@ -74,8 +103,7 @@ def holds_run(folder) -> str | None:
     if folder.is_dir():
         entries = sorted(p.name for p in folder.iterdir())
         if entries:
-            what = "already holds a run" if any(e.startswith("seed-") or e == "run.json"
-                                                for e in entries) else "is not empty"
+            what = "already holds a run" if any(_is_run_entry(e) for e in entries) else "is not empty"
             return f"output folder {folder} {what} ({', '.join(entries[:5])}); choose a new folder"
     return None
 
@@ -141,70 +169,250 @@ def _progress(enabled: bool):
                     TimeElapsedColumn(), TimeRemainingColumn(), transient=False)
 
 
-def _device_ctx(device):
-    if device is None:
-        return contextlib.nullcontext()
-    return jax.default_device(device)
+# --------------------------------------------------------------------------- #
+# identities: what a resume must find unchanged
+# --------------------------------------------------------------------------- #
+
+def run_identity(admitted: adm.Admitted, code: dict) -> dict:
+    """What a resumed run must share with the stored one: spec hash, data (shards by
+    name, sha256 and rows; sample ids; tasks hash), references identity, planner entry,
+    checkpoints, runtime bundle and code hash."""
+    spec = admitted.spec
+    return jsonable({
+        "spec_sha256": spec.sha256(),
+        "data": {"shards": [{"name": s["name"], "sha256": s["sha256"], "rows_used": s["rows_used"]}
+                            for s in admitted.shards],
+                 "sample_ids": admitted.sample_ids, "tasks_sha256": _tasks_sha(admitted)},
+        "references": {"identity": admitted.references.identity(),
+                       "policy": admitted.references.policy},
+        "planner": {"inference": admitted.entry.get("inference"),
+                    "module_sha256": admitted.entry.get("module_sha256"),
+                    "qualname": admitted.entry.get("qualname")},
+        "checkpoints": admitted.checkpoints,
+        "runtime_bundle": (admitted.runtime_bundle or {}).get("files"),
+        "code_sha256": code["sha256"],
+    })
+
+
+def _short(v) -> str:
+    t = json.dumps(v, sort_keys=True, default=str)
+    return t if len(t) <= 80 else t[:77] + "..."
+
+
+def _differences(stored, now, prefix="") -> list[str]:
+    """Dotted paths where two JSON values differ, with both values (shortened)."""
+    if isinstance(stored, dict) and isinstance(now, dict):
+        out = []
+        for k in sorted(set(stored) | set(now), key=str):
+            if k not in stored or k not in now:
+                out.append(f"{prefix}{k}: stored {_short(stored.get(k))}, now {_short(now.get(k))}")
+            else:
+                out += _differences(stored[k], now[k], f"{prefix}{k}.")
+        return out
+    if isinstance(stored, list) and isinstance(now, list) and len(stored) == len(now) \
+            and any(isinstance(x, (dict, list)) for x in stored):
+        out = []
+        for i, (a, b) in enumerate(zip(stored, now)):
+            out += _differences(a, b, f"{prefix}{i}.")
+        return out
+    if stored != now:
+        return [f"{prefix.rstrip('.')}: stored {_short(stored)}, now {_short(now)}"]
+    return []
+
+
+def _refuse_differences(where: str, what: str, stored, now) -> None:
+    diffs = _differences(stored, now)
+    if diffs:
+        more = f" (and {len(diffs) - 3} more)" if len(diffs) > 3 else ""
+        raise ResumeError(f"{where}: {what} differs from the stored run: "
+                          + "; ".join(diffs[:3]) + more)
+
+
+# --------------------------------------------------------------------------- #
+# one seed
+# --------------------------------------------------------------------------- #
+
+def _plan_rows(spec: RunSpec, tasks) -> list[tuple]:
+    return [(series, rep, ti, task) for series, rep in passes(spec) for ti, task in enumerate(tasks)]
+
+
+def _is_temporary(p: Path) -> bool:
+    """A temporary file of an interrupted atomic write (``.<name>.tmp-<pid>``)."""
+    return p.is_file() and p.name.startswith(".") and ".tmp-" in p.name
+
+
+def _remove_temporaries(folder: Path) -> None:
+    for p in folder.iterdir():
+        if _is_temporary(p):
+            p.unlink()
+
+
+def _clear_leftovers(folder: Path) -> None:
+    """Remove what a killed run may have left in a seed folder in progress: final files
+    (rebuilt from the journal) and temporary files of interrupted atomic writes."""
+    _remove_temporaries(folder)
+    for name in (*SEED_FILES, "manifest.json"):
+        (folder / name).unlink(missing_ok=True)
+
+
+def _check_entry(rec: dict, i: int, seed: int, row: tuple, where: Path) -> None:
+    series, rep, ti, task = row
+    want = {"record": i, "seed": int(seed), "series": series, "repeat": rep, "task_index": ti,
+            "sample_id": task.id}
+    got = {k: rec.get(k) for k in want}
+    if got != want:
+        raise ResumeError(f"{where}: entry {i} is {got}, the spec's request {i} is {want}; "
+                          f"the journal does not belong to this run")
+
+
+def _read_state(path: Path) -> dict | None:
+    if not path.exists():
+        return None
+    try:
+        state = read_document(path, ResumeError, "seed state")
+    except ResumeError:
+        return None  # written atomically: unreadable only when damaged; started anew
+    return state if isinstance(state, dict) and state.get("format") == SEED_STATE_FORMAT else None
 
 
 def run_seed(admitted: adm.Admitted, seed: int, folder: Path, progress=None,
-             planner=None, code: dict | None = None) -> dict:
-    """Run every pass for one seed and write its files into ``folder`` (created)."""
+             planner=None, code: dict | None = None, *, log=None) -> dict:
+    """Run every pass for one seed in ``folder`` (created, or continued when it holds the
+    journal of an interrupted attempt) and write its files; returns the manifest.
+
+    Each record is appended to the folder's journal and fsynced as it completes. When
+    the folder already holds a journal, its complete entries are kept (a torn last entry
+    is dropped and reported), the planner is rebuilt, and execution continues with the
+    first missing request, whose record carries ``resumed: true``.
+    """
     spec = admitted.spec
-    kwargs = spec.kwargs_for_seed(seed)
-    started = utc_now()
-    t0 = time.monotonic()
-    if planner is None:
-        try:
-            planner = load_planner(spec.inference, spec.inference_format, kwargs)
-        except Exception as e:  # noqa: BLE001
-            raise RunError(f"seed {seed}: building the planner {spec.inference} failed: "
-                           f"{type(e).__name__}: {e}") from e
-    construction_ms = (time.monotonic() - t0) * 1000.0
-    tasks = admitted.tasks
-    plan = passes(spec)
+    code = code or code_hash()
+    folder.mkdir(parents=True, exist_ok=True)
+    fsync_dir(folder.parent)
+    _clear_leftovers(folder)
+    state_path = folder / SEED_STATE
+    state = _read_state(state_path)
+    resumed = state is not None or (folder / JOURNAL_NAME).exists()
+    if state is None:
+        state = {"format": SEED_STATE_FORMAT, "seed": int(seed), "started_utc": utc_now(),
+                 "builds": [], "resumes": [], "repairs": []}
+    if int(state.get("seed", seed)) != int(seed):
+        raise ResumeError(f"{state_path}: seed {state.get('seed')} is not seed {seed}")
+    rows = _plan_rows(spec, admitted.tasks)
+    journal, scan = Journal.open(folder / JOURNAL_NAME)
+    try:
+        done = len(scan.entries)
+        if done > len(rows):
+            raise ResumeError(f"{journal.path}: {done} entries for a seed of {len(rows)} requests")
+        for i, (line, _snap) in enumerate(scan.entries):
+            _check_entry(json.loads(line), i, seed, rows[i], journal.path)
+        if resumed:
+            state["resumes"].append({"utc": utc_now(), "recovered_records": done,
+                                     "dropped_torn_bytes": scan.torn_bytes, "torn": scan.torn})
+            if log:
+                log(f"seed {seed}: resuming with {done} of {len(rows)} records recovered"
+                    + (f"; dropped a torn last entry ({scan.torn_bytes} bytes: {scan.torn})"
+                       if scan.torn else ""))
+        del scan
+        atomic_write_json(state_path, state)
+        if done < len(rows):
+            _execute_rows(admitted, seed, rows, journal, state, progress, planner, resumed)
+    finally:
+        journal.close()
+    return _finish_seed(admitted, seed, folder, state, code)
+
+
+def _execute_rows(admitted, seed, rows, journal: Journal, state: dict, progress, planner,
+                  resumed: bool) -> None:
+    spec = admitted.spec
+    done = journal.n_entries
+    bar = None
+    if progress is not None:
+        bar = progress.add_task(f"{spec.method_name} seed {seed}", total=len(rows), completed=done)
+    try:
+        ex_ctx = open_executor(spec, seed, device=admitted.device, planner=planner)
+    except PlannerBuildError as e:
+        raise RunError(f"seed {seed}: {e}") from e
+    with ex_ctx as ex:
+        state["builds"].append({"utc": utc_now(), "at_record": done,
+                                "construction_ms": ex.construction_ms,
+                                "planner_name": ex.planner_name, "profile": ex.profile,
+                                "timer": ex.timer})
+        atomic_write_json(journal.path.parent / SEED_STATE, state)
+        first = resumed
+        for i in range(done, len(rows)):
+            series, rep, ti, task = rows[i]
+            rec, snap = ex.execute(task, spec.budget)
+            rec.update(record=i, seed=int(seed), series=series, repeat=rep, task_index=ti,
+                       sample_id=task.id, resumed=first,
+                       quality=series == "warm" and rep == spec.quality_repeat_index)
+            first = False
+            ordered = {k: rec.get(k) for k in RECORD_KEYS}
+            journal.append(json.dumps(ordered, default=_json_num, allow_nan=False), snap)
+            if bar is not None:
+                progress.update(bar, advance=1, description=(
+                    f"{spec.method_name} seed {seed} {series}#{rep}"))
+        # what the executor saw (requests; for workers also starts, kills, crashes, warm-ups)
+        state["builds"][-1]["executor_stats"] = dict(getattr(ex, "stats", {}) or {})
+        atomic_write_json(journal.path.parent / SEED_STATE, state)
+
+
+def _finish_seed(admitted, seed, folder: Path, state: dict, code: dict) -> dict:
+    """Build the seed's files from its journal (which must be complete) and its manifest."""
+    spec = admitted.spec
+    rows = _plan_rows(spec, admitted.tasks)
+    n_rows = len(rows)
+    jpath = folder / JOURNAL_NAME
+    try:
+        scan = scan_journal(jpath)
+    except (OSError, JournalError) as e:
+        raise ResumeError(f"{jpath}: cannot read the record journal: {e}") from None
+    if scan.torn is not None or len(scan.entries) != n_rows:
+        raise ResumeError(f"{jpath}: {len(scan.entries)} complete entries (torn: {scan.torn}) "
+                          f"for a seed of {n_rows} requests")
     writer = PathsWriter()
     lines = []
     counts: dict = {}
-    bar = None
-    if progress is not None:
-        bar = progress.add_task(f"{spec.method_name} seed {seed}", total=len(plan) * len(tasks))
-    with _device_ctx(admitted.device):
-        for series, rep in plan:
-            for ti, task in enumerate(tasks):
-                rec, snap = execute(planner, task, spec.budget)
-                idx = writer.add(*snap)
-                rec.update(record=idx, seed=int(seed), series=series, repeat=rep, task_index=ti,
-                           sample_id=task.id,
-                           quality=series == "warm" and rep == spec.quality_repeat_index)
-                ordered = {k: rec.get(k) for k in RECORD_KEYS}
-                lines.append(json.dumps(ordered, default=_json_num, allow_nan=False))
-                counts.setdefault(series, {}).setdefault(rec["status"], 0)
-                counts[series][rec["status"]] += 1
-                if bar is not None:
-                    progress.update(bar, advance=1, description=(
-                        f"{spec.method_name} seed {seed} {series}#{rep}"))
-    folder.mkdir(parents=True, exist_ok=True)
+    for i, (line, snap) in enumerate(scan.entries):
+        rec = json.loads(line)
+        _check_entry(rec, i, seed, rows[i], jpath)
+        writer.add(*snap)
+        lines.append(line)
+        counts.setdefault(rec["series"], {}).setdefault(rec["status"], 0)
+        counts[rec["series"]][rec["status"]] += 1
+    del scan
     atomic_write_text(folder / "requests.jsonl", "\n".join(lines) + ("\n" if lines else ""))
     writer.write(folder / "paths.npz")
+    del writer
     atomic_write_npz(folder / "references.npz", references_arrays(admitted))
-    files = {name: sha256_file(folder / name)
-             for name in ("requests.jsonl", "paths.npz", "references.npz")}
+    files = {name: sha256_file(folder / name) for name in SEED_FILES}
+    manifest = _manifest(admitted, seed, state, code, {"n_records": len(lines), "status_counts": counts,
+                                                       "files": files, "journal": jpath})
+    atomic_write_json(folder / "manifest.json", manifest)
+    fsync_dir(folder)
+    return manifest
+
+
+def _manifest(admitted, seed, state: dict, code: dict, made: dict) -> dict:
+    spec = admitted.spec
     refs = admitted.references
-    manifest = {
+    tasks = admitted.tasks
+    first = state["builds"][0] if state["builds"] else {}
+    resumes = state["resumes"]
+    return {
         "format": RUN_FORMAT,
         "seed": int(seed),
         "method_name": spec.method_name,
         "spec": spec.to_dict(),
         "spec_sha256": spec.sha256(),
         "spec_source": spec.source,
-        "inference_kwargs": kwargs,
-        "planner": {**admitted.entry, "name": getattr(planner, "name", None),
-                    "construction_ms": construction_ms},
+        "inference_kwargs": spec.kwargs_for_seed(seed),
+        "planner": {**admitted.entry, "name": first.get("planner_name"),
+                    "construction_ms": first.get("construction_ms")},
         "checkpoints": admitted.checkpoints.get(str(seed), {}),
         "runtime_bundle": admitted.runtime_bundle,
         "component_control": spec.component_control,
-        "code": code or code_hash(),
+        "code": code,
         "data": {
             "dataset_root": str(Path(admitted.root).resolve()),
             "dataset_path": spec.dataset_path,
@@ -224,25 +432,31 @@ def run_seed(admitted: adm.Admitted, seed: int, folder: Path, progress=None,
             "solvers": sorted(set(refs.solver)),
         },
         "timing": {
-            "profile": IN_PROCESS_TIMING_PROFILE,
+            "profile": first.get("profile"),
             "latency_warmup": spec.latency_warmup, "latency_repeats": spec.latency_repeats,
             "quality_repeat_index": spec.quality_repeat_index,
-            "passes": [list(p) for p in plan],
-            "timer": "time.monotonic; covers input preparation, planning, device sync, route "
-                     "snapshot, legality check and recosting; deadline judged at snapshot",
+            "passes": [list(p) for p in passes(spec)],
+            "timer": first.get("timer"),
         },
         "budget": spec.budget.to_dict(),
         "hardware": adm.hardware(),
         "device": None if admitted.device is None else str(admitted.device),
         "versions": package_versions(),
-        "n_records": len(lines),
-        "status_counts": counts,
-        "files": files,
-        "started_utc": started,
+        "n_records": made["n_records"],
+        "status_counts": made["status_counts"],
+        "files": made["files"],
+        "journal": {"file": JOURNAL_NAME, "sha256": sha256_file(made["journal"]),
+                    "entries": made["n_records"], "durability": "each record fsynced as it completes"},
+        "resume": {
+            "resumed": bool(resumes),
+            "recovered_records": max((r["recovered_records"] for r in resumes), default=0),
+            "resumes": resumes,
+            "builds": state["builds"],
+            "repairs": state.get("repairs", []),
+        },
+        "started_utc": state["started_utc"],
         "finished_utc": utc_now(),
     }
-    atomic_write_json(folder / "manifest.json", manifest)
-    return manifest
 
 
 def _tasks_sha(admitted) -> str:
@@ -258,35 +472,198 @@ def _json_num(o):
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
+# --------------------------------------------------------------------------- #
+# completed seeds on resume
+# --------------------------------------------------------------------------- #
+
+def _seed_problems(folder: Path) -> tuple[dict | None, list[str]]:
+    """The manifest of a completed seed folder and what is wrong with its files."""
+    try:
+        manifest = read_document(folder / "manifest.json", ValueError)
+    except (ValueError, OSError) as e:
+        return None, [f"manifest.json: {e}"]
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
+        return None, ["manifest.json: not a seed manifest"]
+    problems = []
+    for name in SEED_FILES:
+        p = folder / name
+        if not p.is_file():
+            problems.append(f"{name}: missing")
+        elif sha256_file(p) != manifest["files"].get(name):
+            problems.append(f"{name}: sha256 differs from the manifest (torn or changed)")
+    return manifest, problems
+
+
+def _keep_completed_seed(admitted, seed, folder: Path, code: dict, log) -> dict:
+    """Verify a completed seed folder against the run; rebuild its files from the journal
+    when one is torn or missing. Returns its manifest."""
+    manifest, problems = _seed_problems(folder)
+    if manifest is not None:
+        if manifest.get("seed") != int(seed):
+            raise ResumeError(f"{folder / 'manifest.json'}: seed {manifest.get('seed')} is not {seed}")
+        now = {"spec_sha256": admitted.spec.sha256(), "tasks_sha256": _tasks_sha(admitted),
+               "references": admitted.references.identity()}
+        stored = {"spec_sha256": manifest.get("spec_sha256"),
+                  "tasks_sha256": (manifest.get("data") or {}).get("tasks_sha256"),
+                  "references": (manifest.get("references") or {}).get("identity")}
+        _refuse_differences(str(folder / "manifest.json"), "the completed seed", stored, now)
+    _remove_temporaries(folder)
+    if not problems:
+        return manifest
+    if not (folder / JOURNAL_NAME).is_file():
+        raise ResumeError(f"{folder}: {'; '.join(problems)}, and there is no {JOURNAL_NAME} "
+                          f"to rebuild it from")
+    state = _read_state(folder / SEED_STATE)
+    if state is None:
+        raise ResumeError(f"{folder}: {'; '.join(problems)}, and {SEED_STATE} is unreadable")
+    state.setdefault("repairs", []).append({"utc": utc_now(), "problems": problems})
+    atomic_write_json(folder / SEED_STATE, state)
+    if log:
+        log(f"seed {seed}: {'; '.join(problems)}; rebuilding from {JOURNAL_NAME}")
+    return _finish_seed(admitted, seed, folder, state, code)
+
+
+# --------------------------------------------------------------------------- #
+# the run
+# --------------------------------------------------------------------------- #
+
+@contextlib.contextmanager
+def _locked(output: Path):
+    path = output / _LOCK
+    fh = open(path, "a")  # held open for the run
+    try:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ResumeError(f"{output}: another process is running this folder "
+                              f"({_LOCK} is locked)") from None
+        yield
+        path.unlink(missing_ok=True)
+    finally:
+        fh.close()
+
+
+def _stored_run(output: Path) -> dict | None:
+    """The stored ``run_started.json`` of a folder to resume, or None when the folder holds
+    nothing to resume (missing, empty, or only temporaries of an interrupted write)."""
+    if output.exists() and not output.is_dir():
+        raise ResumeError(f"{output} exists and is not a folder")
+    if not output.is_dir():
+        return None
+    started = output / RUN_STARTED
+    if started.is_file():
+        stored = read_document(started, ResumeError, "run record")
+        if not isinstance(stored, dict) or stored.get("format") != RUN_STARTED_FORMAT:
+            raise ResumeError(f"{started}: not a {RUN_STARTED_FORMAT} record")
+        return stored
+    entries = [p.name for p in output.iterdir()
+               if not (p.name == _LOCK or (p.name.startswith(f".{RUN_STARTED}.tmp-")))]
+    if entries:
+        raise ResumeError(f"output folder {output} has no {RUN_STARTED} but is not empty "
+                          f"({', '.join(sorted(entries)[:5])}); it does not hold a resumable run")
+    return None
+
+
+def _finished_summary(output: Path, spec: RunSpec) -> dict | None:
+    """``run.json`` of a finished run whose every seed folder verifies, else None."""
+    try:
+        summary = read_document(output / "run.json", ValueError)
+    except ValueError:
+        return None
+    if not isinstance(summary, dict) or summary.get("spec_sha256") != spec.sha256():
+        return None
+    for seed in spec.seeds:
+        folder = output / f"seed-{seed}"
+        if not folder.is_dir():
+            return None
+        manifest, problems = _seed_problems(folder)
+        if manifest is None or problems or manifest.get("seed") != int(seed):
+            return None
+    return {**summary, "complete": True}
+
+
 def run_spec(spec: RunSpec | str | os.PathLike, output, progress: bool | None = None,
-             admitted: adm.Admitted | None = None, log=None) -> dict:
+             admitted: adm.Admitted | None = None, log=None, *, resume: bool = False) -> dict:
     """Admit and run ``spec``, writing ``<output>/seed-<seed>/`` per seed and
-    ``<output>/run.json``. Refuses an output folder that is not empty."""
-    spec, output = spec_and_output(spec, output)
+    ``<output>/run.json``. Refuses an output folder that is not empty.
+
+    With ``resume=True`` the folder may hold a run that was interrupted: the spec must
+    equal the stored one, and after admission the data, tasks, references, planner
+    entry, checkpoints and code must equal the stored identities (:class:`ResumeError`
+    naming the differing field otherwise). Completed seeds are kept (verified; rebuilt
+    from their journals when torn), the seed in progress continues from its journal,
+    and only the missing requests run. A folder holding a finished run is verified and
+    left as it is; a missing or empty folder starts a new run.
+    """
+    if not isinstance(spec, RunSpec):
+        spec = load_spec(spec)
+    output = Path(output)
+    stored = None
+    if resume:
+        stored = _stored_run(output)
+        if stored is not None:
+            now_spec = json.loads(to_json(spec.to_dict()))
+            if stored.get("spec_sha256") != spec.sha256():
+                _refuse_differences(str(output / RUN_STARTED), "the spec",
+                                    {"spec": stored.get("spec")}, {"spec": now_spec})
+                raise ResumeError(f"{output / RUN_STARTED}: spec_sha256 {stored.get('spec_sha256')} "
+                                  f"differs from the spec's {spec.sha256()}")
+    else:
+        why = holds_run(output)
+        if why:
+            raise OutputFolderTaken(why)
     if admitted is None:
         admitted = adm.admit(spec)
     if progress is None:
         progress = os.isatty(2)
-    output.mkdir(parents=True, exist_ok=True)
     code = code_hash()
+    identity = run_identity(admitted, code)
+    if stored is not None:
+        _refuse_differences(str(output / RUN_STARTED), "the run identity", stored["identity"], identity)
+        finished = _finished_summary(output, spec)
+        if finished is not None:
+            if log:
+                log(f"{output}: the run is complete (every seed verified); nothing to resume")
+            return finished
+    output.mkdir(parents=True, exist_ok=True)
+    with _locked(output):
+        if stored is None:
+            stored = {"format": RUN_STARTED_FORMAT, "method_name": spec.method_name,
+                      "spec": spec.to_dict(), "spec_sha256": spec.sha256(),
+                      "seeds": list(spec.seeds), "identity": identity, "started_utc": utc_now(),
+                      "resumes": []}
+        else:
+            stored["resumes"].append({"utc": utc_now(), "hardware": adm.hardware()})
+            _remove_temporaries(output)
+        atomic_write_json(output / RUN_STARTED, stored)
+        fsync_dir(output)
+        summary = _run_seeds(admitted, output, code, progress, log)
+    return summary
+
+
+def _run_seeds(admitted, output: Path, code: dict, progress: bool, log) -> dict:
+    spec = admitted.spec
     summaries = {}
     with _progress(progress) as prog:
         for seed in spec.seeds:
             final = output / f"seed-{seed}"
-            tmp = output / f".seed-{seed}.partial-{os.getpid()}"
-            try:
-                m = run_seed(admitted, seed, tmp, prog, code=code)
-                os.replace(tmp, final)
-            finally:
-                if tmp.exists():
-                    shutil.rmtree(tmp, ignore_errors=True)
+            partial = output / f".seed-{seed}.partial"
+            if final.is_dir():
+                if partial.exists():  # cannot coexist with a completed seed; nothing in it is needed
+                    shutil.rmtree(partial)
+                m = _keep_completed_seed(admitted, seed, final, code, log)
+                if log:
+                    log(f"seed {seed}: complete ({m['n_records']} records) -> {final}")
+            else:
+                m = run_seed(admitted, seed, partial, prog, code=code, log=log)
+                os.replace(partial, final)
+                fsync_dir(output)
+                if log:
+                    log(f"seed {seed}: {m['n_records']} records -> {final}")
             summaries[str(seed)] = {"folder": final.name, "status_counts": m["status_counts"],
                                     "n_records": m["n_records"]}
-            if log:
-                log(f"seed {seed}: {m['n_records']} records -> {final}")
     summary = {"format": RUN_FORMAT, "method_name": spec.method_name, "spec": spec.to_dict(),
                "spec_sha256": spec.sha256(), "seeds": list(spec.seeds), "per_seed": summaries,
                "code": code, "finished_utc": utc_now()}
     atomic_write_text(output / "run.json", to_json(summary) + "\n")
     return summary
-
