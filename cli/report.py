@@ -1,11 +1,16 @@
-"""``python -m cli report --compare F --output R.md``: Markdown report with figures."""
+"""``python -m cli report --compare F --output R.md``: Markdown report with figures.
+
+``python -m cli report --attribution RUN [RUN ...] --output R.md``: the component-attribution
+table of any number of scored runs (``passage_jax.evaluate.attribution``)."""
 from __future__ import annotations
 
 import sys
 
 
 def register(p):
-    p.add_argument("--compare", required=True, help="comparison JSON written by `compare`")
+    p.add_argument("--compare", help="comparison JSON written by `compare`")
+    p.add_argument("--attribution", nargs="+", metavar="RUN",
+                   help="scored run folders: write their component-attribution table instead")
     p.add_argument("--output", required=True,
                    help="Markdown file to write; figures go beside it as <stem>_*.png")
     p.add_argument("--route-tasks", type=int, default=4, help="tasks in the route figure")
@@ -15,7 +20,24 @@ def register(p):
 def main(args) -> int:
     # command start-up: the library loads only when the command runs (--help stays instant)
     from passage_jax.evaluate import ReportError, ReportExists, write_report  # noqa: PLC0415 (CLI start-up)
+    from passage_jax.evaluate.attribution import (  # noqa: PLC0415 (CLI start-up)
+        AttributionError,
+        AttributionExists,
+        write_attribution_report,
+    )
 
+    if (args.compare is None) == (args.attribution is None):
+        print("report: give either --compare F or --attribution RUN [RUN ...]", file=sys.stderr)
+        return 2
+    if args.attribution:
+        try:
+            write_attribution_report(args.attribution, args.output, force=args.force)
+        except AttributionError as e:
+            flag = " (or pass --force to replace it)" if isinstance(e, AttributionExists) else ""
+            print(f"report: {e}{flag}", file=sys.stderr)
+            return 2
+        print(args.output)
+        return 0
     try:
         out = write_report(args.compare, args.output, n_route_tasks=args.route_tasks,
                            force=args.force)

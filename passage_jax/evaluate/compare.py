@@ -15,7 +15,11 @@ differ), and writes one JSON file with:
   both methods, beside the contrast of each method's own valid subset;
 * a secondary latency contrast (median of the quality repeat);
 * optional ODD bins (``odd_spec``): the same contrasts per joint bin of
-  per-task stratifiers, empty bins included.
+  per-task stratifiers, empty bins included;
+* each method's ``components`` block per seed (direct/repair/fallback rates,
+  per-stage work) and, when either run declares ``component_control``, the
+  ``attribution`` table of the two runs (:mod:`passage_jax.evaluate.attribution`;
+  ``null`` otherwise).
 
 Every contrast is computed by :mod:`passage_jax.stats` and written as its result's
 ``to_dict()``: the six primary contrasts of a seed-mean comparison over the default
@@ -34,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from passage_jax.contract import DEFAULT_SEEDS, DIRECTIONS, METRIC_SPEC, PRIMARY_METRICS, UNPLACED
+from passage_jax.evaluate.attribution import AttributionError, attribution_rows, run_entry
 from passage_jax.evaluate.score import STRATIFIERS, ScoreError, load_score, seed_folders, timing_profile
 from passage_jax.fileio import atomic_write_json, jsonable, read_document, sha256_file, utc_now
 from passage_jax.stats import (
@@ -49,7 +54,7 @@ from passage_jax.stats.bootstrap import seed_mean_result
 __all__ = ["compare_runs", "CompareError", "OutputExists", "InvalidResamples", "LimitsDiffer",
            "RosterHashMissing", "bin_index",
            "blocks_for", "check_identity", "latency_contrast", "contrast", "COMPARE_FORMAT",
-           "ODD_FORMAT", "DEFAULT_RESAMPLES", "ESTIMATE_KEYS"]
+           "ODD_FORMAT", "DEFAULT_RESAMPLES", "ESTIMATE_KEYS", "attribution_of"]
 
 COMPARE_FORMAT = "passage-jax-compare-v1"
 ODD_FORMAT = "passage-odd-spec-v1"
@@ -320,7 +325,8 @@ def method_summary(score: dict) -> dict:
             "connected_rate": m["connected_rate"],
             "mean_traversals_given_violation": m["mean_traversals_given_violation"],
             "regret_summary": m["regret_summary"], "status_counts": m.get("status_counts"),
-            "latency_warm": (m.get("latency") or {}).get("warm")}
+            "latency_warm": (m.get("latency") or {}).get("warm"),
+            "components": m.get("components")}
 
 
 def geometry_intersection(RA, RB, labels, blocks, boot, available) -> dict:
@@ -464,6 +470,20 @@ def _odd_contrasts(ra, rb, labels, bl, boot, avail):
     return out
 
 
+def attribution_of(A: dict, B: dict) -> dict | None:
+    """The component-attribution table of the two runs when either declares a
+    ``component_control`` (:mod:`passage_jax.evaluate.attribution`); None otherwise."""
+    if not any(s["manifest"].get("component_control") for side in (A, B)
+               for s in side["seeds"].values()):
+        return None
+    try:
+        entries = [run_entry(side["path"], f"{n}: {side['method_name']}")
+                   for n, side in (("A", A), ("B", B))]
+    except AttributionError as e:
+        raise CompareError(str(e)) from None
+    return attribution_rows(entries)
+
+
 # --------------------------------------------------------------------------- #
 # entry point
 # --------------------------------------------------------------------------- #
@@ -546,6 +566,7 @@ def compare_runs(a, b, output, *, n_resamples: int = DEFAULT_RESAMPLES, alpha: f
         "latency_contrast": latency,
         "primary_comparison": official,
         "odd": None if odd is None else odd_bins(odd, RA[0], RA, RB, labels, blocks, boot),
+        "attribution": attribution_of(A, B),
     }
     result = jsonable(result)
     atomic_write_json(output, result)

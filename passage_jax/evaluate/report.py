@@ -6,7 +6,9 @@ scenes' terrain, hash-checked, for the route figure) and writes:
 
 * ``<output>.md``: per-method six-metric tables per seed, the contrasts with
   their intervals, valid-route denominators and the both-valid geometry
-  intersection, latency, block census, limits and ODD bins;
+  intersection, latency, the component figures (and the component-attribution
+  table when the runs declare ``component_control``), block census, limits and
+  ODD bins;
 * ``<stem>_routes.png``: candidate A, candidate B and the reference route over
   a hillshaded elevation map with the obstacles, for a few tasks (those where
   the two methods' regrets differ most, then the first tasks);
@@ -29,6 +31,7 @@ from rich.console import Console
 from rich.table import Table
 
 from passage_jax.contract import FAILURE_REGRET, PRIMARY_METRICS, PRIMARY_SHORT
+from passage_jax.evaluate.attribution import render_attribution_markdown
 from passage_jax.evaluate.compare import COMPARE_FORMAT
 from passage_jax.evaluate.score import (
     ScoreError,
@@ -42,6 +45,7 @@ from passage_jax.fileio import atomic_write_bytes, atomic_write_text, read_docum
 from passage_jax.protocol.records import load_paths, route_of, unpack_routes
 
 __all__ = ["write_report", "render_markdown", "print_metrics_table", "metrics_rows",
+           "components_section",
            "route_figure", "regret_figure", "ReportError"]
 
 
@@ -170,6 +174,57 @@ def _censored_cell(e) -> str:
     return f"≥ {_fmt(e['lower_bound'], 2)} (censored)" if e["censored"] else _fmt(e["value"], 2)
 
 
+def _stage_rate(c: dict, key: str) -> str:
+    v = c.get(key)
+    return "not reported" if v is None else _fmt(v, 3)
+
+
+def components_section(cmp: dict) -> list[str]:
+    """The per-method component figures (``metrics.json`` ``components``) beside the
+    success rate, regret and latency of each seed; empty for compare files without them."""
+    rows, st_rows = [], []
+    for side in ("A", "B"):
+        name = cmp["methods"][side]["method_name"]
+        for lab, m in cmp["methods"][side]["per_seed"].items():
+            c = m.get("components")
+            if not c:
+                continue
+            p = m["primary"]
+            lat = ((m.get("latency_warm") or {}).get("interpolated") or {}).get("p50")
+            n = c["n_rows"]
+            work = [f"{_fmt(c['work'][k]['median'], 1)} ({c['work'][k]['n_reported']}/{n})"
+                    for k in ("expansions", "queue_operations", "live_states")]
+            rows.append([f"{side}: {name}", lab, _fmt(p["success_rate"], 3),
+                         _fmt(p["regret_median"]), _fmt(p["regret_p90"]), _fmt(lat, 2),
+                         _stage_rate(c, "direct_success_rate"), _stage_rate(c, "repair_rate"),
+                         _stage_rate(c, "fallback_rate"), _fmt(c.get("no_route_stage_rate"), 3),
+                         _stage_rate(c, "fallback_frequency"), *work])
+            for st, sw in c["stage_work"].items():
+                if sw["n_rows_ran"]:
+                    st_rows.append([f"{side}: {name}", lab, st, sw["n_rows_ran"]]
+                                   + [f"{_fmt(sw[k]['median'], 1)} / {_fmt(sw[k]['p90'], 1)} "
+                                      f"({sw[k]['n_reported']})"
+                                      for k in ("expansions", "queue_operations", "live_states")])
+    if not rows:
+        return []
+    out = ["## Components (which stage produced the route, and its work)", "",
+           _md_table(["method", "seed", "success", "regret median", "regret p90",
+                      "latency p50 ms", "direct", "repair", "fallback", "no stage",
+                      "fallback freq", "expansions med", "queue ops med", "live states med"],
+                     rows), "",
+           "Direct / repair / fallback: share of tasks with a legal route produced by that "
+           "stage (\"not reported\" when the planner names no stage; never read as 0); no "
+           "stage: share of tasks whose result names no stage; fallback freq: share of rows "
+           "whose fallback stage ran. Work: median of the total counter over the rows that "
+           "reported it (reported/rows); a missing counter is not zero work.", ""]
+    if st_rows:
+        out += [_md_table(["method", "seed", "stage", "rows ran", "expansions med / p90 (n)",
+                           "queue ops med / p90 (n)", "live states med / p90 (n)"], st_rows), "",
+                "Per-stage work over the rows where the stage ran; stages are shown apart, "
+                "never summed. Stage spans (per-stage latency) are not recorded.", ""]
+    return out
+
+
 def render_markdown(cmp: dict, figures: dict) -> str:
     A, B = cmp["runs"]["A"], cmp["runs"]["B"]
     na, nb = A["method_name"], B["method_name"]
@@ -263,6 +318,10 @@ def render_markdown(cmp: dict, figures: dict) -> str:
     lines += [f"Median latency contrast A − B (quality repeat): {_fmt(lc['delta'], 3)} ms, "
               f"interval {_interval(lc)}"
               + (f" ({lc['reason']})" if lc.get("reason") else "") + ".", ""]
+
+    lines += components_section(cmp)
+    if cmp.get("attribution"):
+        lines += [render_attribution_markdown(cmp["attribution"])]
 
     lines += ["## Procedure limits", ""]
     lim = cmp["procedure_limits"]

@@ -15,7 +15,8 @@ Per seed folder it writes, each atomically:
 * ``metrics.json``: the six primary metrics of the quality repeat and their
   companions, the quality of every other pass, latency per series (legacy
   interpolated percentiles and the ``passage-censored-latency/v1`` block),
-  precision, and the status/route divergence counts;
+  precision, the status/route divergence counts and the ``components`` block
+  (:mod:`passage_jax.evaluate.components`: which stage produced each route, per-stage work);
 * ``score_receipt.json`` (written last): hashes of every input and output,
   versions, evaluator source hash and time.
 
@@ -32,6 +33,7 @@ import numpy as np
 
 from passage_jax.contract import IN_PROCESS_TIMING_PROFILE, PRIMARY_METRICS, UNPLACED
 from passage_jax.data import DataError, load_tasks
+from passage_jax.evaluate.components import component_summary, route_stage_column
 from passage_jax.evaluate.latency import series_latency
 from passage_jax.fileio import (
     atomic_write_json,
@@ -83,7 +85,7 @@ PER_SAMPLE_FIELDS = (
     "connected_path", "obstacle_violation", "obstacle_traversals", "predicted_cost",
     "oracle_cost", "latency_ms", "status", "record_index", "task_index", "route_format",
     "route_length", "malformed", "stratum_obstacle_coverage", "stratum_start_goal_distance_px",
-    "stratum_reference_length_px", "stratum_relief_m",
+    "stratum_reference_length_px", "stratum_relief_m", "route_stage",
 )
 #: numeric per-task stratifiers available to ``compare --odd-spec``
 STRATIFIERS = ("obstacle_coverage", "start_goal_distance_px", "reference_length_px", "relief_m")
@@ -386,6 +388,7 @@ def score_folder(folder, force: bool = False, dataset_path=None) -> dict:
     }
     for k in STRATIFIERS:
         rows[f"stratum_{k}"] = strata[k][ti[warm]]
+    rows["route_stage"] = route_stage_column([records[i] for i in warm])
 
     # quality per pass; headline = quality repeat
     passes = []
@@ -398,6 +401,13 @@ def score_folder(folder, force: bool = False, dataset_path=None) -> dict:
         quality[f"{s}#{rp}"] = quality_summary(per, m, qualified)
     headline_mask = (series == "warm") & (repeat == q_index)
     headline = quality[f"warm#{q_index}"]
+    # components over the headline's rows: the quality repeat's reference-qualified tasks
+    comp_idx = np.flatnonzero(headline_mask & qualified)
+    try:
+        components = component_summary([records[i] for i in comp_idx],
+                                       per["success"][comp_idx].astype(bool))
+    except ValueError as e:
+        raise ScoreError(f"{where}: {e}") from None
 
     # latency per series
     latency = {}
@@ -448,6 +458,7 @@ def score_folder(folder, force: bool = False, dataset_path=None) -> dict:
                       "planner_reported": precisions or None},
         "references": {"identity": refs["identity"], "policy": str(ref_npz.get("policy", ""))},
         "timing_profile": timing_profile(manifest),
+        "components": components,
     }
     metrics = jsonable(metrics)
 

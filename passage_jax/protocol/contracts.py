@@ -220,7 +220,9 @@ class PlanResult:
     ``path``: ordered integer ``(row, col)`` cells, start to goal, as produced
     (never rounded or clipped). ``work``: total counters (``WORK_KEYS``);
     ``stage_work``: ``{stage: {counter: value}}`` for ``STAGES``; ``precision``:
-    e.g. ``"fp32"``; ``resource_peaks``: maxima such as ``{"host_bytes": ...}``.
+    e.g. ``"fp32"``; ``resource_peaks``: maxima such as ``{"host_bytes": ...}``;
+    ``route_stage``: the stage of ``STAGES`` that produced the route (``None``:
+    not reported, e.g. a single-stage classical planner).
     """
 
     path: Any = None
@@ -230,6 +232,7 @@ class PlanResult:
     precision: str | None = None
     resource_peaks: dict = dataclasses.field(default_factory=dict)
     message: str | None = None
+    route_stage: str | None = None
 
 
 def _counter_value(where: str, v) -> int:
@@ -316,6 +319,10 @@ def normalise_result(raw) -> PlanResult:
         res.precision = str(res.precision)
     if res.message is not None:
         res.message = str(res.message)
+    if res.route_stage is not None:
+        if not isinstance(res.route_stage, str) or res.route_stage not in STAGES:
+            raise ProtocolError(f"route_stage={res.route_stage!r} must be null or one of {list(STAGES)}")
+        res.route_stage = str(res.route_stage)
     return res
 
 

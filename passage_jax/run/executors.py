@@ -247,7 +247,8 @@ def _worker_main(conn, config: dict) -> None:
         if res is not None:
             out["result"] = PlanResult(path=None, status=res.status, work=res.work,
                                        stage_work=res.stage_work, precision=res.precision,
-                                       resource_peaks=res.resource_peaks, message=res.message)
+                                       resource_peaks=res.resource_peaks, message=res.message,
+                                       route_stage=res.route_stage)
         try:
             conn.send(("done", req_id, out))
         except Exception as e:  # noqa: BLE001  (an unpicklable result field)

@@ -95,13 +95,15 @@ def finish_record(task, budget: BudgetSpec, outcome: dict, t0: float, t_ret: flo
     deadline = None if wall is None else t0 + wall / 1000.0
     rec: dict = {"reported_status": None, "error": outcome["error"], "error_type": outcome["error_type"],
                  "problem": None, "work": {}, "stage_work": {}, "precision": None,
-                 "resource_peaks": {}, "route_cost": None, "sync_arrays": outcome["sync_arrays"]}
+                 "resource_peaks": {}, "route_cost": None, "sync_arrays": outcome["sync_arrays"],
+                 "route_stage": None}
     snap = outcome["snap"]
     status = outcome["status"]
     result = outcome["result"]
     if result is not None:
         rec.update(reported_status=result.status, work=result.work, stage_work=result.stage_work,
-                   precision=result.precision, resource_peaks=result.resource_peaks)
+                   precision=result.precision, resource_peaks=result.resource_peaks,
+                   route_stage=result.route_stage)
         if result.message:
             rec["message"] = result.message[-2000:]
     # legality and recosting (inside the timer)

@@ -1,0 +1,341 @@
+"""Component-attribution table over any number of scored runs (seed 001 §3.B).
+
+:func:`attribution_table` takes scored runs (run folders or seed folders), for
+example four decoder variants and a classical baseline, and returns one row per run:
+its declared ``component_control`` (variant, guide, checkpoint_id, machinery_id,
+primary_learned; from the run's manifest) beside the legal-route rate
+(``success_rate``), all-task regret (median, p90), total work medians (expansions,
+queue operations, live states, with how many rows reported each), the direct,
+repair and fallback rates, the fallback frequency and the warm latency of the
+quality repeat (p50, p95). Each figure is the mean over the run's seeds of its
+per-seed value in ``metrics.json``, and ``null`` when a seed lacks it (nothing is
+filled in). Stage work is shown per stage; stage figures are never summed.
+
+The table checks the experiment and marks what is wrong as flags, never inferring a
+missing piece:
+
+* ``missing control: <variant>``: a declared variant without the run that controls
+  it (:data:`REQUIRED_CONTROLS`; e.g. ``bounded_repair`` without ``prediction_free``);
+* ``inconsistent machinery`` / ``inconsistent budget``: a ``bounded_repair`` run and
+  its ``prediction_free`` control with different ``machinery_id`` or budget blocks;
+* ``inconsistent checkpoint``: learned-guide runs with different ``checkpoint_id``;
+* ``different workload`` / ``different device`` / ``different seeds``: runs on other
+  tasks (``tasks_sha256``), devices or seed sets;
+* ``no component_control declared``: a run without a declaration beside runs with one;
+* ``diagnostic only``: an ``oracle_diagnostic`` run (it cannot represent ordinary input).
+
+:func:`render_attribution_markdown` renders the table; :func:`write_attribution_report`
+writes it to a Markdown file (``python -m cli report --attribution DIR ... --output F``).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from passage_jax.evaluate.score import ScoreError, load_score, seed_folders
+from passage_jax.fileio import atomic_write_text, jsonable, utc_now
+from passage_jax.protocol.contracts import STAGES, WORK_KEYS
+
+__all__ = ["attribution_table", "attribution_rows", "attribution_flags", "run_entry",
+           "render_attribution_markdown", "write_attribution_report", "AttributionError",
+           "AttributionExists",
+           "ATTRIBUTION_FORMAT", "REQUIRED_CONTROLS", "ROW_FIGURES"]
+
+ATTRIBUTION_FORMAT = "passage-attribution-v1"
+#: declared variant -> the variants whose runs must be present to attribute it
+REQUIRED_CONTROLS = {
+    "direct": (),
+    "bounded_repair": ("prediction_free",),
+    "prediction_free": ("bounded_repair",),
+    "exact_fallback": ("bounded_repair",),
+    "exact_classical": (),
+    "budgeted_classical": (),
+    "oracle_diagnostic": (),
+}
+#: the per-run figures of a row (seed means), in table order
+ROW_FIGURES = ("legal_route_rate", "regret_median", "regret_p90", "direct_success_rate",
+               "repair_rate", "fallback_rate", "no_route_stage_rate", "fallback_frequency",
+               "expansions_median", "queue_operations_median", "live_states_median",
+               "latency_p50_ms", "latency_p95_ms")
+
+
+class AttributionError(RuntimeError):
+    """A run cannot enter the attribution table (not scored, unreadable)."""
+
+
+class AttributionExists(AttributionError, FileExistsError):
+    """The report file already exists (replacing it must be asked for)."""
+
+
+def _seed_figures(metrics: dict) -> dict:
+    p = metrics.get("primary") or {}
+    comp = metrics.get("components") or {}
+    work = comp.get("work") or {}
+    lat = ((metrics.get("latency_warm_quality_repeat") or {}).get("interpolated") or {})
+    out = {"legal_route_rate": p.get("success_rate"), "regret_median": p.get("regret_median"),
+           "regret_p90": p.get("regret_p90"),
+           "direct_success_rate": comp.get("direct_success_rate"),
+           "repair_rate": comp.get("repair_rate"), "fallback_rate": comp.get("fallback_rate"),
+           "no_route_stage_rate": comp.get("no_route_stage_rate"),
+           "fallback_frequency": comp.get("fallback_frequency"),
+           "latency_p50_ms": lat.get("p50"), "latency_p95_ms": lat.get("p95")}
+    for c in WORK_KEYS:
+        out[f"{c}_median"] = (work.get(c) or {}).get("median")
+    return out
+
+
+def _seed_mean(values: list):
+    """Mean over seeds; ``None`` when any seed lacks the figure."""
+    if not values or any(v is None for v in values):
+        return None
+    return float(np.mean([float(v) for v in values]))
+
+
+def run_entry(path, name: str | None = None) -> dict:
+    """One scored run's row: declaration, identity, limits, seed-mean figures, the
+    per-stage work and the reporting counts behind them."""
+    try:
+        scores = [load_score(f) for f in seed_folders(path)]
+    except ScoreError as e:
+        raise AttributionError(str(e)) from None
+    m0 = scores[0]["manifest"]
+    cc = m0.get("component_control")
+    if cc is None:
+        cc = (m0.get("spec") or {}).get("component_control")
+    per_seed = {}
+    for s in scores:
+        m = s["manifest"]
+        per_seed[str(m.get("seed"))] = {
+            "figures": _seed_figures(s["metrics"]),
+            "components": s["metrics"].get("components"),
+            "budget": {k: v for k, v in (m.get("budget") or {}).items() if v is not None},
+            "device": m.get("device"),
+            "tasks_sha256": (m.get("data") or {}).get("tasks_sha256"),
+        }
+    seeds = list(per_seed)
+    figures = {k: _seed_mean([per_seed[s]["figures"][k] for s in seeds]) for k in ROW_FIGURES}
+    comps = [per_seed[s]["components"] or {} for s in seeds]
+    reporting = {
+        "n_rows": sum(int(c.get("n_rows") or 0) for c in comps),
+        "route_stage_reporting": sorted({str(c.get("route_stage_reporting")) for c in comps}),
+        "work_reported": {k: sum(int(((c.get("work") or {}).get(k) or {}).get("n_reported") or 0)
+                                 for c in comps) for k in WORK_KEYS},
+    }
+    stage_work = {st: {f"{k}_median": _seed_mean([(((c.get("stage_work") or {}).get(st) or {})
+                                                   .get(k) or {}).get("median") for c in comps])
+                       for k in WORK_KEYS} for st in STAGES}
+    for st in STAGES:
+        stage_work[st]["n_rows_ran"] = sum(int(((c.get("stage_work") or {}).get(st) or {})
+                                               .get("n_rows_ran") or 0) for c in comps)
+    spans = [c.get("stage_spans") for c in comps]
+    budgets = [per_seed[s]["budget"] for s in seeds]
+    return {
+        "name": name or m0.get("method_name"),
+        "path": str(Path(path).resolve()),
+        "method_name": m0.get("method_name"),
+        "component_control": cc,
+        "seeds": [int(s) for s in seeds],
+        "budget": budgets[0] if all(b == budgets[0] for b in budgets) else None,
+        "budgets_agree": all(b == budgets[0] for b in budgets),
+        "device": per_seed[seeds[0]]["device"],
+        "tasks_sha256": per_seed[seeds[0]]["tasks_sha256"],
+        "figures": figures,
+        "per_seed": {s: v["figures"] for s, v in per_seed.items()},
+        "reporting": reporting,
+        "stage_work": stage_work,
+        "stage_spans": None if all(sp is None for sp in spans) else spans,
+    }
+
+
+def _variant(e: dict):
+    return (e.get("component_control") or {}).get("variant")
+
+
+def _cc(e: dict, key: str):
+    return (e.get("component_control") or {}).get(key)
+
+
+def attribution_flags(entries: list) -> tuple[list, list]:
+    """``(per-row flag lists, table flags)`` of :func:`run_entry` rows."""
+    rows = [[] for _ in entries]
+    table = []
+    declared = [e for e in entries if e.get("component_control")]
+    present = {_variant(e) for e in declared}
+    for i, e in enumerate(entries):
+        v = _variant(e)
+        if v is None:
+            if declared:
+                rows[i].append("no component_control declared")
+            continue
+        for need in REQUIRED_CONTROLS.get(v, ()):
+            if need not in present:
+                rows[i].append(f"missing control: {need}")
+        if v == "oracle_diagnostic":
+            rows[i].append("diagnostic only: oracle guide, not ordinary input")
+        if not e.get("budgets_agree", True):
+            rows[i].append("inconsistent budget across seeds")
+    # the repair machinery and its budget: bounded_repair vs its prediction_free control
+    for i, e in enumerate(entries):
+        if _variant(e) != "bounded_repair":
+            continue
+        for j, c in enumerate(entries):
+            if _variant(c) != "prediction_free":
+                continue
+            if _cc(e, "machinery_id") != _cc(c, "machinery_id"):
+                msg = (f"inconsistent machinery: bounded_repair {e['name']!r} "
+                       f"`{_cc(e, 'machinery_id')}` vs prediction_free {c['name']!r} "
+                       f"`{_cc(c, 'machinery_id')}`")
+                rows[i].append(msg)
+                rows[j].append(msg)
+            if e.get("budget") != c.get("budget"):
+                msg = (f"inconsistent budget: bounded_repair {e['name']!r} {e.get('budget')} vs "
+                       f"prediction_free {c['name']!r} {c.get('budget')}")
+                rows[i].append(msg)
+                rows[j].append(msg)
+    learned = [e for e in declared if _cc(e, "guide") == "learned" or
+               _variant(e) in ("direct", "bounded_repair")]
+    ckpts = sorted({str(_cc(e, "checkpoint_id")) for e in learned})
+    if len(ckpts) > 1:
+        table.append(f"inconsistent checkpoint: learned-guide runs declare {ckpts}")
+    for key, what in (("tasks_sha256", "different workload (tasks_sha256)"),
+                      ("device", "different device"), ("seeds", "different seeds")):
+        vals = [e.get(key) for e in entries]
+        if any(v != vals[0] for v in vals):
+            table.append(f"{what}: " + ", ".join(f"{e['name']} {e.get(key)}" for e in entries))
+    missing = sorted({f.split(": ", 1)[1] for r in rows for f in r
+                      if f.startswith("missing control: ")})
+    table += [f"missing control: {m}" for m in missing]
+    return [sorted(set(r), key=r.index) for r in rows], table
+
+
+def attribution_rows(entries: list) -> dict:
+    """The table of already built :func:`run_entry` rows, with their flags."""
+    flags, table_flags = attribution_flags(entries)
+    rows = []
+    for e, f in zip(entries, flags):
+        cc = e.get("component_control") or {}
+        rows.append({**{k: e[k] for k in ("name", "method_name", "path", "seeds", "budget",
+                                           "device", "figures", "per_seed", "reporting",
+                                           "stage_work", "stage_spans")},
+                     "variant": cc.get("variant"), "guide": cc.get("guide"),
+                     "checkpoint_id": cc.get("checkpoint_id"),
+                     "machinery_id": cc.get("machinery_id"),
+                     "primary_learned": cc.get("primary_learned"),
+                     "declared": bool(cc), "flags": f})
+    return jsonable({
+        "format": ATTRIBUTION_FORMAT,
+        "declared": any(r["declared"] for r in rows),
+        "rows": rows,
+        "flags": table_flags,
+        "complete": not table_flags and not any(r["flags"] for r in rows),
+        "figures": "mean over each run's seeds of the per-seed value (null when a seed lacks "
+                   "it); legal_route_rate is success_rate; regret over all tasks; work medians "
+                   "over the rows that reported the counter; stage figures never summed",
+    })
+
+
+def attribution_table(score_dirs, names=None) -> dict:
+    """The attribution table of any number of scored runs (run or seed folders);
+    ``names`` optionally labels them (default: each run's method name)."""
+    score_dirs = list(score_dirs)
+    if not score_dirs:
+        raise AttributionError("no scored run given")
+    names = list(names) if names is not None else [None] * len(score_dirs)
+    if len(names) != len(score_dirs):
+        raise AttributionError(f"{len(names)} names for {len(score_dirs)} runs")
+    entries = [run_entry(p, n) for p, n in zip(score_dirs, names)]
+    return attribution_rows(entries)
+
+
+def _fmt(x, digits=4) -> str:
+    if x is None:
+        return "n/a"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, int):
+        return str(x)
+    x = float(x)
+    if x >= 999999.0:
+        return "999999"
+    if x != 0 and (abs(x) >= 1e5 or abs(x) < 1e-3):
+        return f"{x:.3e}"
+    return f"{x:.{digits}f}"
+
+
+def _md_table(header, rows) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def _rate(x) -> str:
+    return "not reported" if x is None else _fmt(x, 3)
+
+
+def render_attribution_markdown(table: dict, heading: str = "## Component attribution") -> str:
+    """Markdown of an :func:`attribution_table` (or a compare file's ``attribution``)."""
+    lines = [heading, ""]
+    header = ["run", "variant", "guide", "checkpoint_id", "machinery_id", "seeds",
+              "legal-route rate", "regret median", "regret p90", "expansions med",
+              "queue ops med", "live states med", "direct", "repair", "fallback",
+              "fallback freq", "latency p50 ms", "latency p95 ms", "flags"]
+    rows = []
+    for r in table["rows"]:
+        f = r["figures"]
+        rep = r["reporting"]
+        n = rep["n_rows"]
+        work = [f"{_fmt(f[f'{c}_median'], 1)} ({rep['work_reported'][c]}/{n})" for c in WORK_KEYS]
+        rows.append([r["name"], r["variant"] or "undeclared", r["guide"] or "",
+                     r["checkpoint_id"] or "", r["machinery_id"] or "",
+                     ", ".join(map(str, r["seeds"])), _fmt(f["legal_route_rate"], 3),
+                     _fmt(f["regret_median"]), _fmt(f["regret_p90"]), *work,
+                     _rate(f["direct_success_rate"]), _rate(f["repair_rate"]),
+                     _rate(f["fallback_rate"]), _rate(f["fallback_frequency"]),
+                     _fmt(f["latency_p50_ms"], 2), _fmt(f["latency_p95_ms"], 2),
+                     "; ".join(r["flags"]) or "—"])
+    lines += [_md_table(header, rows), ""]
+    lines += ["Figures are seed means of each run's per-seed values (n/a when a seed lacks "
+              "one). Legal-route rate = success rate over all tasks; regret over all tasks "
+              "(a failure counts 999999). Work: median of the total counter over the quality "
+              "rows that reported it (reported/rows): a missing counter is not zero work. "
+              "Direct / repair / fallback: share of tasks with a legal route produced by the "
+              "`primary`, `repair` or `fallback` stage (\"not reported\" when the planner names "
+              "no stage); fallback freq: share of rows whose fallback stage ran.", ""]
+    st_rows = []
+    for r in table["rows"]:
+        for st in STAGES:
+            sw = r["stage_work"][st]
+            if not sw["n_rows_ran"]:
+                continue
+            st_rows.append([r["name"], st, sw["n_rows_ran"]]
+                           + [_fmt(sw[f"{c}_median"], 1) for c in WORK_KEYS])
+    if st_rows:
+        lines += ["Per-stage work (median over the rows where the stage ran and reported the "
+                  "counter; stages are shown apart and never summed):", "",
+                  _md_table(["run", "stage", "rows ran", "expansions med", "queue ops med",
+                             "live states med"], st_rows), ""]
+    if not any(r["stage_spans"] for r in table["rows"]):
+        lines += ["Stage spans: not recorded (per-stage latency is not in the records; "
+                  "a sum of stage medians would not reconstruct total latency anyway).", ""]
+    if table["flags"]:
+        lines += ["Flags:", ""] + [f"- {f}" for f in table["flags"]] + [""]
+    elif table["complete"]:
+        lines += ["No flags: every declared variant has its controls, with the same machinery "
+                  "and budget.", ""]
+    return "\n".join(lines) + "\n"
+
+
+def write_attribution_report(score_dirs, output, names=None, force: bool = False) -> dict:
+    """Write the attribution table of ``score_dirs`` as Markdown to ``output``
+    (refused when it exists unless ``force``); returns the table."""
+    output = Path(output)
+    if output.exists() and not force:
+        raise AttributionExists(f"{output} exists; choose a new report name")
+    table = attribution_table(score_dirs, names)
+    md = (f"# Component attribution\n\nCreated {utc_now()}; runs: "
+          + ", ".join(f"`{r['path']}`" for r in table["rows"]) + "\n\n"
+          + render_attribution_markdown(table, heading="## Table"))
+    output.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(output, md)
+    return table
