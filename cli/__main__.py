@@ -21,6 +21,7 @@ COMMANDS = {
     "compare": ("cli.compare", "paired block-bootstrap comparison of two scored runs"),
     "report": ("cli.report", "Markdown report with tables and route figures from a compare"),
     "bench": ("cli.bench", "run + score a spec and write sidecar.json"),
+    "train": ("cli.train", "train the value-field network and write a checkpoint"),
 }
 
 

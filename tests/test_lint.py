@@ -47,8 +47,9 @@ ALLOWED = {
     "protocol": {"graph"},
     "data": {"graph", "reference", "stats"},
     "planners": {"graph", "reference", "protocol"},
-    "run": {"graph", "reference", "metrics", "protocol", "data", "planners", "stats"},
-    "evaluate": {"graph", "reference", "metrics", "protocol", "data", "planners", "stats"},
+    "learned": {"graph", "reference", "metrics", "protocol", "data"},
+    "run": {"graph", "reference", "metrics", "protocol", "data", "planners", "stats", "learned"},
+    "evaluate": {"graph", "reference", "metrics", "protocol", "data", "planners", "stats", "learned"},
 }
 LEAVES = {"contract", "fileio", "reduce", "testing"}
 

@@ -1,0 +1,34 @@
+"""Learned planners (SPEC §9): a Flax value-field network, its training, checkpoints
+and guides.
+
+Stage rules: ``learned`` imports ``graph``, ``reference``, ``metrics``, ``protocol``,
+``data`` (training material only) and the leaf modules; ``run`` and ``evaluate`` may
+import it. See ``docs/learned.md``.
+"""
+from passage_jax.learned.checkpoint import (
+    CHECKPOINT_FORMAT,
+    Checkpoint,
+    CheckpointError,
+    load_checkpoint,
+    save_checkpoint,
+)
+from passage_jax.learned.decoders import (
+    DecodeResult,
+    bounded_repair,
+    direct,
+    exact_fallback,
+    octile_field,
+    prediction_free,
+)
+from passage_jax.learned.guide import NetworkGuide, load_guide, shipped_checkpoint
+from passage_jax.learned.model import FEATURE_NAMES, ValueFieldNet, feature_grid, features
+from passage_jax.learned.planner import DECODERS, LearnedPlanner, guide_from_flax, make_planner
+
+# re-export block: the package's public names, each defined once in its module
+__all__ = [
+    "CHECKPOINT_FORMAT", "Checkpoint", "CheckpointError", "load_checkpoint", "save_checkpoint",
+    "NetworkGuide", "load_guide", "shipped_checkpoint",
+    "FEATURE_NAMES", "ValueFieldNet", "feature_grid", "features",
+    "DecodeResult", "direct", "bounded_repair", "prediction_free", "exact_fallback", "octile_field",
+    "DECODERS", "LearnedPlanner", "make_planner", "guide_from_flax",
+]

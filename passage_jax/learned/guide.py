@@ -1,0 +1,108 @@
+"""Guides: a callable ``guide(request) -> (H, W) float64`` cost-to-go estimate.
+
+:class:`NetworkGuide` wraps a Flax module and its parameters. By default the module
+is read as a :class:`~passage_jax.learned.model.ValueFieldNet`-style network: it
+takes :func:`~passage_jax.learned.model.features` (B, H, W, C) and returns the log
+correction factor ``u`` (B, H, W), turned into ``exp(u) * octile * pixel_size_m``
+(``output="log_ratio"``); a user's network that predicts the cost-to-go itself
+passes ``output="cost_to_go"`` (and its own ``feature_fn`` if it reads other inputs).
+The field is +inf on obstacle cells and 0 at the goal.
+
+:func:`load_guide` builds one from a checkpoint path or ``"shipped:<seed>"``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from passage_jax.contract import DEFAULT_SEEDS
+from passage_jax.learned.checkpoint import load_checkpoint
+from passage_jax.learned.model import features, octile_grid
+
+__all__ = ["SHIPPED_DIR", "SHIPPED_RESOLUTION", "NetworkGuide", "shipped_checkpoint", "load_guide",
+           "GUIDE_OUTPUTS"]
+
+SHIPPED_DIR = Path(__file__).resolve().parent / "checkpoints"
+#: The crop size the shipped checkpoints were trained on.
+SHIPPED_RESOLUTION = 64
+GUIDE_OUTPUTS = ("log_ratio", "cost_to_go")
+_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+
+
+class NetworkGuide:
+    """Cost-to-go estimate of a Flax network (see the module docstring).
+
+    ``dtype`` ("float32" or "bfloat16") is the compute dtype: parameters and inputs
+    are cast to it; the result is always float64 on the host. ``checkpoint_id`` is
+    the sha256 of the parameter file it came from (None when built in memory).
+    """
+
+    def __init__(self, module, params, *, dtype: str = "float32", output: str = "log_ratio",
+                 feature_fn=features, checkpoint_id: str | None = None):
+        if dtype not in _DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
+        if output not in GUIDE_OUTPUTS:
+            raise ValueError(f"output must be one of {GUIDE_OUTPUTS}, got {output!r}")
+        self.module = module
+        self.dtype = dtype
+        self.output = output
+        self.feature_fn = feature_fn
+        self.checkpoint_id = checkpoint_id
+        jdt = _DTYPES[dtype]
+        self.params = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jdt), params)
+
+        def apply(p, x):
+            return module.apply(p, jnp.asarray(x, jdt)).astype(jnp.float32)
+
+        self._apply = jax.jit(apply)
+
+    def apply_batch(self, x) -> jax.Array:
+        """Raw network output (B, H, W) float32 for inputs (B, H, W, C), jitted."""
+        return self._apply(self.params, x)
+
+    def __call__(self, request) -> np.ndarray:
+        x = np.asarray(self.feature_fn(request))[None]
+        out = np.asarray(self.apply_batch(x)[0], np.float64)
+        if out.shape != request.shape:
+            raise ValueError(f"network output shape {out.shape} != request grid {request.shape}")
+        if self.output == "log_ratio":
+            oct_ = np.asarray(octile_grid(request.shape, request.goal, jnp.float32), np.float64)
+            field = np.exp(out) * oct_ * float(request.graph.pixel_size_m)
+        else:
+            field = out
+        field = np.where(np.isfinite(field), field, np.inf)
+        field[request.goal] = 0.0
+        field[np.asarray(request.obstacles, bool)] = np.inf
+        return field
+
+    def __repr__(self):
+        cid = self.checkpoint_id[:12] if self.checkpoint_id else None
+        return f"NetworkGuide({type(self.module).__name__}, dtype={self.dtype}, checkpoint={cid})"
+
+
+def shipped_checkpoint(seed: int) -> Path:
+    """Metadata JSON of the shipped 64x64 checkpoint trained with ``seed`` (one per
+    ``DEFAULT_SEEDS``)."""
+    try:
+        seed = int(seed)
+    except (TypeError, ValueError):
+        raise ValueError(f"shipped checkpoint seed must be an integer, got {seed!r}") from None
+    path = SHIPPED_DIR / f"value{SHIPPED_RESOLUTION}-{seed}.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"no shipped checkpoint for seed {seed} ({path}); shipped seeds: "
+                                f"{list(DEFAULT_SEEDS)}")
+    return path
+
+
+def load_guide(checkpoint, *, dtype: str = "float32") -> NetworkGuide:
+    """A :class:`NetworkGuide` from a checkpoint path (JSON, parameter file or folder)
+    or ``"shipped:<seed>"``."""
+    if isinstance(checkpoint, str) and checkpoint.startswith("shipped:"):
+        path = shipped_checkpoint(checkpoint.split(":", 1)[1])
+    else:
+        path = Path(checkpoint)
+    ck = load_checkpoint(path, dtype=_DTYPES.get(dtype, jnp.float32))
+    return NetworkGuide(ck.module, ck.params, dtype=dtype, checkpoint_id=ck.checkpoint_id)

@@ -1,0 +1,166 @@
+"""The value-field network: inputs built from a request, a small fully convolutional
+Flax (linen) module, and the map from its output to a cost-to-go estimate.
+
+What the network predicts is a *log correction factor* ``u(cell) >= 0`` relative to
+a goal-relative straight-line cost::
+
+    h(cell) = exp(u(cell)) * octile(cell, goal) * pixel_size_m
+
+``octile`` is the 8-connected grid distance to the goal in cells (``max + (sqrt2-1)
+* min`` of the row and column offsets). Every cost model of this project charges a
+step at least its length (``d`` metres), so ``octile * pixel_size_m`` is a lower
+bound of the cost-to-go; ``u = 0`` reproduces it and ``u > 0`` says how much the
+terrain and the obstacles add. ``u`` is defined on any crop, with or without the
+goal inside it (the goal-relative coordinates carry the direction and distance),
+which is what tiled inference needs. ``h`` is 0 at the goal by construction.
+
+Inputs (``FEATURE_NAMES``, channel order), all computed by :func:`feature_grid`
+(jittable) from elevation, obstacles, goal, cost model and weight:
+
+* ``elevation`` — the request's elevation rescaled to the crop (``(z - min) /
+  (max - min)``, 0 on a flat crop): the request tensor's normalised elevation,
+  stretched to the crop so the calibration range does not squash it;
+* ``obstacles`` — 1 on blocked cells;
+* ``goal_dy``, ``goal_dx`` — goal minus cell, in units of ``COORD_SCALE`` cells;
+* ``octile`` — the octile distance to the goal in units of ``COORD_SCALE`` cells;
+* ``excess_mean``, ``excess_max`` — local slope under the request's cost model: the
+  mean and the maximum over the legal moves of a cell of ``C / d - 1`` (the cost
+  of a move beyond its length, relative to its length), 0 where no move is legal.
+"""
+from __future__ import annotations
+
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from passage_jax.graph import MODEL_INDEX, STEP_PIXELS, edge_cost_field_by_index
+
+__all__ = [
+    "FEATURE_NAMES", "N_FEATURES", "COORD_SCALE", "EXCESS_CLIP", "ValueFieldNet",
+    "octile_grid", "feature_grid", "features", "request_arrays", "log_ratio_to_cost",
+    "module_config", "module_from_config", "param_count",
+]
+
+FEATURE_NAMES = ("elevation", "obstacles", "goal_dy", "goal_dx", "octile", "excess_mean",
+                 "excess_max")
+N_FEATURES = len(FEATURE_NAMES)
+#: Cells per unit of the goal-relative channels (fixed, so a crop of any size reads alike).
+COORD_SCALE = 64.0
+#: Upper clip of the local-slope channels.
+EXCESS_CLIP = 10.0
+_SQRT2_M1 = math.sqrt(2.0) - 1.0
+
+
+def octile_grid(shape, goal, dtype=jnp.float32):
+    """(H, W) octile (8-connected) distance in cells from every cell to ``goal``
+    (``goal`` may lie outside the grid). Jittable; ``shape`` static."""
+    rr = jnp.arange(shape[0], dtype=dtype)[:, None]
+    cc = jnp.arange(shape[1], dtype=dtype)[None, :]
+    dy = jnp.abs(jnp.asarray(goal[0], dtype) - rr)
+    dx = jnp.abs(jnp.asarray(goal[1], dtype) - cc)
+    return jnp.maximum(dy, dx) + _SQRT2_M1 * jnp.minimum(dy, dx)
+
+
+def feature_grid(elevation, obstacles, goal, model_index, weight, pixel_size_m: float = 30.0):
+    """(H, W, N_FEATURES) network input for one scene, in ``elevation``'s dtype.
+
+    ``model_index`` is an id of ``MODEL_INDEX`` (may be traced), ``weight`` the cost
+    weight. Jittable (``pixel_size_m`` static); batch with ``vmap``."""
+    z = jnp.asarray(elevation)
+    dt = z.dtype
+    ob = jnp.asarray(obstacles).astype(bool)
+    zmin, zmax = jnp.min(z), jnp.max(z)
+    rng = zmax - zmin
+    elev = jnp.where(rng > 0, (z - zmin) / jnp.where(rng > 0, rng, 1.0), 0.0)
+    h, w = z.shape
+    rr = jnp.arange(h, dtype=dt)[:, None]
+    cc = jnp.arange(w, dtype=dt)[None, :]
+    gy, gx = jnp.asarray(goal[0], dt), jnp.asarray(goal[1], dt)
+    dy = jnp.broadcast_to((gy - rr) / COORD_SCALE, (h, w))
+    dx = jnp.broadcast_to((gx - cc) / COORD_SCALE, (h, w))
+    oct_ = octile_grid((h, w), (gy, gx), dt) / COORD_SCALE
+    cost = edge_cost_field_by_index(z, ob, model_index, jnp.asarray(weight, dt), pixel_size_m)
+    d = jnp.asarray(STEP_PIXELS * pixel_size_m, dt)[:, None, None]
+    legal = jnp.isfinite(cost)
+    excess = jnp.clip(jnp.where(legal, cost / d - 1.0, 0.0), 0.0, EXCESS_CLIP)
+    n_legal = jnp.sum(legal, axis=0)
+    ex_mean = jnp.where(n_legal > 0, jnp.sum(excess, axis=0) / jnp.maximum(n_legal, 1), 0.0)
+    ex_max = jnp.max(excess, axis=0)
+    return jnp.stack([elev, ob.astype(dt), dy, dx, oct_, ex_mean, ex_max], axis=-1).astype(dt)
+
+
+_feature_grid_jit = jax.jit(feature_grid, static_argnames=("pixel_size_m",))
+
+
+def request_arrays(request):
+    """``(elevation float32, obstacles, goal, model_index, weight, pixel_size_m)`` of a
+    :class:`~passage_jax.protocol.PlanRequest`."""
+    if request.cost_model not in MODEL_INDEX:
+        raise ValueError(f"request.cost_model {request.cost_model!r} is not one of {sorted(MODEL_INDEX)}")
+    z = np.asarray(request.elevation, np.float32)
+    return (z, np.asarray(request.obstacles, bool), np.asarray(request.goal, np.int32),
+            np.int32(MODEL_INDEX[request.cost_model]), np.float32(request.cost_weight),
+            float(request.graph.pixel_size_m))
+
+
+def features(request) -> np.ndarray:
+    """(H, W, N_FEATURES) float32 network input of a ``PlanRequest`` (see the module
+    docstring for the channels). Deterministic: a pure function of the request."""
+    z, ob, goal, midx, w, px = request_arrays(request)
+    return np.asarray(_feature_grid_jit(z, ob, goal, midx, w, pixel_size_m=px))
+
+
+class ValueFieldNet(nn.Module):
+    """Fully convolutional value-field network: (B, H, W, C) -> (B, H, W) ``u >= 0``.
+
+    A 3x3 stem to ``width`` channels, one residual 3x3 block per entry of
+    ``dilations`` (GELU; the dilations widen the receptive field to
+    ``3 + 2 * sum(dilations)`` cells), and a 1x1 head through a softplus.
+    """
+
+    width: int = 24
+    dilations: tuple = (1, 2, 4, 8, 16, 1)
+    dtype: object = jnp.float32
+
+    @nn.compact
+    def __call__(self, x):
+        x = jnp.asarray(x, self.dtype)
+        y = nn.gelu(nn.Conv(self.width, (3, 3), dtype=self.dtype, name="stem")(x))
+        for i, d in enumerate(self.dilations):
+            y = y + nn.gelu(nn.Conv(self.width, (3, 3), kernel_dilation=(d, d), dtype=self.dtype,
+                                    name=f"block{i}")(y))
+        raw = nn.Conv(1, (1, 1), dtype=self.dtype, name="head")(y)[..., 0]
+        return nn.softplus(raw.astype(jnp.float32))
+
+
+def log_ratio_to_cost(u, octile_cells, pixel_size_m: float = 30.0):
+    """Cost-to-go ``exp(u) * octile * pixel_size_m`` (any array namespace via jnp)."""
+    return jnp.exp(u) * octile_cells * pixel_size_m
+
+
+def module_config(module: ValueFieldNet) -> dict:
+    """JSON-able description of a :class:`ValueFieldNet` (what a checkpoint records)."""
+    return {"class": "ValueFieldNet", "width": int(module.width),
+            "dilations": [int(d) for d in module.dilations], "in_features": N_FEATURES}
+
+
+def module_from_config(config: dict, dtype=jnp.float32) -> ValueFieldNet:
+    """Rebuild the module a checkpoint describes; refuses an unknown class or inputs."""
+    if config.get("class") != "ValueFieldNet":
+        raise ValueError(f"model.class {config.get('class')!r} is not 'ValueFieldNet'")
+    if int(config.get("in_features", N_FEATURES)) != N_FEATURES:
+        raise ValueError(f"model.in_features {config.get('in_features')} != {N_FEATURES} "
+                         f"(inputs {FEATURE_NAMES})")
+    width = int(config["width"])
+    dil = tuple(int(d) for d in config["dilations"])
+    if width < 1 or not dil or min(dil) < 1:
+        raise ValueError(f"model.width/dilations must be positive, got {width}, {list(dil)}")
+    return ValueFieldNet(width=width, dilations=dil, dtype=dtype)
+
+
+def param_count(params) -> int:
+    """Number of scalar parameters in a params pytree."""
+    return int(sum(np.size(a) for a in jax.tree_util.tree_leaves(params)))

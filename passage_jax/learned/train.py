@@ -1,0 +1,377 @@
+"""Training the value-field network with optax, with decoded-path metrics in the log.
+
+:func:`train` draws training and held-out material
+(:func:`~passage_jax.learned.data.make_material`: real-terrain crops, cohort-style
+obstacles, exact value-iteration targets), then runs a jitted step: a random
+dihedral transform of the batch (the 8-connected grid and every cost model are
+invariant under rotations and reflections of the whole crop), the inputs built on
+device by :func:`~passage_jax.learned.model.feature_grid`, and adam with a warmup +
+cosine schedule (gradients clipped to norm 1) on, over the free reachable cells other
+than the goal,
+
+* the squared error of ``u = log(cost-to-go / (octile * pixel))``, plus
+* ``move_loss_weight`` times the greedy-choice term (``move_loss="choice"``): the
+  cross-entropy of the exact descent move (``descent_direction`` of the exact
+  field) under ``softmax(-(C[k] + h(next_k)) / move_temperature_m)`` of the
+  predicted field ``h``, which trains what greedy descent reads (the ordering of
+  the neighbours' costs), or (``"difference"``) the
+  Huber error of the predicted cost difference to each legal neighbour, in pixels.
+
+Every ``eval_every`` steps a jitted
+evaluation decodes a route on each held-out task by greedy descent on the predicted
+field, scores it with :func:`passage_jax.metrics.score_tasks` and folds it into a
+:class:`passage_jax.metrics.PathMetrics` accumulator, so the log shows success and
+regret next to the loss. Everything random comes from the config's seed (a run is
+repeatable bit for bit on one machine).
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from passage_jax.fileio import utc_now
+from passage_jax.graph import MOVES, OBJECTIVES, edge_cost_field_by_index, move_values, neighbours
+from passage_jax.learned.checkpoint import save_checkpoint
+from passage_jax.learned.data import TRAINING_RASTERS, Material, make_material
+from passage_jax.learned.model import (
+    COORD_SCALE,
+    ValueFieldNet,
+    feature_grid,
+    log_ratio_to_cost,
+    param_count,
+)
+from passage_jax.metrics import PathMetrics, Route, TaskArrays, score_tasks
+from passage_jax.metrics.fields import descent_direction
+
+__all__ = ["TrainConfig", "TrainResult", "EvalSet", "eval_set", "greedy_decode", "evaluate_params",
+           "train", "write_checkpoint", "MOVE_LOSSES"]
+
+PIXEL_SIZE_M = 30.0
+#: The term added to the log-ratio loss: the squared error of the cost-to-go difference
+#: to each legal neighbour (in pixels), or the cross-entropy of the greedy move choice.
+MOVE_LOSSES = ("difference", "choice")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Training settings (the keys of a ``configs/train_*.yaml``)."""
+
+    name: str = "value64"
+    resolution: int = 64
+    n_train: int = 1024
+    n_eval: int = 48
+    steps: int = 1500
+    batch: int = 16
+    learning_rate: float = 3e-3
+    warmup_steps: int = 100
+    width: int = 24
+    dilations: tuple = (1, 2, 4, 8, 16, 1)
+    objectives: tuple = ("elevation",)
+    rasters: tuple = TRAINING_RASTERS
+    coverage_max: float = 0.3
+    augment: bool = True
+    move_loss: str = "choice"
+    move_loss_weight: float = 1.0
+    move_temperature_m: float = 30.0
+    eval_every: int = 250
+    seed: int = 0
+
+    def __post_init__(self):
+        for k in ("resolution", "n_train", "n_eval", "steps", "batch", "width", "eval_every"):
+            v = getattr(self, k)
+            if isinstance(v, bool) or int(v) != v or int(v) < 1:
+                raise ValueError(f"train config {k}={v!r} must be a positive integer")
+            object.__setattr__(self, k, int(v))
+        if self.resolution < 8:
+            raise ValueError(f"train config resolution={self.resolution} must be >= 8")
+        if not (self.learning_rate > 0):
+            raise ValueError(f"train config learning_rate={self.learning_rate!r} must be positive")
+        object.__setattr__(self, "dilations", tuple(int(d) for d in self.dilations))
+        if not self.dilations or min(self.dilations) < 1:
+            raise ValueError(f"train config dilations={list(self.dilations)} must be positive integers")
+        object.__setattr__(self, "objectives", tuple(self.objectives))
+        bad = [o for o in self.objectives if o not in OBJECTIVES]
+        if bad or not self.objectives:
+            raise ValueError(f"train config objectives={list(self.objectives)} must be a non-empty "
+                             f"subset of {list(OBJECTIVES)}")
+        object.__setattr__(self, "rasters", tuple(self.rasters))
+        if self.move_loss not in MOVE_LOSSES:
+            raise ValueError(f"train config move_loss={self.move_loss!r} must be one of {MOVE_LOSSES}")
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> TrainConfig:
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ValueError(f"train config: unknown key(s) {unknown}; known: {sorted(names)}")
+        return cls(**dict(d))
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainResult:
+    """Trained module and parameters, the log (one dict per evaluation), the final
+    held-out metrics, wall seconds (material, training) and the config."""
+
+    module: ValueFieldNet
+    params: dict
+    history: list
+    metrics: dict
+    seconds: dict
+    config: TrainConfig
+    steps: int
+
+
+@flax.struct.dataclass
+class EvalSet:
+    """Held-out tasks on device (float32) for :func:`evaluate_params` (a pytree)."""
+
+    z: jax.Array
+    obstacles: jax.Array
+    goal: jax.Array
+    start: jax.Array
+    model_index: jax.Array
+    weight: jax.Array
+    tasks: TaskArrays
+    references: Route
+
+
+def eval_set(m: Material) -> EvalSet:
+    """The held-out :class:`EvalSet` of a :class:`Material`."""
+    z = jnp.asarray(m.elevation, jnp.float32)
+    ob, goal, start = jnp.asarray(m.obstacles), jnp.asarray(m.goal), jnp.asarray(m.start)
+    midx, w = jnp.asarray(m.model_index), jnp.asarray(m.weight, jnp.float32)
+    tasks = TaskArrays(elevation=z, obstacles=ob, start=start, goal=goal, cost_model=midx, weight=w,
+                       c_star=jnp.asarray(m.c_star, jnp.float32))
+    return EvalSet(z=z, obstacles=ob, goal=goal, start=start, model_index=midx, weight=w, tasks=tasks,
+                   references=Route(jnp.asarray(m.routes), jnp.asarray(m.route_length)))
+
+
+def greedy_decode(v, edge_costs, start, goal, max_length: int):
+    """Greedy descent on field ``v`` with edge costs (8, H, W): ``(cells (L, 2),
+    length)``; stops at the goal, else runs ``max_length`` cells (an invalid route)."""
+    move = descent_direction(v, edge_costs)
+    moves = jnp.asarray(MOVES)
+    hi = jnp.asarray(v.shape) - 1
+
+    def step(pos, _):
+        nxt = jnp.clip(pos + moves[move[pos[0], pos[1]]], 0, hi)
+        nxt = jnp.where(jnp.all(pos == goal), pos, nxt)
+        return nxt, nxt
+
+    _, rest = jax.lax.scan(step, start, None, length=max_length - 1)
+    route = jnp.concatenate([start[None], rest])
+    at_goal = jnp.all(route == goal, axis=1)
+    length = jnp.where(at_goal.any(), jnp.argmax(at_goal) + 1, max_length)
+    return route, length.astype(jnp.int32)
+
+
+def _features(z, ob, goal, midx, w):
+    return jax.vmap(lambda a, b, c, d, e: feature_grid(a, b, c, d, e, PIXEL_SIZE_M))(z, ob, goal, midx, w)
+
+
+def _octile(goal, shape):
+    h, w = shape
+    rr = jnp.arange(h, dtype=jnp.float32)[None, :, None]
+    cc = jnp.arange(w, dtype=jnp.float32)[None, None, :]
+    dy = jnp.abs(goal[:, 0, None, None].astype(jnp.float32) - rr)
+    dx = jnp.abs(goal[:, 1, None, None].astype(jnp.float32) - cc)
+    return jnp.maximum(dy, dx) + (jnp.sqrt(2.0) - 1.0) * jnp.minimum(dy, dx)
+
+
+def evaluate_params(module, params, ev: EvalSet, *, max_length: int | None = None,
+                    capacity: int = 4096) -> dict:
+    """Held-out primary metrics of greedy descent on the network's field (host dict)."""
+    n = ev.z.shape[-1]
+    out = jax.device_get(_eval_fn(module, int(max_length or 4 * n), capacity)(params, ev))
+    return {k: float(v) for k, v in out.items() if not isinstance(v, dict) and np.ndim(v) == 0}
+
+
+_EVAL_CACHE: dict = {}
+
+
+def _eval_fn(module, max_length, capacity):
+    key = (module, max_length, capacity)
+    if key not in _EVAL_CACHE:
+        @jax.jit
+        def run(params, ev):
+            x = _features(ev.z, ev.obstacles, ev.goal, ev.model_index, ev.weight)
+            u = module.apply(params, x)
+            h = log_ratio_to_cost(u, _octile(ev.goal, ev.z.shape[1:]), PIXEL_SIZE_M)
+            h = jnp.where(ev.obstacles, jnp.inf, h)
+            c = jax.vmap(lambda z, o, m, w: edge_cost_field_by_index(z, o, m, w, PIXEL_SIZE_M))(
+                ev.z, ev.obstacles, ev.model_index, ev.weight)
+            routes, lengths = jax.vmap(lambda a, b, s, g: greedy_decode(a, b, s, g, max_length))(
+                h, c, ev.start, ev.goal)
+            per_task = score_tasks(Route(routes, lengths), ev.references, ev.tasks)
+            return PathMetrics.empty(capacity).update(per_task).compute()
+        _EVAL_CACHE[key] = run
+    return _EVAL_CACHE[key]
+
+
+def _dihedral(k, arrays):
+    """The k-th (0..7) rotation/reflection of (B, H, W) arrays (square crops)."""
+    def branch(j):
+        def f(arrs):
+            out = []
+            for a in arrs:
+                a = jnp.rot90(a, j % 4, axes=(1, 2))
+                out.append(jnp.flip(a, axis=2) if j >= 4 else a)
+            return tuple(out)
+        return f
+    return jax.lax.switch(k, [branch(j) for j in range(8)], arrays)
+
+
+def _device_material(m: Material):
+    v = np.asarray(m.values, np.float64)
+    return {"z": jnp.asarray(m.elevation, jnp.float32), "ob": jnp.asarray(m.obstacles),
+            "v": jnp.asarray(np.where(np.isfinite(v), v, -1.0), jnp.float32),
+            "midx": jnp.asarray(m.model_index), "w": jnp.asarray(m.weight, jnp.float32)}
+
+
+def _move_logits(h, c, temperature_m):
+    """(B, 8, H, W) logits ``-(C[k] + h(next)) / temperature`` of the greedy choice."""
+    q = move_values(h, c)
+    q = jnp.where(jnp.isfinite(q), q, 1e9)
+    return -(q - jnp.min(q, axis=1, keepdims=True)) / temperature_m
+
+
+def _make_step(module, tx, config: TrainConfig):
+    batch, augment = config.batch, config.augment
+    lam, temp = config.move_loss_weight, config.move_temperature_m
+
+    def loss_fn(params, x, target, mask, aux):
+        u = module.apply(params, x)
+        n_mask = jnp.maximum(jnp.sum(mask), 1)
+        loss = jnp.sum(jnp.where(mask, (u - target) ** 2, 0.0)) / n_mask
+        if lam > 0 and config.move_loss == "difference":
+            oct_, c, best, v = aux
+            h = log_ratio_to_cost(u, oct_, PIXEL_SIZE_M)
+            legal = jnp.isfinite(c) & neighbours(v >= 0, False)
+            dh = neighbours(h, 0.0) - h[:, None]
+            dv = neighbours(v, 0.0) - v[:, None]
+            pair = legal & mask[:, None]
+            err = jnp.where(pair, (dh - dv) / PIXEL_SIZE_M, 0.0)
+            loss = loss + lam * jnp.sum(optax.huber_loss(err)) / jnp.maximum(jnp.sum(pair), 1)
+        elif lam > 0:
+            oct_, c, best, v = aux
+            h = log_ratio_to_cost(u, oct_, PIXEL_SIZE_M)
+            logp = jax.nn.log_softmax(_move_logits(h, c, temp), axis=1)
+            nll = -jnp.take_along_axis(logp, best[:, None], axis=1)[:, 0]
+            loss = loss + lam * jnp.sum(jnp.where(mask, nll, 0.0)) / n_mask
+        return loss
+
+    @jax.jit
+    def step(params, opt_state, data, key):
+        k_idx, k_aug = jax.random.split(key)
+        n = data["z"].shape[0]
+        idx = jax.random.choice(k_idx, n, (batch,), replace=n < batch)
+        z, ob, v = data["z"][idx], data["ob"][idx], data["v"][idx]
+        if augment and z.shape[1] == z.shape[2]:
+            z, ob, v = _dihedral(jax.random.randint(k_aug, (), 0, 8), (z, ob, v))
+        midx, w = data["midx"][idx], data["w"][idx]
+        # the goal is the one cell of cost-to-go 0 (unreachable cells hold -1)
+        flat = jnp.where(v >= 0, v, jnp.inf).reshape(batch, -1)
+        g = jnp.argmin(flat, axis=1)
+        goal = jnp.stack([g // z.shape[2], g % z.shape[2]], axis=1).astype(jnp.int32)
+        x = _features(z, ob, goal, midx, w)
+        oct_ = _octile(goal, z.shape[1:])
+        mask = (v > 0) & ~ob & (oct_ > 0)
+        target = jnp.log(jnp.where(mask, v, 1.0) / jnp.where(mask, oct_ * PIXEL_SIZE_M, 1.0))
+        c = jax.vmap(lambda a, b, m, ww: edge_cost_field_by_index(a, b, m, ww, PIXEL_SIZE_M))(
+            z, ob, midx, w)
+        v_inf = jnp.where(v >= 0, v, jnp.inf)
+        best = jax.vmap(descent_direction)(v_inf, c)
+        aux = (oct_, c, best, v)
+        loss, grads = jax.value_and_grad(loss_fn)(params, x, target, mask, aux)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    return step
+
+
+def train(config: TrainConfig | Mapping, *, seed: int | None = None,
+          progress: Callable[[str, int, int, dict], None] | None = None) -> TrainResult:
+    """Train a :class:`ValueFieldNet` (see the module docstring).
+
+    ``seed`` overrides the config's. ``progress(phase, done, total, info)`` is called
+    while the material is made (phase ``"data"``) and after each step (``"train"``;
+    ``info`` holds the loss and, after an evaluation, the held-out metrics)."""
+    if not isinstance(config, TrainConfig):
+        config = TrainConfig.from_dict(config)
+    if seed is not None:
+        config = dataclasses.replace(config, seed=int(seed))
+    t0 = time.perf_counter()
+    n_total = config.n_train + config.n_eval
+
+    def data_progress(offset):
+        return (lambda d, t: progress("data", offset + d, n_total, {})) if progress else None
+
+    common = dict(objectives=config.objectives, rasters=config.rasters,
+                  coverage_max=config.coverage_max)
+    train_m = make_material(config.n_train, config.resolution, seed=config.seed, stream=0,
+                            progress=data_progress(0), **common)
+    eval_m = make_material(config.n_eval, config.resolution, seed=config.seed, stream=1,
+                           progress=data_progress(config.n_train), **common)
+    t_data = time.perf_counter() - t0
+
+    module = ValueFieldNet(width=config.width, dilations=config.dilations)
+    key = jax.random.PRNGKey(config.seed)
+    key, k_init = jax.random.split(key)
+    n = config.resolution
+    params = module.init(k_init, jnp.zeros((1, n, n, 7), jnp.float32))
+    schedule = optax.warmup_cosine_decay_schedule(
+        0.0, config.learning_rate, min(config.warmup_steps, config.steps), config.steps,
+        config.learning_rate * 0.05)
+    tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(schedule))
+    opt_state = tx.init(params)
+    step = _make_step(module, tx, config)
+    data = _device_material(train_m)
+    ev = eval_set(eval_m)
+    history: list[dict] = []
+    t1 = time.perf_counter()
+    m0 = evaluate_params(module, params, ev)
+    history.append({"step": 0, "loss": None, "seconds": 0.0,
+                    **{k2: m0[k2] for k2 in ("success_rate", "regret_median", "regret_p90")}})
+    losses = []
+    metrics: dict = {}
+    for i in range(1, config.steps + 1):
+        key, k = jax.random.split(key)
+        params, opt_state, loss = step(params, opt_state, data, k)
+        losses.append(loss)
+        info: dict = {}
+        if i % config.eval_every == 0 or i == config.steps:
+            metrics = evaluate_params(module, params, ev)
+            mean_loss = float(jnp.mean(jnp.stack(losses)))
+            losses = []
+            info = {"step": i, "loss": mean_loss, "seconds": round(time.perf_counter() - t1, 2),
+                    **{k2: metrics[k2] for k2 in ("success_rate", "regret_median", "regret_p90")}}
+            history.append(info)
+        if progress:
+            progress("train", i, config.steps, info or {"loss": None})
+    t_train = time.perf_counter() - t1
+    params = jax.device_get(params)
+    metrics["param_count"] = param_count(params)
+    return TrainResult(module=module, params=params, history=history, metrics=metrics,
+                       seconds={"data": round(t_data, 2), "train": round(t_train, 2)},
+                       config=config, steps=config.steps)
+
+
+def write_checkpoint(result: TrainResult, path) -> object:
+    """Save a :class:`TrainResult` as a checkpoint (``path``: a folder, or the
+    metadata ``.json``); returns the metadata path."""
+    meta = {"created": utc_now(), "config": result.config.to_dict(), "seed": result.config.seed,
+            "step": result.steps, "metrics": result.metrics, "history": result.history,
+            "seconds": result.seconds, "coord_scale": COORD_SCALE,
+            "prediction": "log correction factor u >= 0: h = exp(u) * octile * pixel_size_m"}
+    return save_checkpoint(path, result.module, result.params, meta)
