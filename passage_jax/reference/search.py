@@ -9,6 +9,9 @@ A* uses the Euclidean distance in metres (pixel distance x pixel size) as its
 heuristic; every step costs at least its length, so it is admissible and
 consistent. A node whose ``g`` improves after it was expanded is reopened, so a
 last-ulp inconsistency of the floating-point heuristic cannot cost optimality.
+:func:`search` also takes any (H, W) heuristic field (``heuristic=array``, e.g. a
+learned cost-to-go estimate): the same machinery and counters, optimal only when
+that field is admissible.
 
 Tie-break: the open set is ordered by ``(f, flat cell index)``; among equal
 ``g`` offers for a cell the first one (in expansion order, neighbours in
@@ -62,12 +65,14 @@ def _check(z, obstacles, start, goal):
     return z, obst, out[0], out[1]
 
 
-def search(z, obstacles, start, goal, model: str, weight: float, *, heuristic: bool = True,
-           max_expansions: int | None = None, pixel_size_m: float = 30.0,
-           cost_field: np.ndarray | None = None) -> SearchResult:
+def search(z, obstacles, start, goal, model: str, weight: float, *,
+           heuristic: bool | np.ndarray = True, max_expansions: int | None = None,
+           pixel_size_m: float = 30.0, cost_field: np.ndarray | None = None) -> SearchResult:
     """A* (``heuristic=True``) or Dijkstra from ``start`` to ``goal``.
 
-    ``cost_field`` (8, H, W) may be passed to reuse a precomputed NumPy field.
+    ``heuristic`` may also be an (H, W) float array of estimated costs to ``goal``
+    (no NaN or -inf; +inf is searched last). ``cost_field`` (8, H, W) may be passed
+    to reuse a precomputed NumPy field.
     """
     z, obst, (sr, sc), (gr, gc) = _check(z, obstacles, start, goal)
     h, w = z.shape
@@ -78,7 +83,13 @@ def search(z, obstacles, start, goal, model: str, weight: float, *, heuristic: b
     offs = (MOVES[:, 0] * w + MOVES[:, 1]).tolist()
     cost_rows = np.ascontiguousarray(cost_field.reshape(8, n).T).tolist()
     src, dst = sr * w + sc, gr * w + gc
-    if heuristic:
+    if isinstance(heuristic, np.ndarray):
+        hf = np.asarray(heuristic, np.float64)
+        if hf.shape != (h, w) or np.any(np.isnan(hf) | (hf == -math.inf)):
+            raise ValueError(f"heuristic field must be an ({h}, {w}) array without NaN or -inf, "
+                             f"got shape {hf.shape}")
+        hvals = hf.ravel().tolist()
+    elif heuristic:
         rr, cc = np.divmod(np.arange(n), w)
         hvals = (np.hypot(rr - gr, cc - gc) * float(pixel_size_m)).tolist()
     else:

@@ -29,6 +29,7 @@ import numpy as np
 from passage_jax.data import DataError, load_tasks, resolve_dataset_root
 from passage_jax.fileio import read_document, sha256_file
 from passage_jax.graph.routes import route_cost
+from passage_jax.learned.guide import shipped_checkpoint
 from passage_jax.protocol.adapters import import_entry, is_factory
 from passage_jax.protocol.records import input_hash, pack_routes, references_identity
 from passage_jax.reference import qualify_scenes, solve_tasks
@@ -215,6 +216,8 @@ def checkpoint_files(spec: RunSpec) -> dict:
             vals = val if isinstance(val, (list, tuple)) else [val]
             for j, v in enumerate(vals):
                 name = key if len(vals) == 1 else f"{key}[{j}]"
+                if CHECKPOINT_KEY.search(key) and isinstance(v, str) and v.startswith("shipped:"):
+                    v = _shipped_checkpoint(v, seed, name)
                 if CHECKPOINT_KEY.search(key):
                     if not isinstance(v, str) or not Path(v).exists():
                         raise AdmissionError(f"checkpoint: seed {seed}: inference_kwargs.{name}="
@@ -225,6 +228,15 @@ def checkpoint_files(spec: RunSpec) -> dict:
                     files[name] = {"path": str(Path(v).resolve()), "sha256": _dir_sha256(Path(v))}
         out[str(seed)] = files
     return out
+
+
+def _shipped_checkpoint(v: str, seed, name: str) -> str:
+    """The metadata file of a ``"shipped:<seed>"`` checkpoint (it records the
+    parameter file's sha256, so hashing it pins the parameters)."""
+    try:
+        return str(shipped_checkpoint(v.split(":", 1)[1]))
+    except (ValueError, FileNotFoundError) as e:
+        raise AdmissionError(f"checkpoint: seed {seed}: inference_kwargs.{name}={v!r}: {e}") from None
 
 
 def _dir_sha256(folder: Path) -> str:

@@ -1,0 +1,242 @@
+"""Decoders: from an estimated cost-to-go field to a route (host, float64).
+
+Each decoder takes a field ``(H, W)`` (an estimate of every cell's cost to the
+request's goal, as a guide returns it) and a :class:`PlanRequest`, and returns a
+:class:`DecodeResult` with a route (or ``None``), a protocol status, SPEC §6
+counters and a message on failure. A field must have the request's shape and no
+NaN or -inf; +inf means "predicted unreachable". Decoding never changes the
+graph: step costs are the request's own (``edge_cost_field_np``), so every route
+returned is legal on it.
+
+* :func:`direct` — greedy descent: from the start, step to the legal neighbour
+  ``v`` minimising ``c(u, v) + field[v]`` (the Bellman choice, first move of
+  ``MOVES`` on ties, as the reference descent), until the goal. With the exact
+  cost-to-go this is an optimal route. The descent stops, status ``no_path``, when
+  the chosen neighbour was visited before (``descent revisited (r, c)``: a local
+  minimum, a plateau or a cycle of the field) or when no legal move has a finite
+  value (``descent stuck at (r, c)``), and with ``budget_exhausted`` after
+  ``max_steps`` steps: never an endless route. Counters: ``expansions`` = cells
+  whose neighbours were evaluated, ``queue_operations`` = 0, ``live_states`` = 1.
+* :func:`bounded_repair` — A* (``passage_jax.reference.search``, weight 1:
+  ``f = g + field``) with the field as its heuristic and an expansion budget;
+  ``budget_exhausted`` when it runs out. ``start_from="replace"`` (default)
+  searches from the start and replaces the failed direct route;
+  ``start_from="failed_direct"`` searches from the last cell of the failed
+  descent and keeps the walked prefix, joined where the repaired tail last
+  meets it (so no cell repeats).
+* :func:`prediction_free` — the same :func:`bounded_repair` with
+  :func:`octile_field` as the guide: the octile distance to the goal times the
+  smallest step cost per metre of the request's graph (admissible and consistent),
+  so it differs from ``bounded_repair`` only in the guide.
+* :func:`exact_fallback` — an exact reference solver on the request's own graph:
+  unbounded A* with the Euclidean heuristic (``solver="astar"``, default: it
+  reports its counters, so a fallback is charged like any stage and an
+  expansion budget still applies to the whole request) or float64 value
+  iteration (``solver="value_iteration"``, ``reference.solve_batch`` as the exact
+  baseline planner; it has no search counters, so its work is reported empty).
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from passage_jax.graph.costs import edge_cost_field_np
+from passage_jax.graph.moves import MOVES, STEP_PIXELS
+from passage_jax.learned.model import octile_grid
+from passage_jax.protocol.contracts import PlanRequest
+from passage_jax.reference.search import search
+from passage_jax.reference.vi import solve_batch
+
+__all__ = ["DecodeResult", "START_FROM", "FALLBACK_SOLVERS", "check_field", "request_cost_field",
+           "octile_field", "direct", "bounded_repair", "prediction_free", "exact_fallback"]
+
+#: Where :func:`bounded_repair` starts its search.
+START_FROM = ("replace", "failed_direct")
+#: Exact solvers :func:`exact_fallback` can run.
+FALLBACK_SOLVERS = ("astar", "value_iteration")
+
+_SEARCH_STATUS = {"ok": "ok", "unreachable": "no_path", "budget_exhausted": "budget_exhausted"}
+
+
+class DecodeResult(NamedTuple):
+    """path: (L, 2) int32 start→goal route or None; status: "ok" | "no_path" |
+    "budget_exhausted"; work: SPEC §6 counters of this decoder; message: why it
+    failed (None when ok); walked: the cells a descent visited, in order (the
+    partial route of a failed :func:`direct`; None for the searches)."""
+
+    path: np.ndarray | None
+    status: str
+    work: dict
+    message: str | None = None
+    walked: np.ndarray | None = None
+
+
+def check_field(field, request: PlanRequest) -> np.ndarray:
+    """The field as a float64 (H, W) array; ValueError naming ``field`` when its
+    shape differs from the request's or it holds NaN or -inf."""
+    f = np.asarray(field, dtype=np.float64)
+    if f.shape != tuple(request.shape):
+        raise ValueError(f"field shape {f.shape} != request shape {tuple(request.shape)} "
+                         f"(a guide must return one (H, W) cost-to-go per request)")
+    bad = np.isnan(f) | (f == -math.inf)
+    if bad.any():
+        r, c = (int(v) for v in np.argwhere(bad)[0])
+        raise ValueError(f"field has {int(bad.sum())} NaN or -inf value(s), first at {(r, c)}")
+    return f
+
+
+def request_cost_field(request: PlanRequest) -> np.ndarray:
+    """(8, H, W) float64 edge costs of the request's own graph."""
+    return edge_cost_field_np(request.elevation, request.obstacles, request.cost_model,
+                              request.cost_weight, request.graph.pixel_size_m)
+
+
+def _costs(request, cost_field):
+    return request_cost_field(request) if cost_field is None else cost_field
+
+
+def octile_field(request: PlanRequest, *, cost_field: np.ndarray | None = None) -> np.ndarray:
+    """Prediction-free guide: octile distance to the goal in metres times the smallest
+    step cost per metre over the request's legal moves (1 for every registered cost
+    model with a non-negative weight). Admissible and consistent on the 8-grid."""
+    cost_field = _costs(request, cost_field)
+    h, w = request.shape
+    lengths = (STEP_PIXELS * request.graph.pixel_size_m)[:, None, None]
+    per_metre = cost_field / lengths
+    finite = np.isfinite(per_metre)
+    scale = max(0.0, float(per_metre[finite].min())) if finite.any() else 1.0
+    with jax.enable_x64(True):
+        octile = np.asarray(octile_grid((h, w), request.goal, jnp.float64), np.float64)
+    return octile * request.graph.pixel_size_m * scale
+
+
+def direct(field, request: PlanRequest, *, max_steps: int | None = None,
+           cost_field: np.ndarray | None = None) -> DecodeResult:
+    """Greedy descent on ``field`` (see the module text). ``max_steps`` defaults to
+    H·W; it and the request's ``budget.max_expansions`` (the tighter) bound the walk."""
+    f = check_field(field, request)
+    cost_field = _costs(request, cost_field)
+    h, w = f.shape
+    limit = h * w if max_steps is None else int(max_steps)
+    if limit <= 0:
+        raise ValueError(f"max_steps={max_steps!r} must be a positive integer")
+    if request.budget.max_expansions is not None:
+        limit = min(limit, request.budget.max_expansions)
+    moves = MOVES.tolist()
+    goal = tuple(request.goal)
+    cur = tuple(request.start)
+    cells = [cur]
+    seen = {cur}
+    expansions = 0
+
+    def fail(status, message):
+        work = {"expansions": expansions, "queue_operations": 0, "live_states": 1}
+        return DecodeResult(None, status, work, message, np.asarray(cells, np.int32))
+
+    while cur != goal:
+        if expansions >= limit:
+            return fail("budget_exhausted", f"descent reached its step limit {limit} at {cur}")
+        expansions += 1
+        r, c = cur
+        best, best_q = None, math.inf
+        for k, (dr, dc) in enumerate(moves):
+            step = cost_field[k, r, c]
+            if step == math.inf:
+                continue
+            q = step + f[r + dr, c + dc]
+            if q < best_q:
+                best, best_q = (r + dr, c + dc), q
+        if best is None:
+            return fail("no_path", f"descent stuck at {cur}: no legal move has a finite value")
+        if best in seen:
+            return fail("no_path", f"descent revisited {best} from {cur} after {expansions} "
+                                   f"step(s) (a local minimum or plateau of the field)")
+        cur = best
+        cells.append(cur)
+        seen.add(cur)
+    work = {"expansions": expansions, "queue_operations": 0, "live_states": 1}
+    return DecodeResult(np.asarray(cells, np.int32), "ok", work, None, np.asarray(cells, np.int32))
+
+
+def _join(prefix: np.ndarray, tail: np.ndarray) -> np.ndarray:
+    """prefix + tail (tail[0] == prefix[-1]) joined at the last cell of the tail that
+    the prefix holds, so no cell repeats (both parts are free of repeats)."""
+    index = {tuple(p): i for i, p in enumerate(prefix.tolist())}
+    cells = tail.tolist()
+    for j in range(len(cells) - 1, -1, -1):
+        i = index.get(tuple(cells[j]))
+        if i is not None:
+            return np.concatenate([prefix[:i], tail[j:]]).astype(np.int32)
+    raise AssertionError("unreachable: the tail starts at the prefix's last cell")
+
+
+def bounded_repair(field, request: PlanRequest, *, max_expansions: int | None,
+                   start_from: str = "replace", prefix=None,
+                   cost_field: np.ndarray | None = None) -> DecodeResult:
+    """A* guided by ``field`` under ``max_expansions`` (``None``: no limit of its own;
+    0 is allowed and exhausts at once). ``start_from="failed_direct"`` needs
+    ``prefix``, the walked cells of the failed descent (``DecodeResult.walked``)."""
+    f = check_field(field, request)
+    if start_from not in START_FROM:
+        raise ValueError(f"start_from={start_from!r} is not one of {list(START_FROM)}")
+    if max_expansions is not None and (isinstance(max_expansions, bool) or int(max_expansions) < 0):
+        raise ValueError(f"max_expansions={max_expansions!r} must be a non-negative integer or None")
+    source = tuple(request.start)
+    if start_from == "failed_direct":
+        if prefix is None or len(prefix) == 0:
+            raise ValueError("start_from='failed_direct' needs prefix (the failed descent's cells)")
+        prefix = np.asarray(prefix, np.int32).reshape(-1, 2)
+        if tuple(prefix[0].tolist()) != source:
+            raise ValueError(f"prefix starts at {tuple(prefix[0].tolist())}, not at the start {source}")
+        source = tuple(prefix[-1].tolist())
+    cost_field = _costs(request, cost_field)
+    res = search(request.elevation, request.obstacles, source, request.goal, request.cost_model,
+                 request.cost_weight, heuristic=f, max_expansions=max_expansions,
+                 pixel_size_m=request.graph.pixel_size_m, cost_field=cost_field)
+    work = {"expansions": int(res.expansions), "queue_operations": int(res.queue_operations),
+            "live_states": int(res.live_states)}
+    status = _SEARCH_STATUS[res.status]
+    if status != "ok":
+        what = (f"expansion budget of {max_expansions} spent" if status == "budget_exhausted"
+                else "the goal cannot be reached")
+        return DecodeResult(None, status, work, f"repair from {source}: {what}")
+    path = res.route if start_from == "replace" else _join(prefix, res.route)
+    return DecodeResult(path, "ok", work)
+
+
+def prediction_free(request: PlanRequest, *, max_expansions: int | None, start_from: str = "replace",
+                    prefix=None, cost_field: np.ndarray | None = None) -> DecodeResult:
+    """:func:`bounded_repair` with :func:`octile_field` as the guide (the control)."""
+    cost_field = _costs(request, cost_field)
+    return bounded_repair(octile_field(request, cost_field=cost_field), request,
+                          max_expansions=max_expansions, start_from=start_from, prefix=prefix,
+                          cost_field=cost_field)
+
+
+def exact_fallback(request: PlanRequest, *, solver: str = "astar",
+                   cost_field: np.ndarray | None = None) -> DecodeResult:
+    """The exact route from the start on the request's own graph (no budget of its own)."""
+    if solver == "astar":
+        res = search(request.elevation, request.obstacles, request.start, request.goal,
+                     request.cost_model, request.cost_weight, heuristic=True,
+                     pixel_size_m=request.graph.pixel_size_m, cost_field=_costs(request, cost_field))
+        work = {"expansions": int(res.expansions), "queue_operations": int(res.queue_operations),
+                "live_states": int(res.live_states)}
+        if res.status == "ok":
+            return DecodeResult(res.route, "ok", work)
+        return DecodeResult(None, "no_path", work, "exact fallback: the goal cannot be reached")
+    if solver == "value_iteration":
+        res = solve_batch(request.elevation[None], request.obstacles[None], [request.start],
+                          [request.goal], [request.cost_model], [request.cost_weight], routes=True,
+                          pixel_size_m=request.graph.pixel_size_m)
+        status, route = res.status[0], res.routes[0]
+        if status == "ok" and route is not None:
+            return DecodeResult(route, "ok", {})
+        if status == "unreachable":
+            return DecodeResult(None, "no_path", {}, "exact fallback: the goal cannot be reached")
+        return DecodeResult(None, "budget_exhausted", {}, f"exact fallback: value iteration {status}")
+    raise ValueError(f"solver={solver!r} is not one of {list(FALLBACK_SOLVERS)}")

@@ -1,0 +1,190 @@
+"""The learned planner: a guide (any ``request -> (H, W)`` cost-to-go estimate) and
+a decoder composition, behind the planner protocol (SPEC §6, §9).
+
+Compositions (``decoder=``), every stage a function of
+:mod:`passage_jax.learned.decoders`:
+
+===================  ============================  ===============================  ============
+decoder              primary                       repair (when primary fails)      fallback
+===================  ============================  ===============================  ============
+``direct``           descent on the guide          —                                —
+``bounded_repair``   descent on the guide          A* guided by the guide, budget   —
+``prediction_free``  descent on the octile guide   A* guided by the octile guide    —
+``exact_fallback``   descent on the guide          A* guided by the guide, budget   exact solver
+===================  ============================  ===============================  ============
+
+``prediction_free`` is ``bounded_repair`` with the guide replaced by
+:func:`~passage_jax.learned.decoders.octile_field` in both stages: same machinery,
+same budget, same options, so the two differ only in the guide (seed 001 §3.B).
+It never calls the guide.
+
+Budgets: the repair's expansion limit is the tighter of ``max_expansions`` and
+what the request's ``budget.max_expansions`` leaves after the primary stage (one
+budget for the whole request); the descent is bounded by ``max_steps`` and the
+request's limit. The exact fallback has no limit of its own: its work is counted,
+so a request budget it overruns makes the runner record ``budget_exhausted``.
+
+Accounting: ``stage_work`` holds the SPEC §6 counters of each stage that ran (a
+stage that did not run is absent), ``work`` their totals (sums; ``live_states``
+the maximum), ``route_stage`` the stage whose route is returned (``None`` on
+failure). The guide is called once per request; ``resource_peaks`` records
+``forward_ms`` (the guide call) and ``decode_ms`` (all decoder stages).
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from passage_jax.learned.decoders import (
+    FALLBACK_SOLVERS,
+    START_FROM,
+    bounded_repair,
+    direct,
+    exact_fallback,
+    octile_field,
+    request_cost_field,
+)
+from passage_jax.learned.guide import NetworkGuide, load_guide
+from passage_jax.protocol.contracts import PlanRequest, PlanResult, accumulate_stages
+
+__all__ = ["DECODERS", "INFERENCE_KWARGS", "LearnedPlanner", "make_planner", "guide_from_flax"]
+
+#: Decoder compositions :class:`LearnedPlanner` offers.
+DECODERS = ("direct", "bounded_repair", "prediction_free", "exact_fallback")
+#: ``inference_kwargs`` :func:`make_planner` takes.
+INFERENCE_KWARGS = ("checkpoint", "guide", "dtype", "decoder", "max_expansions", "max_steps",
+                    "start_from", "fallback_solver")
+#: The stages each composition may run after the primary descent, in order.
+_LATER_STAGES = {"direct": (), "bounded_repair": ("repair",), "prediction_free": ("repair",),
+                 "exact_fallback": ("repair", "fallback")}
+_PRECISION = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float64": "fp64"}
+
+
+def guide_from_flax(module, params, features_fn: Callable, *, output: str = "cost_to_go",
+                    dtype: str = "float32") -> NetworkGuide:
+    """A guide from one's own Flax module: ``module.apply(params, x)`` with
+    ``x = features_fn(request)[None]`` (1, H, W, C) must return (1, H, W);
+    ``output="cost_to_go"`` reads it as the estimate itself, ``"log_ratio"`` as the
+    log of its ratio to the octile cost (see :class:`NetworkGuide`)."""
+    return NetworkGuide(module, params, dtype=dtype, output=output, feature_fn=features_fn)
+
+
+def _positive(name, v):
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or int(v) <= 0:
+        raise ValueError(f"learned planner: {name}={v!r} must be a positive integer or null")
+    return int(v)
+
+
+class LearnedPlanner:
+    """``plan(request) -> PlanResult`` for a guide and a decoder composition (see the
+    module text). ``guide`` may be ``None`` only for ``decoder="prediction_free"``."""
+
+    def __init__(self, guide: Callable | None, *, decoder: str = "direct",
+                 max_expansions: int | None = None, max_steps: int | None = None,
+                 start_from: str = "replace", fallback_solver: str = "astar"):
+        if decoder not in DECODERS:
+            raise ValueError(f"learned planner: decoder={decoder!r} is not one of {list(DECODERS)}")
+        if start_from not in START_FROM:
+            raise ValueError(f"learned planner: start_from={start_from!r} is not one of "
+                             f"{list(START_FROM)}")
+        if fallback_solver not in FALLBACK_SOLVERS:
+            raise ValueError(f"learned planner: fallback_solver={fallback_solver!r} is not one of "
+                             f"{list(FALLBACK_SOLVERS)}")
+        if guide is None and decoder != "prediction_free":
+            raise ValueError(f"learned planner: decoder={decoder!r} needs a guide (a checkpoint or "
+                             f"a callable request -> (H, W) field)")
+        if guide is not None and not callable(guide):
+            raise TypeError(f"learned planner: guide must be callable request -> (H, W) field, "
+                            f"got {type(guide).__name__}")
+        self.guide = guide
+        self.decoder = decoder
+        self.max_expansions = _positive("max_expansions", max_expansions)
+        self.max_steps = _positive("max_steps", max_steps)
+        self.start_from = start_from
+        self.fallback_solver = fallback_solver
+
+    @property
+    def precision(self) -> str:
+        if self.decoder == "prediction_free" or self.guide is None:
+            return "fp64"
+        dtype = getattr(self.guide, "dtype", None)
+        return _PRECISION.get(str(dtype), str(dtype)) if dtype is not None else "fp64"
+
+    def _repair_limit(self, request: PlanRequest, spent: int) -> int | None:
+        left = None
+        if request.budget.max_expansions is not None:
+            left = max(0, request.budget.max_expansions - spent)
+        vals = [v for v in (self.max_expansions, left) if v is not None]
+        return min(vals) if vals else None
+
+    def plan(self, request: PlanRequest) -> PlanResult:
+        t0 = time.perf_counter()
+        if self.decoder == "prediction_free":
+            field = None
+        else:
+            field = self.guide(request)
+        t1 = time.perf_counter()
+        cost_field = request_cost_field(request)
+        if field is None:
+            field = octile_field(request, cost_field=cost_field)
+        stage_work: dict = {}
+        messages: list = []
+        skipped = False
+        out = direct(field, request, max_steps=self.max_steps, cost_field=cost_field)
+        stage_work["primary"] = out.work
+        stage = "primary"
+        for nxt in _LATER_STAGES[self.decoder]:
+            if out.status == "ok":
+                break
+            messages.append(f"{stage}: {out.message}")
+            if request.remaining_wall_ms() <= 0:
+                messages.append("deadline passed: later stages skipped")
+                skipped = True
+                break
+            if nxt == "repair":
+                limit = self._repair_limit(request, out.work["expansions"])
+                out = bounded_repair(field, request, max_expansions=limit,
+                                     start_from=self.start_from, prefix=out.walked,
+                                     cost_field=cost_field)
+            else:
+                out = exact_fallback(request, solver=self.fallback_solver, cost_field=cost_field)
+            stage_work[nxt] = out.work
+            stage = nxt
+        t2 = time.perf_counter()
+        ok = out.status == "ok"
+        if not ok and not skipped:
+            messages.append(f"{stage}: {out.message}")
+        peaks = {"forward_ms": (t1 - t0) * 1000.0, "decode_ms": (t2 - t1) * 1000.0}
+        return PlanResult(path=out.path if ok else None, status=out.status,
+                          work=accumulate_stages(stage_work), stage_work=stage_work,
+                          precision=self.precision, resource_peaks=peaks,
+                          message=None if ok else "; ".join(messages), route_stage=stage if ok else None)
+
+    def __repr__(self):
+        return (f"LearnedPlanner({self.guide!r}, decoder={self.decoder!r}, "
+                f"max_expansions={self.max_expansions}, start_from={self.start_from!r})")
+
+
+def make_planner(**inference_kwargs) -> LearnedPlanner:
+    """Run-spec factory. ``checkpoint`` ("shipped:<seed>" or a path, loaded with
+    :func:`~passage_jax.learned.guide.load_guide` in ``dtype``) or ``guide`` (any
+    callable request -> field); neither is needed for ``decoder="prediction_free"``
+    (a checkpoint given there is not loaded, so one spec can switch decoders).
+    The other keys are :class:`LearnedPlanner`'s options."""
+    bad = sorted(set(inference_kwargs) - set(INFERENCE_KWARGS))
+    if bad:  # the message of planners._common.check_kwargs (learned does not import planners)
+        raise TypeError(f"planner 'learned': unknown inference_kwargs {bad}; known: "
+                        f"{list(INFERENCE_KWARGS)}")
+    kw = dict(inference_kwargs)
+    checkpoint = kw.pop("checkpoint", None)
+    guide = kw.pop("guide", None)
+    dtype = kw.pop("dtype", "float32")
+    if checkpoint is not None and guide is not None:
+        raise ValueError("learned planner: pass checkpoint or guide, not both")
+    if guide is None and checkpoint is not None and kw.get("decoder", "direct") != "prediction_free":
+        guide = load_guide(checkpoint, dtype=dtype)
+    return LearnedPlanner(guide, **kw)

@@ -1,0 +1,334 @@
+"""Decoders and the learned planner on hand-made fields (passage_jax.learned.decoders,
+passage_jax.learned.planner): exact cost-to-go fields from SciPy's Dijkstra, fields
+with a pit, budgets, stage accounting, protocol validation and the runner."""
+import fixtures_runner as F
+import flax.linen as nn
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from passage_jax.graph import GraphSpec, edge_cost_field_np, route_cost, route_problem
+from passage_jax.learned.decoders import (
+    bounded_repair,
+    check_field,
+    direct,
+    exact_fallback,
+    octile_field,
+    prediction_free,
+)
+from passage_jax.learned.planner import LearnedPlanner, guide_from_flax, make_planner
+from passage_jax.protocol import BudgetSpec, PlanRequest, as_planner, build_request, load_planner
+from passage_jax.protocol.contracts import normalise_result
+from passage_jax.reference.search import search
+from passage_jax.run.timing import execute
+from passage_jax.testing import cost_to_go, exact_route, make_scene
+
+MODELS = {"elevation": 62.4, "slope_uphill": 10.0, "energy": 62.4}
+
+
+def _request(seed, n=32, model="elevation", budget=None):
+    scene, _ = make_scene(np.random.default_rng(seed), n, f"s{seed}")
+    w = MODELS[model]
+    return PlanRequest(sample_id=scene.id, elevation=scene.elevation_m, obstacles=scene.obstacles,
+                       start=scene.start, goal=scene.goal, cost_model=model, cost_weight=w,
+                       graph=GraphSpec(cost_model=model, cost_weight=w),
+                       budget=budget or BudgetSpec())
+
+
+def _perfect(request):
+    """Exact cost-to-go (SciPy Dijkstra on the reversed graph), independent of the decoders."""
+    cost = edge_cost_field_np(request.elevation, request.obstacles, request.cost_model,
+                              request.cost_weight)
+    return cost_to_go(cost, request.goal)
+
+
+def _c_star(request):
+    return exact_route(request.elevation, request.obstacles, request.start, request.goal,
+                       request.cost_model, request.cost_weight)[0]
+
+
+def _pit(request, depth=1e7, sigma=2.0):
+    """The exact field minus a deep Gaussian pit on the optimal route, a third of the
+    way from the start: a local minimum away from the goal. Still admissible."""
+    v = _perfect(request)
+    _, route = exact_route(request.elevation, request.obstacles, request.start, request.goal,
+                           request.cost_model, request.cost_weight)
+    pr, pc = route[len(route) // 3]
+    rr, cc = np.mgrid[0:v.shape[0], 0:v.shape[1]]
+    return v - depth * np.exp(-((rr - pr) ** 2 + (cc - pc) ** 2) / (2 * sigma ** 2)), (pr, pc)
+
+
+def _legal_cost(request, path):
+    assert route_problem(path, request.start, request.goal, request.obstacles) is None
+    return route_cost(path, request.elevation, request.graph)
+
+
+@pytest.fixture(scope="module")
+def req():
+    return _request(3)
+
+
+@pytest.mark.parametrize("seed,model", [(1, "elevation"), (2, "slope_uphill"), (5, "energy")])
+def test_direct_on_the_exact_field_is_optimal(seed, model):
+    r = _request(seed, model=model)
+    out = direct(_perfect(r), r)
+    assert out.status == "ok" and out.message is None
+    assert _legal_cost(r, out.path) == pytest.approx(_c_star(r), rel=1e-9)
+    assert out.work == {"expansions": len(out.path) - 1, "queue_operations": 0, "live_states": 1}
+
+
+def test_direct_fails_cleanly_in_a_pit_and_repair_succeeds(req):
+    field, pit = _pit(req)
+    out = direct(field, req)
+    assert out.status == "no_path" and out.path is None
+    assert "revisited" in out.message
+    walked = out.walked
+    assert len(walked) <= req.shape[0] * req.shape[1]
+    assert len({tuple(c) for c in walked.tolist()}) == len(walked)  # never loops
+    assert max(abs(walked[-1][0] - pit[0]), abs(walked[-1][1] - pit[1])) <= 2  # ended in the pit
+    assert out.work["expansions"] == len(walked)
+    # the pit field stays admissible (it only lowers the exact field): A* stays optimal
+    rep = bounded_repair(field, req, max_expansions=10_000)
+    assert rep.status == "ok"
+    assert _legal_cost(req, rep.path) == pytest.approx(_c_star(req), rel=1e-9)
+    # starting from the failed descent keeps its prefix, never repeats a cell
+    rep2 = bounded_repair(field, req, max_expansions=10_000, start_from="failed_direct",
+                          prefix=walked)
+    assert rep2.status == "ok"
+    assert _legal_cost(req, rep2.path) >= _c_star(req) * (1 - 1e-12)
+    assert len({tuple(c) for c in rep2.path.tolist()}) == len(rep2.path)
+    assert rep2.work["expansions"] > 0
+
+
+def test_direct_stuck_and_step_limit(req):
+    field = np.full(req.shape, np.inf)
+    field[req.start] = 0.0
+    out = direct(field, req)
+    assert out.status == "no_path" and "stuck at" in out.message
+    assert out.work["expansions"] == 1
+    out = direct(_perfect(req), req, max_steps=3)
+    assert out.status == "budget_exhausted" and out.work["expansions"] == 3
+    assert "step limit 3" in out.message and len(out.walked) == 4
+
+
+def test_field_checks_name_the_field(req):
+    with pytest.raises(ValueError, match="field shape"):
+        direct(np.zeros((3, 3)), req)
+    bad = _perfect(req)
+    bad[0, 0] = np.nan
+    with pytest.raises(ValueError, match="field has 1 NaN"):
+        check_field(bad, req)
+    with pytest.raises(ValueError, match="prefix"):
+        bounded_repair(_perfect(req), req, max_expansions=10, start_from="failed_direct")
+    with pytest.raises(ValueError, match="start_from"):
+        bounded_repair(_perfect(req), req, max_expansions=10, start_from="middle")
+
+
+def test_prediction_free_needs_more_expansions_at_equal_success():
+    for seed in (3, 4):
+        r = _request(seed)
+        guided = bounded_repair(_perfect(r), r, max_expansions=5000)
+        control = prediction_free(r, max_expansions=5000)
+        assert guided.status == control.status == "ok"
+        c = _c_star(r)
+        # both guides are admissible: both routes are optimal
+        assert _legal_cost(r, guided.path) == pytest.approx(c, rel=1e-9)
+        assert _legal_cost(r, control.path) == pytest.approx(c, rel=1e-9)
+        assert control.work["expansions"] > guided.work["expansions"]
+        # with the exact field A* expands little beyond the route itself
+        assert guided.work["expansions"] <= 3 * len(guided.path)
+
+
+def test_octile_field_is_admissible(req):
+    oct_ = octile_field(req)
+    v = _perfect(req)
+    free = np.isfinite(v)
+    assert np.all(oct_[free] <= v[free] * (1 + 1e-12))
+    assert oct_[req.goal] == 0.0
+    # independent formula: 30 m pixels, unit step cost per metre
+    dr, dc = abs(req.start[0] - req.goal[0]), abs(req.start[1] - req.goal[1])
+    want = 30.0 * (max(dr, dc) + (np.sqrt(2) - 1) * min(dr, dc))
+    assert oct_[req.start] == pytest.approx(want, rel=1e-12)
+
+
+def test_search_takes_a_heuristic_field(req):
+    exact = search(req.elevation, req.obstacles, req.start, req.goal, req.cost_model,
+                   req.cost_weight, heuristic=_perfect(req))
+    plain = search(req.elevation, req.obstacles, req.start, req.goal, req.cost_model,
+                   req.cost_weight, heuristic=True)
+    assert exact.cost == pytest.approx(plain.cost, rel=1e-12) == pytest.approx(_c_star(req), rel=1e-9)
+    assert exact.expansions < plain.expansions
+    with pytest.raises(ValueError, match="heuristic field"):
+        search(req.elevation, req.obstacles, req.start, req.goal, req.cost_model,
+               req.cost_weight, heuristic=np.zeros((2, 2)))
+
+
+def test_budget_exhaustion(req):
+    out = bounded_repair(np.zeros(req.shape), req, max_expansions=3)
+    assert out.status == "budget_exhausted" and out.path is None
+    assert out.work["expansions"] == 3 and "budget of 3" in out.message
+    assert prediction_free(req, max_expansions=2).status == "budget_exhausted"
+
+
+@pytest.mark.parametrize("solver", ["astar", "value_iteration"])
+def test_exact_fallback_is_optimal(solver):
+    r = _request(7, n=24, model="slope_uphill")
+    out = exact_fallback(r, solver=solver)
+    assert out.status == "ok"
+    assert _legal_cost(r, out.path) == pytest.approx(_c_star(r), rel=1e-9)
+    if solver == "astar":
+        assert out.work["expansions"] > 0
+    else:
+        assert out.work == {}  # value iteration has no search counters
+
+
+def _check_accounting(res, stages, route_stage):
+    norm = normalise_result(res)
+    assert set(norm.stage_work) == set(stages)
+    for counters in norm.stage_work.values():
+        assert all(isinstance(v, int) and v >= 0 for v in counters.values())
+    assert norm.work["expansions"] == sum(c["expansions"] for c in norm.stage_work.values())
+    assert norm.work["queue_operations"] == sum(c["queue_operations"] for c in norm.stage_work.values())
+    assert norm.work["live_states"] == max(c["live_states"] for c in norm.stage_work.values())
+    assert norm.route_stage == route_stage
+    assert set(norm.resource_peaks) == {"forward_ms", "decode_ms"}
+    return norm
+
+
+class _Counting:
+    """A guide returning a fixed field per request, counting its calls."""
+
+    def __init__(self, fn):
+        self.fn, self.calls = fn, 0
+
+    def __call__(self, request):
+        self.calls += 1
+        return self.fn(request)
+
+
+def test_planner_stage_accounting(req):
+    c = _c_star(req)
+    pit = _Counting(lambda r: _pit(r)[0])
+
+    res = _check_accounting(LearnedPlanner(pit, decoder="direct").plan(req), ["primary"], None)
+    assert res.status == "no_path" and res.path is None and "primary: descent revisited" in res.message
+
+    res = _check_accounting(LearnedPlanner(pit, decoder="bounded_repair", max_expansions=5000).plan(req),
+                            ["primary", "repair"], "repair")
+    assert res.status == "ok" and _legal_cost(req, res.path) == pytest.approx(c, rel=1e-9)
+
+    res = _check_accounting(LearnedPlanner(pit, decoder="exact_fallback", max_expansions=1).plan(req),
+                            ["primary", "repair", "fallback"], "fallback")
+    assert res.status == "ok" and _legal_cost(req, res.path) == pytest.approx(c, rel=1e-9)
+    assert pit.calls == 3  # one forward per request
+
+    perfect = _Counting(_perfect)
+    res = _check_accounting(LearnedPlanner(perfect, decoder="exact_fallback").plan(req),
+                            ["primary"], "primary")
+    assert res.status == "ok" and res.precision == "fp64" and res.message is None
+
+    # the control never calls a guide and runs the same two stages
+    def boom(request):
+        raise AssertionError("the prediction-free control must not call the guide")
+
+    res = normalise_result(LearnedPlanner(boom, decoder="prediction_free", max_expansions=5000).plan(req))
+    assert res.status == "ok" and res.precision == "fp64"
+    if res.route_stage == "repair":  # octile A* from the start is optimal
+        assert set(res.stage_work) == {"primary", "repair"}
+        assert _legal_cost(req, res.path) == pytest.approx(c, rel=1e-9)
+    else:
+        assert res.route_stage == "primary" and set(res.stage_work) == {"primary"}
+        assert _legal_cost(req, res.path) >= c * (1 - 1e-12)
+
+
+def test_planner_shares_the_request_budget(req):
+    field, _ = _pit(req)
+    budget = BudgetSpec(max_expansions=40)
+    r = PlanRequest(**{**{k: getattr(req, k) for k in ("sample_id", "elevation", "obstacles", "start",
+                                                        "goal", "cost_model", "cost_weight", "graph")},
+                       "budget": budget})
+    res = normalise_result(LearnedPlanner(lambda q: field, decoder="bounded_repair").plan(r))
+    primary = res.stage_work["primary"]["expansions"]
+    assert res.status == "budget_exhausted"
+    assert res.stage_work["repair"]["expansions"] == 40 - primary
+    assert res.work["expansions"] == 40
+
+
+def test_make_planner_kwargs():
+    with pytest.raises(TypeError, match=r"unknown inference_kwargs \['beam'\]"):
+        make_planner(decoder="direct", beam=3)
+    with pytest.raises(ValueError, match="decoder="):
+        make_planner(guide=_perfect, decoder="beam")
+    with pytest.raises(ValueError, match="needs a guide"):
+        make_planner(decoder="bounded_repair")
+    with pytest.raises(ValueError, match="max_expansions"):
+        make_planner(guide=_perfect, max_expansions=0)
+    with pytest.raises(ValueError, match="not both"):
+        make_planner(guide=_perfect, checkpoint="shipped:1234")
+    # the control needs no guide; a checkpoint given to it is not loaded
+    p = make_planner(checkpoint="/no/such/checkpoint", decoder="prediction_free", max_expansions=9)
+    assert p.guide is None and p.max_expansions == 9
+
+
+class _Identity(nn.Module):
+    """A 1x1 convolution: the user's "network" reading its first input channel."""
+
+    @nn.compact
+    def __call__(self, x):
+        return nn.Conv(1, (1, 1))(x)[..., 0]
+
+
+def test_guide_from_flax(req):
+    v = _perfect(req)
+    mod = _Identity()
+    params = {"params": {"Conv_0": {"kernel": jnp.ones((1, 1, 1, 1)), "bias": jnp.zeros((1,))}}}
+    guide = guide_from_flax(mod, params, lambda r: np.where(np.isfinite(v), v, 1e9)[..., None])
+    field = guide(req)
+    free = np.isfinite(v) & ~req.obstacles
+    assert field.dtype == np.float64 and np.allclose(field[free], v[free], rtol=1e-6)
+    assert np.all(np.isinf(field[req.obstacles]))  # the guide marks obstacle cells
+    res = LearnedPlanner(guide, decoder="direct").plan(req)
+    assert res.status == "ok" and res.precision == "fp32"
+    assert _legal_cost(req, res.path) <= _c_star(req) * (1 + 1e-6)
+
+
+@pytest.fixture(scope="module")
+def tasks(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cohort")
+    F.write_cohort(root)
+    return F.load(root)
+
+
+def test_planner_runs_through_the_runner(tasks):
+    trap = tasks[1]
+    assert tuple(trap.scene.start) == F.START
+    req = build_request(trap)
+    c_star = _c_star(req)
+    p = as_planner(make_planner(guide=_perfect, decoder="bounded_repair", max_expansions=500))
+    rec, snap = execute(p, trap)
+    assert rec["status"] == "ok" and rec["route_stage"] == "primary"
+    assert rec["route_cost"] == pytest.approx(c_star, rel=1e-9)
+    # the prediction-free control: the octile descent is caught by the trap, the repair goes round
+    p = load_planner("passage_jax.learned.planner:make_planner",  # as a run spec names it
+                     inference_kwargs={"decoder": "prediction_free", "max_expansions": 500})
+    rec, snap = execute(p, trap, BudgetSpec(max_expansions=1000))
+    assert rec["status"] == "ok" and rec["route_stage"] == "repair"
+    assert set(rec["stage_work"]) == {"primary", "repair"}
+    assert rec["route_cost"] == pytest.approx(c_star, rel=1e-9)
+    # the direct decoder alone on the same trap fails cleanly
+    rec, _ = execute(as_planner(make_planner(guide=octile_field, decoder="direct")), trap)
+    assert rec["status"] == "no_path" and rec["route_stage"] is None
+
+
+def test_failed_direct_repair_cuts_the_walked_loop():
+    z = np.zeros((8, 8))
+    r = PlanRequest(sample_id="open", elevation=z, obstacles=np.zeros((8, 8), bool), start=(3, 3),
+                    goal=(3, 7), cost_model="distance", cost_weight=0.0,
+                    graph=GraphSpec(cost_model="distance", cost_weight=0.0))
+    walked = np.array([(3, 3), (3, 2), (3, 1)])  # a descent that went the wrong way
+    out = bounded_repair(octile_field(r), r, max_expansions=100, start_from="failed_direct",
+                         prefix=walked)
+    assert out.status == "ok"
+    # the tail from (3, 1) runs back through (3, 2) and (3, 3): the join cuts the detour
+    assert out.path.tolist() == [[3, 3], [3, 4], [3, 5], [3, 6], [3, 7]]
+    assert _legal_cost(r, out.path) == pytest.approx(4 * 30.0, rel=1e-12)
