@@ -1,4 +1,6 @@
-"""``python -m cli bench --spec S``: run + score a spec, write sidecar.json, print the table.
+"""``python -m cli bench --spec S [--against B]``: run + score a spec, write sidecar.json,
+print the table; with ``--against``, also run + score the baseline spec ``B`` on the
+same tasks, compare the two (paired block bootstrap) and write the report.
 
 The command composes the two rooms: :func:`passage_jax.run.run_spec` runs the spec,
 :func:`passage_jax.evaluate.score_run` scores the persisted routes and
@@ -18,6 +20,11 @@ def register(p):
     p.add_argument("--container-digest", default=None,
                    help="declared container image digest to record in sidecar.json "
                         "(default: $PASSAGE_CONTAINER_DIGEST, else absent)")
+    p.add_argument("--against", default=None, metavar="BASELINE_SPEC",
+                   help="also run the baseline spec on the same tasks, then compare (method A = --spec, "
+                        "B = the baseline) and write <output>/compare.json and <output>/report/report.md")
+    p.add_argument("--bootstrap-resamples", type=int, default=10000,
+                   help="paired block-bootstrap draws of the comparison (with --against)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
@@ -38,21 +45,66 @@ def bench(spec, output=None, container_digest=None, progress=None, log=None) -> 
     return {"output": output, "scores": scores, "sidecar": side}
 
 
-def main(args) -> int:
-    from passage_jax.evaluate import ScoreError, print_metrics_table  # noqa: PLC0415 (CLI start-up)
-    from passage_jax.run import AdmissionError, RunError, SpecError  # noqa: PLC0415 (CLI start-up)
+def against(spec, baseline, output=None, container_digest=None, progress=None, log=None,
+            n_resamples: int = 10000) -> dict:
+    """Bench ``spec`` and ``baseline`` into ``<output>/<method_name>``, compare them into
+    ``<output>/compare.json`` and write ``<output>/report/report.md`` (figures, and the
+    component-attribution table when a run declares ``component_control``)."""
+    from passage_jax.evaluate import compare_runs, default_output, write_report  # noqa: PLC0415 (CLI start-up)
+    from passage_jax.run import OutputFolderTaken, holds_run, load_spec  # noqa: PLC0415 (CLI start-up)
 
-    try:
-        res = bench(args.spec, args.output, container_digest=args.container_digest,
-                    progress=False if args.no_progress else None,
-                    log=lambda m: print(m, file=sys.stderr))
-    except (SpecError, AdmissionError, RunError, ScoreError) as e:
-        print(f"bench: {e}", file=sys.stderr)
-        return 2
+    spec, baseline = load_spec(spec), load_spec(baseline)
+    if spec.method_name == baseline.method_name:
+        raise ValueError(f"the spec and the baseline share the method name {spec.method_name!r}")
+    output = Path(output) if output is not None else default_output(spec)
+    why = holds_run(output)
+    if why:
+        raise OutputFolderTaken(why)
+    a = bench(spec, output / spec.method_name, container_digest, progress, log)
+    b = bench(baseline, output / baseline.method_name, container_digest, progress, log)
+    cmp = compare_runs(a["output"], b["output"], output / "compare.json", n_resamples=n_resamples)
+    report = write_report(output / "compare.json", output / "report" / "report.md")
+    return {"output": output, "runs": (a, b), "compare": cmp, "report": report}
+
+
+def _print_bench(res: dict) -> None:
+    from passage_jax.evaluate import print_metrics_table  # noqa: PLC0415 (CLI start-up)
+
     side = res["sidecar"]
     sub = side["evaluated_subset"]
     print_metrics_table(res["scores"], title=(
         f"{side['method_name']}: {sub['n_tasks']} tasks, {sub['resolution']}x{sub['resolution']} "
         f"{sub['split']}, {sub['cost_model']}/{sub['task_variant']}"))
-    print(f"results in {res['output']} (sidecar.json, seed-*/metrics.json, per_sample.npz)")
+
+
+def main(args) -> int:
+    from cli.compare import hint, print_contrasts  # noqa: PLC0415 (CLI start-up)
+    from passage_jax.evaluate import CompareError, ReportError, ScoreError  # noqa: PLC0415 (CLI start-up)
+    from passage_jax.run import AdmissionError, RunError, SpecError  # noqa: PLC0415 (CLI start-up)
+
+    progress = False if args.no_progress else None
+    log = lambda m: print(m, file=sys.stderr)  # noqa: E731
+    try:
+        if args.against:
+            res = against(args.spec, args.against, args.output, args.container_digest, progress, log,
+                          n_resamples=args.bootstrap_resamples)
+        else:
+            res = bench(args.spec, args.output, container_digest=args.container_digest,
+                        progress=progress, log=log)
+    except (SpecError, AdmissionError, RunError, ScoreError, ReportError, ValueError) as e:
+        print(f"bench: {e}", file=sys.stderr)
+        return 2
+    except CompareError as e:
+        print(f"bench: {e}{hint(e)}", file=sys.stderr)
+        return 2
+    if not args.against:
+        _print_bench(res)
+        print(f"results in {res['output']} (sidecar.json, seed-*/metrics.json, per_sample.npz)")
+        return 0
+    for r in res["runs"]:
+        _print_bench(r)
+    print_contrasts(res["compare"])
+    out = res["output"]
+    print(f"results in {out}: one folder per method (sidecar.json, seed-*/metrics.json, "
+          f"per_sample.npz), compare.json, report/report.md")
     return 0

@@ -44,9 +44,6 @@ def hint(e) -> str:
 
 
 def main(args) -> int:
-    from rich.console import Console  # noqa: PLC0415 (CLI start-up)
-    from rich.table import Table  # noqa: PLC0415 (CLI start-up)
-
     from passage_jax.evaluate import CompareError, compare_runs  # noqa: PLC0415 (CLI start-up)
 
     if len(args.score) != 2:
@@ -62,6 +59,16 @@ def main(args) -> int:
     except CompareError as e:
         print(f"compare: {e}{hint(e)}", file=sys.stderr)
         return 2
+    print_contrasts(res)
+    print(f"comparison written to {args.output}")
+    return 0
+
+
+def print_contrasts(res: dict) -> None:
+    """The six primary contrasts of a comparison, as a table on the console."""
+    from rich.console import Console  # noqa: PLC0415 (CLI start-up)
+    from rich.table import Table  # noqa: PLC0415 (CLI start-up)
+
     a, b = res["runs"]["A"]["method_name"], res["runs"]["B"]["method_name"]
     t = Table(title=f"{a} (A) − {b} (B), uncertainty {res['blocks']['uncertainty_status']}")
     head = ("seed-mean Δ" if res["seed_mean"] else
@@ -71,5 +78,3 @@ def main(args) -> int:
     for k, c in res["contrasts"].items():
         t.add_row(k, _num(c["delta"]), _num(c.get("ci_low")), _num(c.get("ci_high")))
     Console().print(t)
-    print(f"comparison written to {args.output}")
-    return 0

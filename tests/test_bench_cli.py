@@ -46,3 +46,33 @@ def test_bench_cli(tmp_path, capsys):
         __import__("os").environ.get("PASSAGE_CONTAINER_DIGEST")
     assert main(["bench", "--spec", str(spec), "--no-progress", "--output", str(out)]) == 2
     assert "already holds a run" in capsys.readouterr().err
+
+
+def test_bench_against_compares_and_reports(tmp_path, capsys):
+    """bench --against: both runs, compare.json whose seed-mean contrasts equal the two
+    runs' own metrics, and the report; a second call on the same folder is refused."""
+    from cli.__main__ import main
+
+    R = runs()
+    specs = {}
+    for method in ("exact", "bfs"):
+        specs[method] = tmp_path / f"{method}.yaml"
+        specs[method].write_text(yaml.safe_dump(spec_dict(method, R["cohort"], n_samples=3,
+                                                          seeds=(1234, 2026, 3407))))
+    out = tmp_path / "pair"
+    args = ["bench", "--spec", str(specs["exact"]), "--against", str(specs["bfs"]), "--no-progress",
+            "--output", str(out), "--bootstrap-resamples", "200"]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "exact (A) − bfs (B)" in text
+    cmp = json.loads((out / "compare.json").read_text())
+    assert (out / "report" / "report.md").is_file()
+    for m in ("regret_median", "success_rate"):
+        mean = {}
+        for method in ("exact", "bfs"):
+            vals = [json.loads((out / method / f"seed-{s}" / "metrics.json").read_text())["primary"][m]
+                    for s in (1234, 2026, 3407)]
+            mean[method] = sum(vals) / 3
+        assert abs(cmp["contrasts"][m]["delta"] - (mean["exact"] - mean["bfs"])) < 1e-12
+    assert main(args) == 2
+    assert "is not empty" in capsys.readouterr().err

@@ -29,18 +29,21 @@ writes it to a Markdown file (``python -m cli report --attribution DIR ... --out
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
 
+from passage_jax.contract import FAILURE_REGRET
 from passage_jax.evaluate.score import ScoreError, load_score, seed_folders
 from passage_jax.fileio import atomic_write_text, jsonable, utc_now
 from passage_jax.protocol.contracts import STAGES, WORK_KEYS
 
-__all__ = ["attribution_table", "attribution_rows", "attribution_flags", "run_entry",
-           "render_attribution_markdown", "write_attribution_report", "AttributionError",
-           "AttributionExists",
-           "ATTRIBUTION_FORMAT", "REQUIRED_CONTROLS", "ROW_FIGURES"]
+__all__ = [
+    "format_number", "attribution_table", "attribution_rows", "attribution_flags", "run_entry",
+    "render_attribution_markdown", "write_attribution_report", "AttributionError",
+    "AttributionExists", "ATTRIBUTION_FORMAT", "REQUIRED_CONTROLS", "ROW_FIGURES",
+]
 
 ATTRIBUTION_FORMAT = "passage-attribution-v1"
 #: declared variant -> the variants whose runs must be present to attribute it
@@ -248,7 +251,9 @@ def attribution_table(score_dirs, names=None) -> dict:
     return attribution_rows(entries)
 
 
-def _fmt(x, digits=4) -> str:
+def format_number(x, digits=4) -> str:
+    """A table cell: None/NaN -> "n/a", booleans yes/no, the failure regret as 999999,
+    ulp-level values as 0, very large or small values in e-notation."""
     if x is None:
         return "n/a"
     if isinstance(x, bool):
@@ -256,8 +261,12 @@ def _fmt(x, digits=4) -> str:
     if isinstance(x, int):
         return str(x)
     x = float(x)
-    if x >= 999999.0:
+    if not math.isfinite(x):
+        return "n/a"
+    if x == FAILURE_REGRET:
         return "999999"
+    if abs(x) < 1e-12:  # ulp-level differences (e.g. an exact route's recomputed cost)
+        return f"{0.0:.{digits}f}"
     if x != 0 and (abs(x) >= 1e5 or abs(x) < 1e-3):
         return f"{x:.3e}"
     return f"{x:.{digits}f}"
@@ -270,7 +279,7 @@ def _md_table(header, rows) -> str:
 
 
 def _rate(x) -> str:
-    return "not reported" if x is None else _fmt(x, 3)
+    return "not reported" if x is None else format_number(x, 3)
 
 
 def render_attribution_markdown(table: dict, heading: str = "## Component attribution") -> str:
@@ -285,14 +294,14 @@ def render_attribution_markdown(table: dict, heading: str = "## Component attrib
         f = r["figures"]
         rep = r["reporting"]
         n = rep["n_rows"]
-        work = [f"{_fmt(f[f'{c}_median'], 1)} ({rep['work_reported'][c]}/{n})" for c in WORK_KEYS]
+        work = [f"{format_number(f[f'{c}_median'], 1)} ({rep['work_reported'][c]}/{n})" for c in WORK_KEYS]
         rows.append([r["name"], r["variant"] or "undeclared", r["guide"] or "",
                      r["checkpoint_id"] or "", r["machinery_id"] or "",
-                     ", ".join(map(str, r["seeds"])), _fmt(f["legal_route_rate"], 3),
-                     _fmt(f["regret_median"]), _fmt(f["regret_p90"]), *work,
+                     ", ".join(map(str, r["seeds"])), format_number(f["legal_route_rate"], 3),
+                     format_number(f["regret_median"]), format_number(f["regret_p90"]), *work,
                      _rate(f["direct_success_rate"]), _rate(f["repair_rate"]),
                      _rate(f["fallback_rate"]), _rate(f["fallback_frequency"]),
-                     _fmt(f["latency_p50_ms"], 2), _fmt(f["latency_p95_ms"], 2),
+                     format_number(f["latency_p50_ms"], 2), format_number(f["latency_p95_ms"], 2),
                      "; ".join(r["flags"]) or "—"])
     lines += [_md_table(header, rows), ""]
     lines += ["Figures are seed means of each run's per-seed values (n/a when a seed lacks "
@@ -309,7 +318,7 @@ def render_attribution_markdown(table: dict, heading: str = "## Component attrib
             if not sw["n_rows_ran"]:
                 continue
             st_rows.append([r["name"], st, sw["n_rows_ran"]]
-                           + [_fmt(sw[f"{c}_median"], 1) for c in WORK_KEYS])
+                           + [format_number(sw[f"{c}_median"], 1) for c in WORK_KEYS])
     if st_rows:
         lines += ["Per-stage work (median over the rows where the stage ran and reported the "
                   "counter; stages are shown apart and never summed):", "",

@@ -31,6 +31,7 @@ from rich.console import Console
 from rich.table import Table
 
 from passage_jax.contract import FAILURE_REGRET, PRIMARY_METRICS, PRIMARY_SHORT
+from passage_jax.evaluate.attribution import format_number as _fmt
 from passage_jax.evaluate.attribution import render_attribution_markdown
 from passage_jax.evaluate.compare import COMPARE_FORMAT
 from passage_jax.evaluate.score import (
@@ -76,25 +77,6 @@ class ReportError(RuntimeError):
 
 class ReportExists(ReportError, FileExistsError):
     """A report file or figure already exists (replacing it must be asked for)."""
-
-
-def _fmt(x, digits=4) -> str:
-    if x is None:
-        return "n/a"
-    if isinstance(x, bool):
-        return "yes" if x else "no"
-    if isinstance(x, int):
-        return str(x)
-    x = float(x)
-    if not math.isfinite(x):
-        return "n/a"
-    if x == FAILURE_REGRET:
-        return "999999"
-    if abs(x) < 1e-12:  # ulp-level differences (e.g. an exact route's recomputed cost)
-        return f"{0.0:.{digits}f}"
-    if x != 0 and (abs(x) >= 1e5 or abs(x) < 1e-3):
-        return f"{x:.3e}"
-    return f"{x:.{digits}f}"
 
 
 # --------------------------------------------------------------------------- #

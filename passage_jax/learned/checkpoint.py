@@ -104,6 +104,8 @@ def load_checkpoint(path, dtype=jnp.float32) -> Checkpoint:
         if key not in meta:
             raise CheckpointError(f"{json_path}: metadata lacks {key!r}")
     params_path = json_path.parent / str(meta["params_file"])
+    # the same missing/hash-differs check as data.terrain (its bundle) and evaluate.score
+    # (a run's shards) make, with this checkpoint's error and wording
     if not params_path.is_file():
         raise CheckpointError(f"checkpoint parameter file {params_path} does not exist")
     digest = sha256_file(params_path)
