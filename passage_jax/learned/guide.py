@@ -21,6 +21,7 @@ import numpy as np
 from passage_jax.contract import DEFAULT_SEEDS
 from passage_jax.learned.checkpoint import load_checkpoint
 from passage_jax.learned.model import features, octile_grid
+from passage_jax.learned.tiling import tiled_apply, tiling_protocol
 
 __all__ = ["SHIPPED_DIR", "SHIPPED_RESOLUTION", "NetworkGuide", "shipped_checkpoint", "load_guide",
            "GUIDE_OUTPUTS"]
@@ -38,10 +39,14 @@ class NetworkGuide:
     ``dtype`` ("float32" or "bfloat16") is the compute dtype: parameters and inputs
     are cast to it; the result is always float64 on the host. ``checkpoint_id`` is
     the sha256 of the parameter file it came from (None when built in memory).
+    ``tiling`` (None, or a dict from :func:`~passage_jax.learned.tiling.tiling_protocol`)
+    applies the network tile by tile through
+    :func:`~passage_jax.learned.tiling.tiled_apply` at any scene size, fusing and
+    reconstructing the raw output field before it is turned into a cost-to-go once.
     """
 
     def __init__(self, module, params, *, dtype: str = "float32", output: str = "log_ratio",
-                 feature_fn=features, checkpoint_id: str | None = None):
+                 feature_fn=features, checkpoint_id: str | None = None, tiling: dict | None = None):
         if dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
         if output not in GUIDE_OUTPUTS:
@@ -58,14 +63,31 @@ class NetworkGuide:
             return module.apply(p, jnp.asarray(x, jdt)).astype(jnp.float32)
 
         self._apply = jax.jit(apply)
+        self.tiling = None
+        if tiling is not None:
+            if not isinstance(tiling, dict) or "tile" not in tiling:
+                raise ValueError(f"tiling must be a dict with at least 'tile' (see tiling_protocol), "
+                                 f"got {tiling!r}")
+            t = tiling_protocol(tiling["tile"], tiling.get("stride"), tiling.get("hflip", True),
+                                tiling.get("blend", "hann"), tiling.get("stitch", "fields"))
+            self.tiling = t
+            settings = {k: t[k] for k in ("tile", "stride", "hflip", "blend", "stitch")}
+
+            def tiled(p, x):  # (H, W, C) -> (H, W), every tile and both orientations in one jit
+                return tiled_apply(lambda b: apply(p, b)[..., None], x, **settings)[..., 0]
+
+            self._tiled = jax.jit(tiled)
 
     def apply_batch(self, x) -> jax.Array:
         """Raw network output (B, H, W) float32 for inputs (B, H, W, C), jitted."""
         return self._apply(self.params, x)
 
     def __call__(self, request) -> np.ndarray:
-        x = np.asarray(self.feature_fn(request))[None]
-        out = np.asarray(self.apply_batch(x)[0], np.float64)
+        x = np.asarray(self.feature_fn(request))
+        if self.tiling is None:
+            out = np.asarray(self.apply_batch(x[None])[0], np.float64)
+        else:
+            out = np.asarray(self._tiled(self.params, x), np.float64)
         if out.shape != request.shape:
             raise ValueError(f"network output shape {out.shape} != request grid {request.shape}")
         if self.output == "log_ratio":
@@ -80,7 +102,8 @@ class NetworkGuide:
 
     def __repr__(self):
         cid = self.checkpoint_id[:12] if self.checkpoint_id else None
-        return f"NetworkGuide({type(self.module).__name__}, dtype={self.dtype}, checkpoint={cid})"
+        tiled = "" if self.tiling is None else f", tiling={self.tiling['name']}@{self.tiling['tile']}"
+        return f"NetworkGuide({type(self.module).__name__}, dtype={self.dtype}, checkpoint={cid}{tiled})"
 
 
 def shipped_checkpoint(seed: int) -> Path:
@@ -97,12 +120,12 @@ def shipped_checkpoint(seed: int) -> Path:
     return path
 
 
-def load_guide(checkpoint, *, dtype: str = "float32") -> NetworkGuide:
+def load_guide(checkpoint, *, dtype: str = "float32", tiling: dict | None = None) -> NetworkGuide:
     """A :class:`NetworkGuide` from a checkpoint path (JSON, parameter file or folder)
-    or ``"shipped:<seed>"``."""
+    or ``"shipped:<seed>"``; ``tiling`` as in :class:`NetworkGuide`."""
     if isinstance(checkpoint, str) and checkpoint.startswith("shipped:"):
         path = shipped_checkpoint(checkpoint.split(":", 1)[1])
     else:
         path = Path(checkpoint)
     ck = load_checkpoint(path, dtype=_DTYPES.get(dtype, jnp.float32))
-    return NetworkGuide(ck.module, ck.params, dtype=dtype, checkpoint_id=ck.checkpoint_id)
+    return NetworkGuide(ck.module, ck.params, dtype=dtype, checkpoint_id=ck.checkpoint_id, tiling=tiling)

@@ -47,6 +47,7 @@ from passage_jax.learned.decoders import (
     request_cost_field,
 )
 from passage_jax.learned.guide import NetworkGuide, load_guide
+from passage_jax.learned.tiling import tiling_protocol
 from passage_jax.protocol.contracts import PlanRequest, PlanResult, accumulate_stages
 
 __all__ = ["DECODERS", "INFERENCE_KWARGS", "LearnedPlanner", "make_planner", "guide_from_flax"]
@@ -55,7 +56,9 @@ __all__ = ["DECODERS", "INFERENCE_KWARGS", "LearnedPlanner", "make_planner", "gu
 DECODERS = ("direct", "bounded_repair", "prediction_free", "exact_fallback")
 #: ``inference_kwargs`` :func:`make_planner` takes.
 INFERENCE_KWARGS = ("checkpoint", "guide", "dtype", "decoder", "max_expansions", "max_steps",
-                    "start_from", "fallback_solver")
+                    "start_from", "fallback_solver", "tile", "stride", "hflip", "blend", "stitch")
+#: Tiled-inference keys of ``inference_kwargs`` (used when ``tile`` is set).
+_TILING_KWARGS = ("tile", "stride", "hflip", "blend", "stitch")
 #: The stages each composition may run after the primary descent, in order.
 _LATER_STAGES = {"direct": (), "bounded_repair": ("repair",), "prediction_free": ("repair",),
                  "exact_fallback": ("repair", "fallback")}
@@ -174,7 +177,10 @@ def make_planner(**inference_kwargs) -> LearnedPlanner:
     :func:`~passage_jax.learned.guide.load_guide` in ``dtype``) or ``guide`` (any
     callable request -> field); neither is needed for ``decoder="prediction_free"``
     (a checkpoint given there is not loaded, so one spec can switch decoders).
-    The other keys are :class:`LearnedPlanner`'s options."""
+    ``tile`` (int) applies the checkpoint's network tile by tile under the tiling protocol
+    ``tiling_protocol(tile, stride, hflip, blend, stitch)`` (defaults: the canonical
+    ``passage_jax_tiled_v1``), decoding once on the reconstructed field; the other
+    tiling keys need ``tile``. The other keys are :class:`LearnedPlanner`'s options."""
     bad = sorted(set(inference_kwargs) - set(INFERENCE_KWARGS))
     if bad:  # the message of planners._common.check_kwargs (learned does not import planners)
         raise TypeError(f"planner 'learned': unknown inference_kwargs {bad}; known: "
@@ -183,8 +189,16 @@ def make_planner(**inference_kwargs) -> LearnedPlanner:
     checkpoint = kw.pop("checkpoint", None)
     guide = kw.pop("guide", None)
     dtype = kw.pop("dtype", "float32")
+    tiling_kw = {k: kw.pop(k) for k in _TILING_KWARGS if k in kw}
+    tiling = None
+    if tiling_kw.get("tile") is not None:
+        tiling = tiling_protocol(**tiling_kw)
+    elif any(v is not None for v in tiling_kw.values()):
+        raise ValueError(f"learned planner: {sorted(tiling_kw)} given without tile")
+    if tiling is not None and guide is not None:
+        raise ValueError("learned planner: tile applies to a checkpoint's network, not to a given guide")
     if checkpoint is not None and guide is not None:
         raise ValueError("learned planner: pass checkpoint or guide, not both")
     if guide is None and checkpoint is not None and kw.get("decoder", "direct") != "prediction_free":
-        guide = load_guide(checkpoint, dtype=dtype)
+        guide = load_guide(checkpoint, dtype=dtype, tiling=tiling)
     return LearnedPlanner(guide, **kw)
