@@ -18,6 +18,8 @@ def register(p):
                    help="YAML/JSON ODD bins: {stratifiers: {name: [edges...]}}")
     p.add_argument("--require-identical-limits", action="store_true",
                    help="also refuse runs whose budgets, timing series or deadlines differ")
+    p.add_argument("--allow-noncanonical", action="store_true",
+                   help="pair a run under the canonical inference protocol with a noncanonical one")
     p.add_argument("--force", action="store_true", help="replace an existing output file")
     p.add_argument("--shard-draws", action="store_true",
                    help="split the bootstrap draws over all local devices (same results)")
@@ -30,7 +32,13 @@ def _num(x) -> str:
 def hint(e) -> str:
     """The command-line flag that answers a library error, if one does."""
     # command start-up: the library loads only when the command runs (--help stays instant)
-    from passage_jax.evaluate.compare import InvalidResamples, LimitsDiffer, OutputExists, RosterHashMissing  # noqa: PLC0415 (CLI start-up)
+    from passage_jax.evaluate.compare import (  # noqa: PLC0415 (CLI start-up)
+        InvalidResamples,
+        LimitsDiffer,
+        NoncanonicalPairing,
+        OutputExists,
+        RosterHashMissing,
+    )
 
     if isinstance(e, OutputExists):
         return " (or pass --force to replace it)"
@@ -38,6 +46,8 @@ def hint(e) -> str:
         return " (--bootstrap-resamples)"
     if isinstance(e, RosterHashMissing):
         return " (--roster and --roster-sha256 go together)"
+    if isinstance(e, NoncanonicalPairing):
+        return " (pass --allow-noncanonical to pair them anyway)"
     if isinstance(e, LimitsDiffer):
         return " (--require-identical-limits)"
     return ""
@@ -55,7 +65,8 @@ def main(args) -> int:
                            bootstrap_seed=args.bootstrap_seed, roster=args.roster,
                            roster_sha256=args.roster_sha256, odd_spec=args.odd_spec,
                            require_identical_limits=args.require_identical_limits,
-                           force=args.force, shard_draws=args.shard_draws)
+                           force=args.force, shard_draws=args.shard_draws,
+                           allow_noncanonical=args.allow_noncanonical)
     except CompareError as e:
         print(f"compare: {e}{hint(e)}", file=sys.stderr)
         return 2

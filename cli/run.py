@@ -1,4 +1,7 @@
-"""``python -m cli run --spec S --output D [--resume]``: run a planner on frozen tasks."""
+"""``python -m cli run --spec S --output D [--resume | --dry-run]``: run a planner on frozen tasks.
+
+Every launch writes ``resolved_protocol.json`` into ``--output``; ``--dry-run`` admits the
+spec and writes that record only (no request runs, no seed folder is made)."""
 from __future__ import annotations
 
 import sys
@@ -11,6 +14,8 @@ def register(p):
     p.add_argument("--resume", action="store_true",
                    help="continue the interrupted run in --output (same spec, data and references); "
                         "keeps every durable record and runs only what is missing")
+    p.add_argument("--dry-run", action="store_true",
+                   help="admit the spec and write resolved_protocol.json only: no request runs")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
@@ -26,10 +31,14 @@ def main(args) -> int:
         run_spec,
     )
 
+    if args.dry_run and args.resume:
+        print("run: --dry-run checks a new run; it cannot be combined with --resume", file=sys.stderr)
+        return 2
     try:
         spec = load_spec(args.spec)
         summary = run_spec(spec, args.output, progress=False if args.no_progress else None,
-                           log=lambda m: print(m, file=sys.stderr), resume=args.resume)
+                           log=lambda m: print(m, file=sys.stderr), resume=args.resume,
+                           dry_run=args.dry_run)
     except OutputFolderTaken as e:
         hint = ("; to continue an interrupted run there, pass --resume"
                 if "holds a run" in str(e) else "")
@@ -42,6 +51,12 @@ def main(args) -> int:
     except (SpecError, AdmissionError, RunError) as e:
         print(f"run: {e}", file=sys.stderr)
         return 2
+    if summary.get("dry_run"):
+        proto = summary["inference_protocol"]
+        print(f"dry run: admitted {summary['n_tasks']} tasks; inference protocol {proto['name']!r} "
+              f"({'canonical' if proto['canonical'] else 'noncanonical'}); nothing was run; "
+              f"record written to {summary['resolved_protocol']}")
+        return 0
     for seed, s in summary["per_seed"].items():
         counts = ", ".join(f"{series}: " + " ".join(f"{k}={v}" for k, v in sorted(c.items()))
                            for series, c in s["status_counts"].items())

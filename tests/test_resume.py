@@ -256,12 +256,15 @@ def test_resume_via_cli_after_a_kill_mid_seed(setup, tmp_path, capsys):
                  "--resume"]) == 0
     _same_scores(setup, out)
     # resuming a finished run: it says so and changes nothing
-    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    # (but for the launch's own resolved_protocol record)
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and "resolved_protocol" not in p.name}
     capsys.readouterr()
     assert main(["run", "--spec", str(setup["spec"]), "--output", str(out), "--no-progress",
                  "--resume"]) == 0
     assert "already complete" in capsys.readouterr().out
-    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert {p: p.read_bytes() for p in out.rglob("*")
+            if p.is_file() and "resolved_protocol" not in p.name} == before
+    assert json.loads((out / "resolved_protocol.json").read_text())["launch"]["kind"] == "resume"
 
 
 def test_torn_journal_tail_is_dropped_and_rerun(setup, tmp_path):

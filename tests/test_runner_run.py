@@ -41,7 +41,8 @@ def test_bfs_run_files(cohort, admitted, tmp_path):
     out = tmp_path / "run"
     spec, summary = _run(cohort, out, admitted)
     folder = out / "seed-1234"
-    assert sorted(os.listdir(out)) == ["run.json", "run_started.json", "seed-1234"]
+    assert sorted(os.listdir(out)) == ["resolved_protocol.0.json", "resolved_protocol.json", "run.json",
+                                       "run_started.json", "seed-1234"]
     assert sorted(os.listdir(folder)) == ["manifest.json", "paths.npz", "records.journal",
                                           "references.npz", "requests.jsonl", "seed_state.json"]
     recs = read_requests(folder / "requests.jsonl")

@@ -54,7 +54,8 @@ from passage_jax.stats.bootstrap import seed_mean_result
 __all__ = ["compare_runs", "CompareError", "OutputExists", "InvalidResamples", "LimitsDiffer",
            "RosterHashMissing", "bin_index",
            "blocks_for", "check_identity", "latency_contrast", "contrast", "COMPARE_FORMAT",
-           "ODD_FORMAT", "DEFAULT_RESAMPLES", "ESTIMATE_KEYS", "attribution_of"]
+           "ODD_FORMAT", "DEFAULT_RESAMPLES", "ESTIMATE_KEYS", "attribution_of", "NoncanonicalPairing",
+           "inference_protocol_of", "LEGACY_PROTOCOL"]
 
 COMPARE_FORMAT = "passage-jax-compare-v1"
 ODD_FORMAT = "passage-odd-spec-v1"
@@ -79,6 +80,36 @@ class LimitsDiffer(CompareError):
 
 class RosterHashMissing(CompareError):
     """A roster was given without its sealed sha256, or a sha256 without a roster."""
+
+
+class NoncanonicalPairing(CompareError):
+    """A run under the canonical inference protocol is paired with a noncanonical one."""
+
+
+#: the inference protocol of a run recorded before protocols were recorded
+LEGACY_PROTOCOL = {"name": "whole-scene (no tiling)", "settings": {"tiling": None}, "canonical": True,
+                   "deviations": [], "recorded": False}
+
+
+def inference_protocol_of(side: dict) -> dict:
+    """The inference protocol of a loaded side (from its seed manifests'
+    ``inference_protocol``; a run without one is canonical whole-scene inference);
+    noncanonical when any seed is."""
+    protos = [s["manifest"].get("inference_protocol") for s in side["seeds"].values()]
+    protos = [{**p, "recorded": True} if isinstance(p, dict) else dict(LEGACY_PROTOCOL) for p in protos]
+    bad = [p for p in protos if not p.get("canonical", True)]
+    return bad[0] if bad else protos[0]
+
+
+def check_protocols(A: dict, B: dict, allow_noncanonical: bool) -> dict:
+    pa, pb = inference_protocol_of(A), inference_protocol_of(B)
+    ca, cb = bool(pa.get("canonical", True)), bool(pb.get("canonical", True))
+    if ca != cb and not allow_noncanonical:
+        def label(n, p):
+            return f"{n} {p.get('name')!r} ({'canonical' if p.get('canonical', True) else 'noncanonical'})"
+        raise NoncanonicalPairing(f"the runs' inference protocols differ in kind: {label('A', pa)} vs "
+                                  f"{label('B', pb)}; a canonical run is not paired with a noncanonical one")
+    return {"A": pa, "B": pb, "allow_noncanonical": bool(allow_noncanonical)}
 
 
 # --------------------------------------------------------------------------- #
@@ -491,9 +522,11 @@ def attribution_of(A: dict, B: dict) -> dict | None:
 def compare_runs(a, b, output, *, n_resamples: int = DEFAULT_RESAMPLES, alpha: float = 0.05,
                  bootstrap_seed: int = 0, roster=None, roster_sha256=None, odd_spec=None,
                  require_identical_limits: bool = False, force: bool = False,
-                 shard_draws: bool = False) -> dict:
+                 shard_draws: bool = False, allow_noncanonical: bool = False) -> dict:
     """Paired comparison of two scored runs written to ``output``. ``shard_draws`` splits the
-    bootstrap draws over all local devices (``sharding="auto"``); results do not depend on it."""
+    bootstrap draws over all local devices (``sharding="auto"``); results do not depend on it.
+    A run under the canonical inference protocol is paired with a noncanonical one only with
+    ``allow_noncanonical`` (:class:`NoncanonicalPairing` otherwise)."""
     output = Path(output)
     if output.exists() and not force:
         raise OutputExists(f"{output} exists; choose a new file")
@@ -505,6 +538,7 @@ def compare_runs(a, b, output, *, n_resamples: int = DEFAULT_RESAMPLES, alpha: f
     odd = read_odd_spec(odd_spec) if odd_spec is not None else None
     A, B = load_side(a), load_side(b)
     shared = check_identity(A, B)
+    protocols = check_protocols(A, B, allow_noncanonical)
     lim = check_limits(A, B, require_identical_limits)
     pairs, seed_mean = pairs_of(A, B)
     labels = [p[0] for p in pairs]
@@ -543,6 +577,8 @@ def compare_runs(a, b, output, *, n_resamples: int = DEFAULT_RESAMPLES, alpha: f
         "created_utc": utc_now(),
         "runs": {n: {"path": s["path"], "method_name": s["method_name"],
                      "seeds": sorted(s["seeds"]),
+                     "canonical": bool(protocols[n].get("canonical", True)),
+                     "inference_protocol": protocols[n],
                      "folders": {str(k): str(v["folder"].resolve()) for k, v in s["seeds"].items()}}
                  for n, s in (("A", A), ("B", B))},
         "identity": {"n_tasks": len(ids), "sample_ids": ids,
@@ -550,6 +586,7 @@ def compare_runs(a, b, output, *, n_resamples: int = DEFAULT_RESAMPLES, alpha: f
                      "references": shared["references"],
                      "timing_profile": shared["timing_profile"]},
         "procedure_limits": lim,
+        "inference_protocols": protocols,
         "pairs": [{"label": p[0], "seed_a": p[1], "seed_b": p[2]} for p in pairs],
         "seed_mean": bool(seed_mean),
         "blocks": {k: v for k, v in blk.items() if k != "labels"},

@@ -207,6 +207,14 @@ def components_section(cmp: dict) -> list[str]:
     return out
 
 
+def _protocol_label(run: dict) -> str:
+    """``canonical``/``noncanonical`` and the protocol's name (a comparison made before
+    protocols were recorded: canonical whole-scene inference)."""
+    proto = run.get("inference_protocol") or {"name": "whole-scene (no tiling)"}
+    kind = "canonical" if run.get("canonical", True) else "noncanonical"
+    return f"**{kind}** (`{proto.get('name')}`)"
+
+
 def render_markdown(cmp: dict, figures: dict) -> str:
     A, B = cmp["runs"]["A"], cmp["runs"]["B"]
     na, nb = A["method_name"], B["method_name"]
@@ -221,6 +229,9 @@ def render_markdown(cmp: dict, figures: dict) -> str:
         f"`{str(ident['references']['identity'])[:16]}…`",
         f"- Timing profile: `{ident['timing_profile']['profile']}`",
         f"- Runs: A `{A['path']}` (seeds {A['seeds']}), B `{B['path']}` (seeds {B['seeds']})",
+        f"- Inference protocol: A {_protocol_label(A)}; B {_protocol_label(B)}"
+        + (" (noncanonical pairing allowed)" if (cmp.get("inference_protocols") or {}).get(
+            "allow_noncanonical") and A.get("canonical", True) != B.get("canonical", True) else ""),
         f"- Pairs: {', '.join(p['label'] for p in cmp['pairs'])}; seed mean: "
         f"{'yes' if cmp['seed_mean'] else 'no (seed sets differ)'}",
         f"- Created {cmp['created_utc']}", "",

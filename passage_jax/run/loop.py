@@ -60,6 +60,7 @@ from passage_jax.protocol.records import (
 from passage_jax.run import admission as adm
 from passage_jax.run.executors import PlannerBuildError, open_executor
 from passage_jax.run.journal import JOURNAL_NAME, Journal, JournalError, fsync_dir, scan_journal
+from passage_jax.run.protocol_record import is_protocol_file, run_protocol, write_resolved_protocol
 from passage_jax.run.spec import RunSpec, load_spec
 
 __all__ = ["RunError", "OutputFolderTaken", "ResumeError", "run_spec", "run_seed", "passes",
@@ -100,8 +101,8 @@ def holds_run(folder) -> str | None:
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         return f"{folder} exists and is not a folder"
-    if folder.is_dir():
-        entries = sorted(p.name for p in folder.iterdir())
+    if folder.is_dir():  # the launch records of a dry run do not make a folder taken
+        entries = sorted(p.name for p in folder.iterdir() if not is_protocol_file(p.name))
         if entries:
             what = "already holds a run" if any(_is_run_entry(e) for e in entries) else "is not empty"
             return f"output folder {folder} {what} ({', '.join(entries[:5])}); choose a new folder"
@@ -412,6 +413,7 @@ def _manifest(admitted, seed, state: dict, code: dict, made: dict) -> dict:
         "checkpoints": admitted.checkpoints.get(str(seed), {}),
         "runtime_bundle": admitted.runtime_bundle,
         "component_control": spec.component_control,
+        "inference_protocol": run_protocol(spec),
         "code": code,
         "data": {
             "dataset_root": str(Path(admitted.root).resolve()),
@@ -557,7 +559,8 @@ def _stored_run(output: Path) -> dict | None:
             raise ResumeError(f"{started}: not a {RUN_STARTED_FORMAT} record")
         return stored
     entries = [p.name for p in output.iterdir()
-               if not (p.name == _LOCK or (p.name.startswith(f".{RUN_STARTED}.tmp-")))]
+               if not (p.name == _LOCK or (p.name.startswith(f".{RUN_STARTED}.tmp-"))
+                       or is_protocol_file(p.name))]
     if entries:
         raise ResumeError(f"output folder {output} has no {RUN_STARTED} but is not empty "
                           f"({', '.join(sorted(entries)[:5])}); it does not hold a resumable run")
@@ -583,7 +586,8 @@ def _finished_summary(output: Path, spec: RunSpec) -> dict | None:
 
 
 def run_spec(spec: RunSpec | str | os.PathLike, output, progress: bool | None = None,
-             admitted: adm.Admitted | None = None, log=None, *, resume: bool = False) -> dict:
+             admitted: adm.Admitted | None = None, log=None, *, resume: bool = False,
+             dry_run: bool = False) -> dict:
     """Admit and run ``spec``, writing ``<output>/seed-<seed>/`` per seed and
     ``<output>/run.json``. Refuses an output folder that is not empty.
 
@@ -594,7 +598,13 @@ def run_spec(spec: RunSpec | str | os.PathLike, output, progress: bool | None = 
     from their journals when torn), the seed in progress continues from its journal,
     and only the missing requests run. A folder holding a finished run is verified and
     left as it is; a missing or empty folder starts a new run.
+
+    Every launch writes ``resolved_protocol.json`` (:mod:`passage_jax.run.protocol_record`).
+    With ``dry_run=True`` the run is admitted and that record written, nothing else: no
+    request runs and no seed folder is made; returns ``{"dry_run": True, ...}``.
     """
+    if dry_run and resume:
+        raise RunError("a dry run checks a new run; it cannot resume one")
     if not isinstance(spec, RunSpec):
         spec = load_spec(spec)
     output = Path(output)
@@ -620,13 +630,20 @@ def run_spec(spec: RunSpec | str | os.PathLike, output, progress: bool | None = 
     identity = run_identity(admitted, code)
     if stored is not None:
         _refuse_differences(str(output / RUN_STARTED), "the run identity", stored["identity"], identity)
-        finished = _finished_summary(output, spec)
+    output.mkdir(parents=True, exist_ok=True)
+    with _locked(output):
+        record = write_resolved_protocol(
+            spec, output, kind="dry_run" if dry_run else "resume" if stored is not None else "run",
+            checkpoints=admitted.checkpoints, device=admitted.device, log=log)
+        if dry_run:
+            return {"dry_run": True, "method_name": spec.method_name,
+                    "resolved_protocol": str(output / f"resolved_protocol.{record['launch']['index']}.json"),
+                    "inference_protocol": record["inference_protocol"], "n_tasks": len(admitted.tasks)}
+        finished = None if stored is None else _finished_summary(output, spec)
         if finished is not None:
             if log:
                 log(f"{output}: the run is complete (every seed verified); nothing to resume")
             return finished
-    output.mkdir(parents=True, exist_ok=True)
-    with _locked(output):
         if stored is None:
             stored = {"format": RUN_STARTED_FORMAT, "method_name": spec.method_name,
                       "spec": spec.to_dict(), "spec_sha256": spec.sha256(),
