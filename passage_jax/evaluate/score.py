@@ -215,8 +215,8 @@ def reload_tasks(manifest: dict, refs: dict, where: str, dataset_path=None) -> t
     root = dataset_root(manifest, dataset_path)
     res, split = int(data["resolution"]), str(data["split"])
     shard_dir = root / f"{res}x{res}" / split
-    # the same missing/hash-differs check as data.terrain makes for its bundle, with this
-    # run's error and wording
+    # the same missing/hash-differs check as data.terrain makes for its bundle (and
+    # learned.checkpoint for a parameter file), with this run's error and wording
     shard_hashes = {}
     for s in data["shards"]:
         p = shard_dir / s["name"]

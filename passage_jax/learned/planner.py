@@ -75,6 +75,7 @@ def guide_from_flax(module, params, features_fn: Callable, *, output: str = "cos
 
 
 def _positive(name, v):
+    # the rule of protocol.contracts' BudgetSpec check, with this planner's error type
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or int(v) <= 0:

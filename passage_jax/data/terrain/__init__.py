@@ -61,7 +61,8 @@ def _load_checked(key: str) -> np.ndarray:
     path = BUNDLE_DIR / info["bundle_file"]
     if not path.exists():
         raise TerrainError(f"{path} is missing; rebuild with scripts/build_terrain.py")
-    # the same missing/hash-differs check as evaluate.score makes for a run's shards,
+    # the same missing/hash-differs check as evaluate.score makes for a run's shards (and
+    # learned.checkpoint for a parameter file),
     # with this bundle's own error and remedy
     got = sha256_file(path)
     if got != info["bundle_sha256"]:
