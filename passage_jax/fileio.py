@@ -25,7 +25,7 @@ import numpy as np
 import yaml
 
 __all__ = [
-    "utc_now", "sha256_file", "sha256_bytes", "array_sha256", "jsonable", "to_json",
+    "utc_now", "sha256_file", "sha256_bytes", "check_sha256", "array_sha256", "jsonable", "to_json",
     "atomic_write_bytes", "atomic_write_text", "atomic_write_json", "atomic_write_npz",
     "read_document",
 ]
@@ -43,6 +43,24 @@ def sha256_file(path, chunk: int = 1 << 20) -> str:
         for block in iter(lambda: f.read(chunk), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def check_sha256(path, expected: str, error=ValueError, *, what: str = "file",
+                 recorded_by: str = "the record", remedy: str = "") -> str:
+    """The file's sha256, after checking it exists and equals ``expected``.
+
+    A missing file raises ``error("<what> <path> is missing: the file does not exist")``
+    and a different digest ``error("<what> <path>: sha256 <got> differs from the <expected>
+    recorded by <recorded_by>")``; ``remedy`` (e.g. "; rebuild it with ...") ends both.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise error(f"{what} {path} is missing: the file does not exist{remedy}")
+    got = sha256_file(path)
+    if got != expected:
+        raise error(f"{what} {path}: sha256 {got} differs from the {expected} recorded by "
+                    f"{recorded_by}{remedy}")
+    return got
 
 
 def sha256_bytes(data: bytes) -> str:

@@ -40,7 +40,8 @@ from passage_jax.fileio import atomic_write_text, jsonable, utc_now
 from passage_jax.protocol.contracts import STAGES, WORK_KEYS
 
 __all__ = [
-    "format_number", "attribution_table", "attribution_rows", "attribution_flags", "run_entry",
+    "format_number", "markdown_table", "attribution_table", "attribution_rows", "attribution_flags",
+    "run_entry",
     "render_attribution_markdown", "write_attribution_report", "AttributionError",
     "AttributionExists", "ATTRIBUTION_FORMAT", "REQUIRED_CONTROLS", "ROW_FIGURES",
 ]
@@ -272,7 +273,8 @@ def format_number(x, digits=4) -> str:
     return f"{x:.{digits}f}"
 
 
-def _md_table(header, rows) -> str:
+def markdown_table(header, rows) -> str:
+    """A Markdown table: a header row, the rule, one row per item (cells via str)."""
     out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
     return "\n".join(out)
@@ -303,7 +305,7 @@ def render_attribution_markdown(table: dict, heading: str = "## Component attrib
                      _rate(f["fallback_rate"]), _rate(f["fallback_frequency"]),
                      format_number(f["latency_p50_ms"], 2), format_number(f["latency_p95_ms"], 2),
                      "; ".join(r["flags"]) or "—"])
-    lines += [_md_table(header, rows), ""]
+    lines += [markdown_table(header, rows), ""]
     lines += ["Figures are seed means of each run's per-seed values (n/a when a seed lacks "
               "one). Legal-route rate = success rate over all tasks; regret over all tasks "
               "(a failure counts 999999). Work: median of the total counter over the quality "
@@ -322,7 +324,7 @@ def render_attribution_markdown(table: dict, heading: str = "## Component attrib
     if st_rows:
         lines += ["Per-stage work (median over the rows where the stage ran and reported the "
                   "counter; stages are shown apart and never summed):", "",
-                  _md_table(["run", "stage", "rows ran", "expansions med", "queue ops med",
+                  markdown_table(["run", "stage", "rows ran", "expansions med", "queue ops med",
                              "live states med"], st_rows), ""]
     if not any(r["stage_spans"] for r in table["rows"]):
         lines += ["Stage spans: not recorded (per-stage latency is not in the records; "

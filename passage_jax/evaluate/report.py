@@ -32,6 +32,7 @@ from rich.table import Table
 
 from passage_jax.contract import FAILURE_REGRET, PRIMARY_METRICS, PRIMARY_SHORT
 from passage_jax.evaluate.attribution import format_number as _fmt
+from passage_jax.evaluate.attribution import markdown_table as _md_table
 from passage_jax.evaluate.attribution import render_attribution_markdown
 from passage_jax.evaluate.compare import COMPARE_FORMAT
 from passage_jax.evaluate.score import (
@@ -115,12 +116,6 @@ def print_metrics_table(scores: dict, title: str = "six primary metrics", consol
 # --------------------------------------------------------------------------- #
 # markdown
 # --------------------------------------------------------------------------- #
-
-def _md_table(header, rows) -> str:
-    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
-    return "\n".join(out)
-
 
 def _interval(c: dict) -> str:
     """The percentile interval, or why there is none (undefined draws are counted)."""

@@ -38,6 +38,7 @@ from passage_jax.evaluate.latency import series_latency
 from passage_jax.fileio import (
     atomic_write_json,
     atomic_write_npz,
+    check_sha256,
     jsonable,
     read_document,
     sha256_file,
@@ -215,18 +216,10 @@ def reload_tasks(manifest: dict, refs: dict, where: str, dataset_path=None) -> t
     root = dataset_root(manifest, dataset_path)
     res, split = int(data["resolution"]), str(data["split"])
     shard_dir = root / f"{res}x{res}" / split
-    # the same missing/hash-differs check as data.terrain makes for its bundle (and
-    # learned.checkpoint for a parameter file), with this run's error and wording
-    shard_hashes = {}
-    for s in data["shards"]:
-        p = shard_dir / s["name"]
-        if not p.is_file():
-            raise ScoreError(f"{where}: shard {p} recorded by the run is missing")
-        h = sha256_file(p)
-        if h != s["sha256"]:
-            raise ScoreError(f"{where}: shard {p}: sha256 {h} differs from the run's "
-                             f"{s['sha256']}; the data changed since the run")
-        shard_hashes[s["name"]] = h
+    shard_hashes = {
+        s["name"]: check_sha256(shard_dir / s["name"], s["sha256"], ScoreError, what=f"{where}: shard",
+                                recorded_by="the run", remedy="; the data changed since the run")
+        for s in data["shards"]}
     try:
         tasks = load_tasks(root, res, split, data["cost_model"], data["task_variant"],
                            n_samples=data.get("n_samples"))

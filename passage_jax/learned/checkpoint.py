@@ -26,7 +26,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from passage_jax.fileio import atomic_write_bytes, atomic_write_json, jsonable, sha256_bytes, sha256_file
+from passage_jax.fileio import (
+    atomic_write_bytes,
+    atomic_write_json,
+    check_sha256,
+    jsonable,
+    sha256_bytes,
+)
 from passage_jax.learned.model import N_FEATURES, module_config, module_from_config
 
 __all__ = ["CHECKPOINT_FORMAT", "CheckpointError", "Checkpoint", "save_checkpoint",
@@ -104,14 +110,8 @@ def load_checkpoint(path, dtype=jnp.float32) -> Checkpoint:
         if key not in meta:
             raise CheckpointError(f"{json_path}: metadata lacks {key!r}")
     params_path = json_path.parent / str(meta["params_file"])
-    # the same missing/hash-differs check as data.terrain (its bundle) and evaluate.score
-    # (a run's shards) make, with this checkpoint's error and wording
-    if not params_path.is_file():
-        raise CheckpointError(f"checkpoint parameter file {params_path} does not exist")
-    digest = sha256_file(params_path)
-    if digest != meta["params_sha256"]:
-        raise CheckpointError(f"checkpoint parameter file {params_path} has sha256 {digest}, "
-                              f"but {json_path.name} records {meta['params_sha256']}")
+    digest = check_sha256(params_path, meta["params_sha256"], CheckpointError,
+                 what="checkpoint parameter file", recorded_by=json_path.name)
     try:
         module = module_from_config(meta["model"], dtype=dtype)
     except (KeyError, TypeError, ValueError) as e:

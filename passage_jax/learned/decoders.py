@@ -40,8 +40,6 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from passage_jax.graph.costs import edge_cost_field_np
@@ -109,8 +107,7 @@ def octile_field(request: PlanRequest, *, cost_field: np.ndarray | None = None) 
     per_metre = cost_field / lengths
     finite = np.isfinite(per_metre)
     scale = max(0.0, float(per_metre[finite].min())) if finite.any() else 1.0
-    with jax.enable_x64(True):
-        octile = np.asarray(octile_grid((h, w), request.goal, jnp.float64), np.float64)
+    octile = octile_grid((h, w), request.goal, np.float64, xp=np)
     return octile * request.graph.pixel_size_m * scale
 
 

@@ -91,7 +91,7 @@ class NetworkGuide:
         if out.shape != request.shape:
             raise ValueError(f"network output shape {out.shape} != request grid {request.shape}")
         if self.output == "log_ratio":
-            oct_ = np.asarray(octile_grid(request.shape, request.goal, jnp.float32), np.float64)
+            oct_ = octile_grid(request.shape, request.goal, np.float32, xp=np).astype(np.float64)
             field = np.exp(out) * oct_ * float(request.graph.pixel_size_m)
         else:
             field = out

@@ -54,14 +54,15 @@ EXCESS_CLIP = 10.0
 _SQRT2_M1 = math.sqrt(2.0) - 1.0
 
 
-def octile_grid(shape, goal, dtype=jnp.float32):
+def octile_grid(shape, goal, dtype=jnp.float32, *, xp=jnp):
     """(H, W) octile (8-connected) distance in cells from every cell to ``goal``
-    (``goal`` may lie outside the grid). Jittable; ``shape`` static."""
-    rr = jnp.arange(shape[0], dtype=dtype)[:, None]
-    cc = jnp.arange(shape[1], dtype=dtype)[None, :]
-    dy = jnp.abs(jnp.asarray(goal[0], dtype) - rr)
-    dx = jnp.abs(jnp.asarray(goal[1], dtype) - cc)
-    return jnp.maximum(dy, dx) + _SQRT2_M1 * jnp.minimum(dy, dx)
+    (``goal`` may lie outside the grid). Jittable with ``xp=jnp`` (``shape`` static);
+    ``xp=np`` computes it on the host, with no device dispatch (per-request use)."""
+    rr = xp.arange(shape[0], dtype=dtype)[:, None]
+    cc = xp.arange(shape[1], dtype=dtype)[None, :]
+    dy = xp.abs(xp.asarray(goal[0], dtype) - rr)
+    dx = xp.abs(xp.asarray(goal[1], dtype) - cc)
+    return xp.maximum(dy, dx) + _SQRT2_M1 * xp.minimum(dy, dx)
 
 
 def feature_grid(elevation, obstacles, goal, model_index, weight, pixel_size_m: float = 30.0):

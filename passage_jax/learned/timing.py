@@ -112,7 +112,8 @@ def with_dtype(guide, dtype: str) -> NetworkGuide:
     params = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float32), guide.params)
     return NetworkGuide(module, params, dtype=dtype, output=getattr(guide, "output", "log_ratio"),
                         feature_fn=getattr(guide, "feature_fn", features),
-                        checkpoint_id=getattr(guide, "checkpoint_id", None))
+                        checkpoint_id=getattr(guide, "checkpoint_id", None),
+                        tiling=getattr(guide, "tiling", None))
 
 
 def prepared_inputs(guide, requests) -> list:

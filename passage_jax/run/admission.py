@@ -61,10 +61,15 @@ class References:
     policy: str
     cohort_id: str | None
     max_expansions: int | None
+    _identity: str | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
 
     def identity(self) -> str:
-        coords, offsets = pack_routes(self.routes)
-        return references_identity(self.sample_id, self.c_star, coords, offsets, self.qualified)
+        """Hash of the references (computed once: the run loop asks for it per seed)."""
+        if self._identity is None:
+            coords, offsets = pack_routes(self.routes)
+            self._identity = references_identity(self.sample_id, self.c_star, coords, offsets,
+                                                 self.qualified)
+        return self._identity
 
 
 @dataclasses.dataclass
@@ -78,13 +83,18 @@ class Admitted:
     checkpoints: dict  # seed -> {key: {path, sha256}}
     runtime_bundle: dict | None
     device: object  # jax device or None
+    _input_hashes: list | None = dataclasses.field(default=None, init=False, repr=False,
+                                                   compare=False)
 
     @property
     def sample_ids(self) -> list:
         return [t.id for t in self.tasks]
 
     def input_hashes(self) -> list:
-        return [input_hash(t) for t in self.tasks]
+        """Per-task input hashes (computed once: each hashes a task's full grids)."""
+        if self._input_hashes is None:
+            self._input_hashes = [input_hash(t) for t in self.tasks]
+        return list(self._input_hashes)
 
 
 def resolve_root(spec: RunSpec) -> Path:

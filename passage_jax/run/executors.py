@@ -348,7 +348,6 @@ class SupervisedExecutor:
         self._n_workers = 0
         self._req_id = 0
         self._lock = threading.Lock()
-        self._budget_for_warmup = BudgetSpec()
         self.planner_name: str | None = None
         self.stats: dict = {"workers_started": 0, "requests": 0, "timeouts_killed": 0, "crashes": 0,
                             "oom_kills": 0, "warmup_requests": 0, "warmup_failures": 0,
@@ -421,7 +420,7 @@ class SupervisedExecutor:
             return f"worker resident memory {rss:.0f} MiB passed worker_memory_mb={self.memory_mb}"
         return None
 
-    def _ready_worker(self, like) -> _Worker:
+    def _ready_worker(self, like, budget: BudgetSpec) -> _Worker:
         """The current worker, or a fresh one after its untimed warm-up."""
         w = self._worker
         if w is not None and not w.proc.is_alive():
@@ -435,7 +434,7 @@ class SupervisedExecutor:
         for i in range(self.warmup):
             wt = (self.warmup_tasks[i % len(self.warmup_tasks)] if self.warmup_tasks
                   else warmup_task(like, i))
-            kind, _ = self._send_and_wait(w, wt, self._budget_for_warmup, warm=True)
+            kind, _ = self._send_and_wait(w, wt, budget, warm=True)
             self.stats["warmup_requests"] += 1
             if kind != "msg":  # the warm-up itself hung, died or ran out of memory
                 self.stats["warmup_failures"] += 1
@@ -471,8 +470,7 @@ class SupervisedExecutor:
         if budget.wall_time_ms is None:
             raise ValueError("supervised execution needs budget.wall_time_ms (the parent's deadline)")
         with self._lock:
-            self._budget_for_warmup = budget
-            w = self._ready_worker(task)
+            w = self._ready_worker(task, budget)
             t0 = time.monotonic()
             kind, value = self._send_and_wait(w, task, budget, t0=t0)
             t_ret = time.monotonic()

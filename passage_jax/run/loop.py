@@ -634,7 +634,7 @@ def run_spec(spec: RunSpec | str | os.PathLike, output, progress: bool | None = 
     with _locked(output):
         record = write_resolved_protocol(
             spec, output, kind="dry_run" if dry_run else "resume" if stored is not None else "run",
-            checkpoints=admitted.checkpoints, device=admitted.device, log=log)
+            checkpoints=admitted.checkpoints, device=admitted.device, log=log, code=code)
         if dry_run:
             return {"dry_run": True, "method_name": spec.method_name,
                     "resolved_protocol": str(output / f"resolved_protocol.{record['launch']['index']}.json"),

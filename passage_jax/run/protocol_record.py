@@ -121,8 +121,9 @@ def _spec_file(spec: RunSpec) -> dict | None:
 
 
 def resolved_protocol(spec: RunSpec, output, *, kind: str, checkpoints: dict | None = None,
-                      device=None, index: int = 0) -> dict:
-    """The record of one launch (``kind``: ``run``, ``resume`` or ``dry_run``)."""
+                      device=None, index: int = 0, code: dict | None = None) -> dict:
+    """The record of one launch (``kind``: ``run``, ``resume`` or ``dry_run``); ``code`` is
+    the launch's :func:`code_hash` when the caller has it already."""
     output = Path(output)
     spec_file = _spec_file(spec)
     command = ["python", "-m", "cli", "run", "--spec", spec_file["path"] if spec_file else spec.source,
@@ -140,7 +141,7 @@ def resolved_protocol(spec: RunSpec, output, *, kind: str, checkpoints: dict | N
         "spec_sha256": spec.sha256(),
         "spec_file": spec_file,
         "inference_protocol": run_protocol(spec),
-        "code": code_hash(),
+        "code": code or code_hash(),
         "checkpoints": checkpoints or {},
         "versions": _versions(),
         "devices": [str(d) for d in jax.devices()],
@@ -149,14 +150,14 @@ def resolved_protocol(spec: RunSpec, output, *, kind: str, checkpoints: dict | N
 
 
 def write_resolved_protocol(spec: RunSpec, output, *, kind: str, checkpoints: dict | None = None,
-                            device=None, log=None) -> dict:
+                            device=None, log=None, code: dict | None = None) -> dict:
     """Write this launch's record into ``output`` (``resolved_protocol.<n>.json`` and
     ``resolved_protocol.json``) and announce a noncanonical protocol
     (:data:`NONCANONICAL_MARKER`, through ``log`` or on stderr). Returns the record."""
     output = Path(output)
     index = launch_index(output)
     rec = resolved_protocol(spec, output, kind=kind, checkpoints=checkpoints, device=device,
-                            index=index)
+                            index=index, code=code)
     atomic_write_json(output / f"resolved_protocol.{index}.json", rec)
     atomic_write_json(output / RESOLVED_PROTOCOL, rec)
     proto = rec["inference_protocol"]

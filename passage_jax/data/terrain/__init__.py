@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from passage_jax.fileio import sha256_file
+from passage_jax.fileio import check_sha256
 
 __all__ = ["RASTERS", "BUNDLE_DIR", "TerrainError", "load_raster", "raster_info", "provenance"]
 
@@ -59,15 +59,8 @@ def raster_info(key: str) -> dict:
 def _load_checked(key: str) -> np.ndarray:
     info = raster_info(key)
     path = BUNDLE_DIR / info["bundle_file"]
-    if not path.exists():
-        raise TerrainError(f"{path} is missing; rebuild with scripts/build_terrain.py")
-    # the same missing/hash-differs check as evaluate.score makes for a run's shards (and
-    # learned.checkpoint for a parameter file),
-    # with this bundle's own error and remedy
-    got = sha256_file(path)
-    if got != info["bundle_sha256"]:
-        raise TerrainError(f"{path}: sha256 {got} does not match provenance.json "
-                           f"({info['bundle_sha256']}); the bundle was altered")
+    check_sha256(path, info["bundle_sha256"], TerrainError, what="terrain bundle",
+                 recorded_by="provenance.json", remedy="; rebuild it with scripts/build_terrain.py")
     try:
         with np.load(path, allow_pickle=False) as d:
             q = d["q"]
