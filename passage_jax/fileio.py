@@ -13,12 +13,15 @@ file is passed through :func:`jsonable` first.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import hashlib
 import io
 import json
 import math
 import os
+import struct
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +30,7 @@ import yaml
 __all__ = [
     "utc_now", "sha256_file", "sha256_bytes", "check_sha256", "array_sha256", "jsonable", "to_json",
     "atomic_write_bytes", "atomic_write_text", "atomic_write_json", "atomic_write_npz",
-    "read_document",
+    "read_document", "planner_input_sha256", "atomic_file", "NpzStreamWriter", "NpzMember",
 ]
 
 
@@ -77,6 +80,13 @@ def array_sha256(*arrays) -> str:
     return h.hexdigest()
 
 
+def planner_input_sha256(elevation_m, obstacles, start, goal) -> str:
+    """Identity of what a planner sees of a task: elevation (metres, float64), obstacles
+    (bool), start and goal (int64)."""
+    return array_sha256(elevation_m, np.asarray(obstacles, bool), np.asarray(start, np.int64),
+                        np.asarray(goal, np.int64))
+
+
 def jsonable(x):
     """A JSON-ready copy of ``x``: NaN/±inf -> None, NumPy values -> Python values,
     tuples -> lists, mapping keys -> strings, paths -> strings."""
@@ -114,6 +124,25 @@ def _tmp(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp-{os.getpid()}")
 
 
+@contextlib.contextmanager
+def atomic_file(path):
+    """An open binary file at a temporary name beside ``path``; when the block ends
+    without an error it is flushed, fsynced and moved onto ``path``, otherwise removed.
+    For files written piece by piece (too large to build in memory)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _tmp(path)
+    try:
+        with open(tmp, "wb") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
 def atomic_write_bytes(path, data: bytes) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -146,6 +175,139 @@ def atomic_write_npz(path, arrays: dict) -> Path:
     buf = io.BytesIO()
     np.savez_compressed(buf, **arrays)
     return atomic_write_bytes(path, buf.getvalue())
+
+
+class _MemberWriter:
+    def __init__(self, fh, dtype, want: int, name: str):
+        self._fh, self._dtype, self._want, self._name = fh, dtype, want, name
+        self.wrote = 0
+
+    def write(self, piece) -> None:
+        b = np.ascontiguousarray(piece, self._dtype).tobytes()
+        if self.wrote + len(b) > self._want:
+            raise ValueError(f"npz member {self._name!r}: the pieces exceed the declared shape "
+                             f"({self._want} bytes)")
+        self._fh.write(b)
+        self.wrote += len(b)
+
+
+class NpzStreamWriter:
+    """Writes an ``.npz`` member by member, each array streamed in pieces, without holding
+    the arrays in memory. Members are stored uncompressed (so :class:`NpzMember` can read
+    row ranges by seeking); ``np.load`` reads the file like any npz.
+
+    Use inside :func:`atomic_file`::
+
+        with atomic_file(path) as f, NpzStreamWriter(f) as z:
+            z.add("a", small_array)
+            z.add_pieces("coords", np.int32, (n, 2), pieces)
+    """
+
+    def __init__(self, fileobj):
+        self._zip = zipfile.ZipFile(fileobj, "w", compression=zipfile.ZIP_STORED, allowZip64=True)
+
+    def add(self, name: str, array) -> None:
+        a = np.asarray(array)
+        if a.dtype.kind == "O":
+            raise TypeError(f"npz array {name!r} has object dtype; only plain arrays are written")
+        self.add_pieces(name, a.dtype, a.shape, [a])
+
+    def add_pieces(self, name: str, dtype, shape: tuple, pieces) -> None:
+        """Member ``name`` of ``dtype`` and final ``shape``, from row pieces in order; the
+        pieces must add up to exactly ``shape`` (ValueError otherwise)."""
+        with self.member(name, dtype, shape) as m:
+            for piece in pieces:
+                m.write(piece)
+
+    @contextlib.contextmanager
+    def member(self, name: str, dtype, shape: tuple):
+        """A writer for member ``name`` of ``dtype`` and final ``shape``: call its
+        ``write(piece)`` with row pieces in order; when the block ends the pieces must
+        have added up to exactly ``shape`` (ValueError otherwise)."""
+        dtype = np.dtype(dtype)
+        shape = tuple(int(v) for v in shape)
+        want = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False,
+                  "shape": shape}
+        with self._zip.open(f"{name}.npy", "w", force_zip64=True) as m:
+            np.lib.format.write_array_header_2_0(m, header)
+            w = _MemberWriter(m, dtype, want, name)
+            yield w
+        if w.wrote != want:
+            raise ValueError(f"npz member {name!r}: the pieces hold {w.wrote} bytes, the shape "
+                             f"{shape} of {dtype} needs {want}")
+
+    def close(self) -> None:
+        self._zip.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class NpzMember:
+    """Row ranges of one array of an ``.npz`` read by seeking, without loading the array.
+
+    A member stored uncompressed (as :class:`NpzStreamWriter` writes) is read in place;
+    a compressed one (``np.savez_compressed``) is loaded whole once, so older files
+    still read, without the memory bound.
+    """
+
+    _LOCAL = struct.Struct("<4sHHHHHIIIHH")  # zip local file header (30 bytes)
+
+    def __init__(self, path, name: str):
+        self.path = Path(path)
+        self._whole = None
+        with zipfile.ZipFile(self.path) as z:
+            try:
+                info = z.getinfo(f"{name}.npy")
+            except KeyError:
+                raise KeyError(f"{self.path}: no array {name!r}") from None
+            stored = info.compress_type == zipfile.ZIP_STORED
+        if not stored:
+            with np.load(self.path, allow_pickle=False) as z:
+                self._whole = z[name]
+            self.shape, self.dtype = self._whole.shape, self._whole.dtype
+            return
+        with open(self.path, "rb") as f:
+            f.seek(info.header_offset)
+            fields = self._LOCAL.unpack(f.read(self._LOCAL.size))
+            if fields[0] != b"PK\x03\x04":
+                raise ValueError(f"{self.path}: member {name!r}: bad local header")
+            f.seek(info.header_offset + self._LOCAL.size + fields[9] + fields[10])
+            version = np.lib.format.read_magic(f)
+            read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                           else np.lib.format.read_array_header_2_0)
+            shape, fortran, dtype = read_header(f)
+            if fortran:
+                raise ValueError(f"{self.path}: member {name!r} is Fortran-ordered")
+            self._data = f.tell()
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+
+    def __len__(self) -> int:
+        return self.shape[0] if self.shape else 0
+
+    def rows(self, start: int, stop: int) -> np.ndarray:
+        """Rows ``[start, stop)`` along the first axis."""
+        if self._whole is not None:
+            return self._whole[start:stop]
+        start, stop = max(0, int(start)), min(len(self), int(stop))
+        n = max(0, stop - start)
+        row = self.dtype.itemsize * int(np.prod(self.shape[1:], dtype=np.int64))
+        with open(self.path, "rb") as f:
+            f.seek(self._data + start * row)
+            a = np.fromfile(f, self.dtype, n * row // max(self.dtype.itemsize, 1))
+        return a.reshape((n, *self.shape[1:]))
+
+    def read(self) -> np.ndarray:
+        """The whole array."""
+        if self._whole is not None:
+            return self._whole
+        if not self.shape:
+            raise ValueError(f"{self.path}: a 0-d array has no rows; read it with np.load")
+        return self.rows(0, len(self))
 
 
 def read_document(path, error=ValueError, label: str = "", yaml_allowed: bool = False):

@@ -16,6 +16,7 @@ Add ``--resume`` to pass ``resume=True``. Exit status 0 when the run finished.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from passage_jax import fileio
 from passage_jax.planners import bfs
+from passage_jax.protocol import records
 from passage_jax.run import admission, journal, loop
 from passage_jax.run.spec import load_spec
 
@@ -96,6 +98,24 @@ def arm(point: str) -> None:
                     _die()
             return real_write(path, data)
         fileio.atomic_write_bytes = atomic_write_bytes
+        real_file = fileio.atomic_file
+
+        @contextlib.contextmanager
+        def atomic_file(path):
+            if Path(path).name != name:
+                with real_file(path) as f:
+                    yield f
+                return
+            calls[0] += 1
+            with real_file(path) as f:
+                yield f
+                if calls[0] == n:  # the file is complete in its temporary: keep half, die
+                    f.flush()
+                    f.truncate(f.tell() // 2)
+                    os.fsync(f.fileno())
+                    _die()
+        for mod in (fileio, loop, records):
+            mod.atomic_file = atomic_file
     else:
         raise SystemExit(f"unknown kill point {point!r}")
 

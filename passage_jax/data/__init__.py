@@ -37,6 +37,7 @@ from passage_jax.data.scene import (
     normalise_elevation,
     route_column,
 )
+from passage_jax.data.stream import CHUNK_CELLS, TaskStream, TaskStub, chunk_scenes, open_tasks
 from passage_jax.data.validate import DataError, validate_row
 from passage_jax.data.writer import write_split
 
@@ -53,6 +54,8 @@ __all__ = [
     "resolve_dataset_root", "check_revision", "shipped_cohort_root", "present_splits",
     "split_folder", "shard_files", "id_places", "iter_raw_rows", "iter_scenes",
     "iter_scene_batches", "load_scenes", "load_tasks", "check_weight", "DEFAULT_N_SAMPLES",
+    # tasks held compactly, grids read in chunks
+    "TaskStream", "TaskStub", "open_tasks", "CHUNK_CELLS", "chunk_scenes",
     # whole-split scans and the audit
     "RowReport", "scan_split", "scene_summary", "audit_dataset",
 ]

@@ -5,11 +5,13 @@ import dataclasses
 
 import numpy as np
 
+from passage_jax.fileio import planner_input_sha256
 from passage_jax.graph.spec import OBJECTIVE_COLUMN, OBJECTIVES, VARIANTS
 
 __all__ = [
     "SPLITS", "SPLIT_ALIASES", "PASSAGE_CALIBRATION", "DEFAULT_MARKERS", "ROUTE_COLUMNS",
     "canonical_split", "route_column", "elevation_metres", "normalise_elevation", "Scene", "Task",
+    "task_input_hash",
 ]
 
 SPLITS = ("train", "validation", "calibration", "test")
@@ -120,3 +122,8 @@ class Task:
     def elevation_m(self) -> np.ndarray:
         return self.scene.elevation_m
 
+
+
+def task_input_hash(task: Task) -> str:
+    """Identity of what a planner sees of a task: elevation (metres), obstacles, start, goal."""
+    return planner_input_sha256(task.elevation_m, task.obstacles, task.scene.start, task.scene.goal)

@@ -39,12 +39,11 @@ from passage_jax.evaluate.score import (
     ScoreError,
     load_npz,
     load_score,
+    open_run_tasks,
     read_json,
-    read_run_requests,
-    reload_tasks,
 )
 from passage_jax.fileio import atomic_write_bytes, atomic_write_text, read_document
-from passage_jax.protocol.records import load_paths, route_of, unpack_routes
+from passage_jax.protocol.records import PathsReader, unpack_routes
 
 __all__ = ["write_report", "render_markdown", "print_metrics_table", "metrics_rows",
            "components_section",
@@ -355,19 +354,18 @@ def render_markdown(cmp: dict, figures: dict) -> str:
 
 def _seed_data(folder: Path) -> dict:
     s = load_score(folder)
-    paths = load_paths(folder / "paths.npz")
-    recs = read_run_requests(folder / "requests.jsonl")
     p = s["per_sample"]
     sel = np.flatnonzero(p["primary_quality"])
     sel = sel[np.argsort(p["task_index"][sel], kind="stable")]
-    routes = []
-    for r in p["record_index"][sel]:
-        rt = route_of(paths, int(r))
-        routes.append(rt if isinstance(rt, np.ndarray) and rt.ndim == 2 and
-                      rt.dtype.kind in "iu" else None)
     return {"score": s, "rows": {k: p[k][sel] for k in ("regret", "valid_path", "status",
                                                         "sample_id", "success")},
-            "routes": routes, "records": recs}
+            "paths": PathsReader(folder / "paths.npz"), "record_index": p["record_index"][sel]}
+
+
+def _route_for(d: dict, i: int):
+    """The quality-repeat route of task ``i`` (an integer (L, 2) route, else None)."""
+    (rt,) = d["paths"].routes_at([int(d["record_index"][i])])
+    return rt if isinstance(rt, np.ndarray) and rt.ndim == 2 and rt.dtype.kind in "iu" else None
 
 
 def _hillshade(z: np.ndarray) -> np.ndarray:
@@ -388,7 +386,7 @@ def route_figure(cmp: dict, path: Path, n_tasks: int = 4) -> Path:
             "objective": [str(x) for x in ref["objective"]],
             "variant": [str(x) for x in ref["variant"]],
             "cost_weight": ref["cost_weight"], "input_sha256": [str(x) for x in ref["input_sha256"]]}
-    tasks, _, _ = reload_tasks(read_json(fa / "manifest.json"), refs, str(fa))
+    tasks, _, _ = open_run_tasks(read_json(fa / "manifest.json"), refs, str(fa))  # read on demand
     ra, rb = da["rows"]["regret"], db["rows"]["regret"]
     gap = np.abs(np.minimum(ra, 10.0) - np.minimum(rb, 10.0))
     order = list(np.argsort(-gap, kind="stable"))
@@ -413,7 +411,7 @@ def route_figure(cmp: dict, path: Path, n_tasks: int = 4) -> Path:
         ax.plot(rr[:, 1], rr[:, 0], color="black", lw=1.2, ls="--", zorder=3,
                 label="reference route")
         for d, color, lab, ls in ((da, "tab:red", f"A: {na}", "-"), (db, "tab:blue", f"B: {nb}", "-")):
-            route = d["routes"][i]
+            route = _route_for(d, i)
             reg = d["rows"]["regret"][i]
             st = d["rows"]["status"][i]
             txt = f"{lab} (regret {_fmt(reg, 3)}, {st})"

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from passage_jax.contract import IN_PROCESS_TIMING_PROFILE, PRIMARY_METRICS, UNPLACED
-from passage_jax.data import DataError, load_tasks
+from passage_jax.data import DataError, open_tasks, resolve_dataset_root
 from passage_jax.evaluate.components import component_summary, route_stage_column
 from passage_jax.evaluate.latency import series_latency
 from passage_jax.fileio import (
@@ -49,13 +49,12 @@ from passage_jax.metrics import primary_metrics, score_routes, sharding_devices
 from passage_jax.protocol.contracts import STATUSES
 from passage_jax.protocol.records import (
     ROUTE_FORMAT_CODE,
+    PathsReader,
     code_hash,
     input_hash,
-    load_paths,
     package_versions,
     read_requests,
     references_identity,
-    route_of,
     unpack_routes,
 )
 from passage_jax.stats import assign_blocks, block_census
@@ -64,8 +63,10 @@ from passage_jax.stats import assign_blocks, block_census
 # module that re-exports names; only the names differ.
 __all__ = [
     "score_run", "score_folder", "load_score", "seed_folders", "timing_profile", "reload_tasks",
+    "open_run_tasks", "read_slim_records", "SCORED_KEYS",
     "ScoreError", "AlreadyScored", "DatasetNotFound", "ScoreOutdated", "PER_SAMPLE_FIELDS",
-    "STRATIFIERS", "METRIC_CONTRACT", "SCORE_FORMAT", "RECEIPT_FORMAT", "BLOCK_RULE", "OUTPUTS",
+    "PER_SAMPLE_SCALARS", "STRATIFIERS", "METRIC_CONTRACT", "SCORE_FORMAT", "RECEIPT_FORMAT",
+    "BLOCK_RULE", "OUTPUTS",
     "RUN_INPUTS",
 ]
 
@@ -79,15 +80,21 @@ RECEIPT_FORMAT = "passage-jax-score-receipt-v1"
 BLOCK_RULE = "main_tile_5deg"
 OUTPUTS = ("per_sample.npz", "metrics.json", "score_receipt.json")
 RUN_INPUTS = ("requests.jsonl", "paths.npz", "references.npz")
-#: per_sample.npz row fields (all of length n_rows), in the order they are written
+#: per_sample.npz row fields (all of length n_rows), in the order they are written; the
+#: file also holds the 0-d :data:`PER_SAMPLE_SCALARS`
 PER_SAMPLE_FIELDS = (
-    "reference_qualified", "sample_id", "cluster_id", "repeat_index", "quality_repeat_index",
+    "reference_qualified", "sample_id", "cluster_id", "repeat_index",
     "primary_quality", "regret", "assd", "h95", "path_iou", "success", "valid_path",
     "connected_path", "obstacle_violation", "obstacle_traversals", "predicted_cost",
     "oracle_cost", "latency_ms", "status", "record_index", "task_index", "route_format",
     "route_length", "malformed", "stratum_obstacle_coverage", "stratum_start_goal_distance_px",
     "stratum_reference_length_px", "stratum_relief_m", "route_stage",
 )
+#: the ``requests.jsonl`` fields scoring reads (the rest of each record is not kept)
+SCORED_KEYS = ("record", "series", "repeat", "task_index", "sample_id", "status", "latency_ms",
+               "deadline_ms", "route_format", "route_stage", "stage_work", "work", "precision")
+#: per_sample.npz 0-d arrays (read with ``.item()``)
+PER_SAMPLE_SCALARS = ("metric_contract", "quality_repeat_index", "block_rule")
 #: numeric per-task stratifiers available to ``compare --odd-spec``
 STRATIFIERS = ("obstacle_coverage", "start_goal_distance_px", "reference_length_px", "relief_m")
 
@@ -203,12 +210,25 @@ def dataset_root(manifest: dict, override=None) -> Path:
     for c in cands:
         if c and Path(c).is_dir():
             return Path(c)
+    if override is None and data.get("dataset_repo") and data.get("dataset_revision"):
+        # a hub run: the pinned snapshot, fetched (or found in the cache) for its split only
+        try:
+            return resolve_dataset_root(dataset_repo=data["dataset_repo"],
+                                        dataset_revision=data["dataset_revision"],
+                                        resolution=int(data["resolution"]), split=str(data["split"]))
+        except DataError as e:
+            raise DatasetNotFound(f"dataset of the run not found locally, and the hub snapshot "
+                                  f"failed: {e}") from None
     raise DatasetNotFound(f"dataset of the run not found (tried {[c for c in cands if c]}); "
                           f"a copy elsewhere can be named (its hashes are checked)")
 
 
-def reload_tasks(manifest: dict, refs: dict, where: str, dataset_path=None) -> tuple:
-    """Tasks of the run, reloaded and checked; returns (tasks, root, shard hashes)."""
+def open_run_tasks(manifest: dict, refs: dict, where: str, dataset_path=None, on_chunk=None, *,
+                   chunk: int | None = None) -> tuple:
+    """The run's tasks as a :class:`~passage_jax.data.TaskStream`, read once in chunks and
+    checked against the run (shard hashes; per task: id, input hash, objective, variant,
+    weight); ``on_chunk(first, tasks)`` is called for each checked chunk during that read.
+    Returns (tasks, root, shard hashes)."""
     data = manifest.get("data") or {}
     for k in ("resolution", "split", "cost_model", "task_variant", "shards", "sample_ids"):
         if k not in data:
@@ -220,30 +240,63 @@ def reload_tasks(manifest: dict, refs: dict, where: str, dataset_path=None) -> t
         s["name"]: check_sha256(shard_dir / s["name"], s["sha256"], ScoreError, what=f"{where}: shard",
                                 recorded_by="the run", remedy="; the data changed since the run")
         for s in data["shards"]}
+    run_ids = list(data["sample_ids"])
+    if run_ids != refs["sample_id"]:
+        raise ScoreError(f"{where}: the manifest's scene ids {run_ids[:3]}... differ from the "
+                         f"references' {refs['sample_id'][:3]}...")
+
+    def check(first, tasks):
+        for i, t in enumerate(tasks, start=first):
+            if i >= len(run_ids) or t.id != run_ids[i]:
+                raise ScoreError(f"{where}: reloaded scene {i} is {t.id}, the run's is "
+                                 f"{run_ids[i] if i < len(run_ids) else 'absent'}")
+            if Path(t.scene.file).name not in shard_hashes:
+                raise ScoreError(f"{where}: scene {t.id} comes from {t.scene.file}, a shard the "
+                                 f"run did not record")
+            got = input_hash(t)  # the identity the run recorded at admission
+            if got != refs["input_sha256"][i]:
+                raise ScoreError(f"{where}: task {i} (scene {t.id}): input hash {got} differs "
+                                 f"from the run's {refs['input_sha256'][i]}")
+            if (t.objective != refs["objective"][i] or t.variant != refs["variant"][i]
+                    or float(t.weight) != float(refs["cost_weight"][i])):
+                raise ScoreError(f"{where}: task {i} (scene {t.id}): objective/variant/weight "
+                                 f"differ from the run's references")
+        if on_chunk is not None:
+            on_chunk(first, tasks)
+
     try:
-        tasks = load_tasks(root, res, split, data["cost_model"], data["task_variant"],
-                           n_samples=data.get("n_samples"))
+        tasks = open_tasks(root, res, split, data["cost_model"], data["task_variant"],
+                           n_samples=data.get("n_samples"), chunk=chunk, on_chunk=check)
     except (DataError, ValueError) as e:
         raise ScoreError(f"{where}: reloading the scenes failed: {e}") from None
-    ids = [t.id for t in tasks]
-    if ids != list(data["sample_ids"]) or ids != refs["sample_id"]:
-        raise ScoreError(f"{where}: reloaded scene ids {ids[:3]}... differ from the run's "
-                         f"{list(data['sample_ids'])[:3]}...")
-    for t in tasks:
-        if Path(t.scene.file).name not in shard_hashes:
-            raise ScoreError(f"{where}: scene {t.id} comes from {t.scene.file}, a shard the "
-                             f"run did not record")
-    got = [input_hash(t) for t in tasks]  # the identity the run recorded at admission
-    for i, (g, e) in enumerate(zip(got, refs["input_sha256"])):
-        if g != e:
-            raise ScoreError(f"{where}: task {i} (scene {ids[i]}): input hash {g} differs "
-                             f"from the run's {e}")
-    for i, t in enumerate(tasks):
-        if (t.objective != refs["objective"][i] or t.variant != refs["variant"][i]
-                or float(t.weight) != float(refs["cost_weight"][i])):
-            raise ScoreError(f"{where}: task {i} (scene {t.id}): objective/variant/weight "
-                             f"differ from the run's references")
+    if tasks.ids != run_ids:
+        raise ScoreError(f"{where}: reloaded {len(tasks)} scenes, the run has {len(run_ids)}")
     return tasks, root, shard_hashes
+
+
+def reload_tasks(manifest: dict, refs: dict, where: str, dataset_path=None) -> tuple:
+    """Tasks of the run in memory, reloaded and checked; returns (tasks, root, shard
+    hashes). For a few tasks (figures); scoring streams them (:func:`open_run_tasks`)."""
+    tasks, root, shard_hashes = open_run_tasks(manifest, refs, where, dataset_path)
+    return list(tasks), root, shard_hashes
+
+
+def read_slim_records(path, where: str) -> list[dict]:
+    """The fields of ``requests.jsonl`` records that scoring uses (:data:`SCORED_KEYS`),
+    read line by line; ScoreError naming the line when one is not JSON."""
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for i, line in enumerate(f):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ScoreError(f"{path} line {i + 1}: not JSON: {e}") from None
+            if not isinstance(rec, dict):
+                raise ScoreError(f"{path} line {i + 1}: not a JSON object")
+            out.append({k: rec[k] for k in SCORED_KEYS if k in rec})
+    return out
 
 
 # --------------------------------------------------------------------------- #
@@ -291,8 +344,13 @@ def quality_summary(per_task: dict, mask, qualified) -> dict:
     return jsonable(m)
 
 
-def score_folder(folder, force: bool = False, dataset_path=None) -> dict:
-    """Score one seed folder; returns the metrics dict (also written)."""
+def score_folder(folder, force: bool = False, dataset_path=None, *, chunk: int | None = None) -> dict:
+    """Score one seed folder; returns the metrics dict (also written).
+
+    The scenes are read ``chunk`` at a time; each chunk's records over every pass are
+    scored while it is held, and the routes are read from ``paths.npz`` by seeking: peak
+    memory is one chunk of grids and its routes plus the per-record columns, whatever
+    the number of scenes. The results do not depend on ``chunk``."""
     folder = Path(folder)
     where = str(folder)
     existing = [n for n in OUTPUTS if (folder / n).exists()]
@@ -301,9 +359,9 @@ def score_folder(folder, force: bool = False, dataset_path=None) -> dict:
     manifest = read_json(folder / "manifest.json")
     input_hashes = {"manifest.json": sha256_file(folder / "manifest.json")}
     input_hashes.update(verify_run_files(folder, manifest))
-    records = read_run_requests(folder / "requests.jsonl")
+    records = read_slim_records(folder / "requests.jsonl", where)
     try:
-        paths = load_paths(folder / "paths.npz")
+        paths = PathsReader(folder / "paths.npz")
     except (KeyError, ValueError, OSError) as e:
         raise ScoreError(f"{folder / 'paths.npz'}: {e}") from None
     ref_npz = load_npz(folder / "references.npz")
@@ -312,25 +370,52 @@ def score_folder(folder, force: bool = False, dataset_path=None) -> dict:
                 variant=[str(x) for x in ref_npz["variant"]],
                 cost_weight=np.asarray(ref_npz["cost_weight"], np.float64),
                 input_sha256=[str(x) for x in ref_npz["input_sha256"]])
-    _check_records(records, paths, manifest, where)
-    tasks, root, shard_hashes = reload_tasks(manifest, refs, where, dataset_path)
-    T = len(tasks)
+    _check_records(records, paths.index, manifest, where)
+    T = len(refs["sample_id"])
     timing = manifest.get("timing") or {}
     q_index = int(timing.get("quality_repeat_index", manifest["spec"]["quality_repeat_index"]))
     warmup_declared = int(timing.get("latency_warmup", manifest["spec"]["latency_warmup"]))
 
-    # score every record (cold, warm-up and warm passes alike)
+    # score every record (cold, warm-up and warm passes alike), one chunk of tasks at a
+    # time while the scenes are read: each chunk's records over every pass
     ti = np.array([int(r["task_index"]) for r in records], np.int64)
     if len(ti) and (ti.min() < 0 or ti.max() >= T):
         raise ScoreError(f"{where}: a record's task_index is outside [0, {T})")
     for i, r in enumerate(records):
-        if r["sample_id"] != tasks[ti[i]].id:
+        if r["sample_id"] != refs["sample_id"][ti[i]]:
             raise ScoreError(f"{where}: record {i}: sample_id {r['sample_id']} is not task "
-                             f"{ti[i]}'s scene {tasks[ti[i]].id}")
+                             f"{ti[i]}'s scene {refs['sample_id'][ti[i]]}")
     status = np.array([r["status"] for r in records], dtype=str)
-    cands = [route_of(paths, i) for i in range(len(records))]
-    per = score_routes(cands, [tasks[j] for j in ti], refs["c_star"][ti], status == "ok",
-                       references=[refs["routes"][j] for j in ti], sharding=SCORE_SHARDING)
+    by_task = np.argsort(ti, kind="stable")
+    first_record = np.searchsorted(ti[by_task], np.arange(T + 1))
+    per: dict = {}
+    rlen = np.full(len(records), -1, np.int64)
+    strata = {k: np.empty(T, np.float64) for k in STRATIFIERS}
+
+    def score_chunk(first, tasks):
+        for k, v in _strata(tasks, refs["routes"][first:first + len(tasks)]).items():
+            strata[k][first:first + len(tasks)] = v
+        idx = np.sort(by_task[first_record[first]:first_record[first + len(tasks)]])
+        cands = paths.routes_at(idx)
+        res = score_routes(cands, [tasks[j - first] for j in ti[idx]], refs["c_star"][ti[idx]],
+                           status[idx] == "ok", references=[refs["routes"][j] for j in ti[idx]],
+                           sharding=SCORE_SHARDING)
+        for k, v in res.items():
+            v = np.asarray(v)
+            if v.dtype.kind == "O":
+                continue  # why a candidate was malformed: in the run's records already
+            if k not in per:
+                per[k] = np.zeros(len(records), v.dtype)
+            per[k][idx] = v
+        # only an exact integer route has a length in cells; a malformed route that still
+        # has an (L, 2) shape (float coordinates) is -1 like any other malformed one
+        is_int = paths.route_format[idx] == ROUTE_FORMAT_CODE["int"]
+        rlen[idx] = np.where(is_int, [0 if c is None else len(c) for c in cands], -1)
+
+    _tasks, root, shard_hashes = open_run_tasks(manifest, refs, where, dataset_path, score_chunk,
+                                                chunk=chunk)
+    if not per:  # a run without records (no tasks) cannot be scored
+        raise ScoreError(f"{where}: no records to score")
     series = np.array([r["series"] for r in records], dtype=str)
     repeat = np.array([int(r["repeat"]) for r in records], np.int64)
     qualified = refs["qualified"][ti]
@@ -343,21 +428,16 @@ def score_folder(folder, force: bool = False, dataset_path=None) -> dict:
         raise ScoreError(f"{where}: warm records do not form {T} tasks x repeats with quality "
                          f"repeat {q_index}")
     clusters = np.asarray(cluster_ids(ref_npz["tile_json"]), dtype=str)
-    strata = _strata(tasks, refs["routes"])
     lat = np.array([np.nan if r.get("latency_ms") is None else float(r["latency_ms"])
                     for r in records], np.float64)
     fmt = np.array([str(r.get("route_format") or "") for r in records], dtype=str)
-    # only an exact integer route has a length in cells; a malformed route that still
-    # has an (L, 2) shape (float coordinates) is -1 like any other malformed one
-    rlen = np.array([len(c) if int(paths["route_format"][i]) == ROUTE_FORMAT_CODE["int"] else -1
-                     for i, c in enumerate(cands)], np.int64)
     rows = {
         "metric_contract": np.array(METRIC_CONTRACT),
         "reference_qualified": qualified[warm],
-        "sample_id": np.asarray([tasks[j].id for j in ti[warm]], dtype=str),
+        "sample_id": np.asarray([refs["sample_id"][j] for j in ti[warm]], dtype=str),
         "cluster_id": clusters[ti[warm]],
         "repeat_index": repeat[warm],
-        "quality_repeat_index": np.full(len(warm), q_index, np.int64),
+        "quality_repeat_index": np.array(q_index, np.int64),  # 0-d: one per file
         "primary_quality": repeat[warm] == q_index,
         "regret": per["regret"][warm].astype(np.float64),
         "assd": per["assd"][warm].astype(np.float64),
@@ -490,7 +570,8 @@ def timing_profile(manifest: dict) -> dict:
             "timer": t.get("timer")}
 
 
-def score_run(path, force: bool = False, dataset_path=None, log=None) -> dict:
+def score_run(path, force: bool = False, dataset_path=None, log=None, *,
+              chunk: int | None = None) -> dict:
     """Score every seed folder of ``path``; returns {seed folder name: metrics}."""
     out = {}
     folders = seed_folders(path)
@@ -499,7 +580,7 @@ def score_run(path, force: bool = False, dataset_path=None, log=None) -> dict:
         if done:
             raise AlreadyScored(f"{done[0]} is already scored")
     for f in folders:
-        out[f.name] = score_folder(f, force=force, dataset_path=dataset_path)
+        out[f.name] = score_folder(f, force=force, dataset_path=dataset_path, chunk=chunk)
         if log:
             log(f"scored {f}")
     return out

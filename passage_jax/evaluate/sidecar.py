@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from passage_jax.contract import PRIMARY_METRICS
-from passage_jax.evaluate.score import PER_SAMPLE_FIELDS, read_json, seed_folders
+from passage_jax.evaluate.score import PER_SAMPLE_FIELDS, PER_SAMPLE_SCALARS, read_json, seed_folders
 from passage_jax.fileio import sha256_file, utc_now
 from passage_jax.protocol.records import code_hash
 
@@ -100,6 +100,7 @@ def sidecar(output: Path, spec, scores: dict, container_digest=None) -> dict:
                             "per_sample.npz", "metrics.json", "score_receipt.json")}
                   for f in folders},
         "per_sample_fields": list(PER_SAMPLE_FIELDS),
+        "per_sample_scalars": list(PER_SAMPLE_SCALARS),
     }
     digest = container_digest or os.environ.get(CONTAINER_ENV)
     if digest:

@@ -30,11 +30,17 @@ from pathlib import Path
 
 import numpy as np
 
-from passage_jax.fileio import array_sha256, atomic_write_npz
+from passage_jax.fileio import (
+    NpzMember,
+    NpzStreamWriter,
+    array_sha256,
+    atomic_file,
+    planner_input_sha256,
+)
 
 __all__ = [
     "PATHS_FORMAT", "REFERENCES_FORMAT", "RUN_FORMAT", "REQUESTS_FORMAT", "RECORD_KEYS",
-    "ROUTE_FORMATS", "ROUTE_FORMAT_CODE", "snapshot_route", "PathsWriter", "load_paths",
+    "ROUTE_FORMATS", "ROUTE_FORMAT_CODE", "snapshot_route", "PathsWriter", "PathsReader", "load_paths",
     "route_of", "pack_routes", "unpack_routes", "read_requests", "input_hash",
     "references_identity", "code_hash", "package_versions",
 ]
@@ -72,18 +78,17 @@ VERSIONED_PACKAGES = ("passage_jax", "jax", "jaxlib", "numpy", "scipy", "flax", 
 # --------------------------------------------------------------------------- #
 
 def input_hash(task) -> str:
-    """Identity of what a planner sees of a task: elevation, obstacles, start, goal."""
-    return array_sha256(task.elevation_m, np.asarray(task.obstacles, bool),
-                        np.asarray(task.scene.start, np.int64),
-                        np.asarray(task.scene.goal, np.int64))
+    """Identity of what a planner sees of a task: elevation, obstacles, start, goal
+    (:func:`passage_jax.fileio.planner_input_sha256`)."""
+    return planner_input_sha256(task.elevation_m, task.obstacles, task.scene.start, task.scene.goal)
 
 
 def references_identity(sample_ids, c_star, coords, offsets, qualified) -> str:
     """Identity of a run's references (``references.npz`` ``identity``): sample ids,
     c*, packed reference routes and qualification flags."""
     ids = np.asarray(sample_ids, dtype=str).astype("U32")
-    return array_sha256(ids, np.asarray(c_star, np.float64), coords, offsets,
-                        np.asarray(qualified))
+    return array_sha256(ids, np.asarray(c_star, np.float64), np.asarray(coords, np.int32),
+                        np.asarray(offsets, np.int64), np.asarray(qualified))
 
 
 def code_hash(root=None) -> dict:
@@ -158,82 +163,179 @@ def snapshot_route(path) -> tuple[int, np.ndarray | None, np.ndarray | None, str
 
 
 class PathsWriter:
-    """Accumulates route snapshots in record order and writes ``paths.npz``."""
+    """Accumulates route snapshots in record order and writes ``paths.npz``.
+
+    :meth:`add` keeps the routes in memory (small runs); :meth:`add_sizes` records only
+    a route's format and sizes, and :meth:`write_streamed` then writes the file reading
+    the routes again from their source, piece by piece (a run's journal: memory bounded
+    whatever the number of records). Members are stored uncompressed, so a reader can
+    take any record range by seeking (:class:`PathsReader`).
+    """
 
     def __init__(self):
         self.formats: list[int] = []
-        self.coords: list[np.ndarray] = []
         self.lengths: list[int] = []
-        self.raw: list[np.ndarray] = []
         self.raw_lengths: list[int] = []
         self.raw_desc: list[str] = []
+        self.coords: list[np.ndarray] = []
+        self.raw: list[np.ndarray] = []
 
-    def add(self, fmt: int, route, raw, desc) -> int:
+    def add_sizes(self, fmt: int, n_cells: int, n_raw: int, desc) -> int:
         self.formats.append(int(fmt))
-        r = route if route is not None else np.zeros((0, 2), np.int32)
-        self.coords.append(r)
-        self.lengths.append(len(r))
-        v = raw if raw is not None else np.zeros(0, np.float64)
-        self.raw.append(v)
-        self.raw_lengths.append(len(v))
+        self.lengths.append(int(n_cells))
+        self.raw_lengths.append(int(n_raw))
         self.raw_desc.append(desc or "")
         return len(self.formats) - 1
 
-    def arrays(self) -> dict:
+    def add(self, fmt: int, route, raw, desc) -> int:
+        r = route if route is not None else np.zeros((0, 2), np.int32)
+        v = raw if raw is not None else np.zeros(0, np.float64)
+        self.coords.append(r)
+        self.raw.append(v)
+        return self.add_sizes(fmt, len(r), len(v), desc)
+
+    def _index_arrays(self) -> dict:
         n = len(self.formats)
         offsets = np.zeros(n + 1, np.int64)
         offsets[1:] = np.cumsum(self.lengths)
         raw_offsets = np.zeros(n + 1, np.int64)
         raw_offsets[1:] = np.cumsum(self.raw_lengths)
-        coords = np.concatenate(self.coords).astype(np.int32) if n else np.zeros((0, 2), np.int32)
-        raw = np.concatenate(self.raw).astype(np.float64) if n else np.zeros(0, np.float64)
         dtypes = [d.split("|")[0] if d else "" for d in self.raw_desc]
         shapes = [d.split("|")[1] if "|" in d else "" for d in self.raw_desc]
         return {
             "format": np.array(PATHS_FORMAT),
             "record_index": np.arange(n, dtype=np.int64),
             "route_format": np.asarray(self.formats, np.int8),
-            "coords": coords.reshape(-1, 2),
             "offsets": offsets,
-            "raw_values": raw,
             "raw_offsets": raw_offsets,
             "raw_dtype": np.asarray(dtypes, dtype=str) if n else np.zeros(0, "<U1"),
             "raw_shape": np.asarray(shapes, dtype=str) if n else np.zeros(0, "<U1"),
         }
 
+    def arrays(self) -> dict:
+        """Every array of the file (routes added with :meth:`add`)."""
+        out = self._index_arrays()
+        n = len(self.formats)
+        out["coords"] = (np.concatenate(self.coords).astype(np.int32).reshape(-1, 2) if n
+                         else np.zeros((0, 2), np.int32))
+        out["raw_values"] = (np.concatenate(self.raw).astype(np.float64) if n
+                             else np.zeros(0, np.float64))
+        return out
+
     def write(self, path) -> Path:
-        return atomic_write_npz(path, self.arrays())
+        """Write the routes added with :meth:`add`."""
+        def feed(visit):
+            for i, (r, v) in enumerate(zip(self.coords, self.raw)):
+                visit(i, "", (None, r, v, None))
+        return self.write_streamed(path, feed)
+
+    def write_streamed(self, path, scan) -> Path:
+        """Write the file, reading the routes again with ``scan(visit)``, which must call
+        ``visit(index, line, (fmt, route, raw, desc))`` for every record in order (as
+        :func:`passage_jax.run.journal.scan_journal` does); the sizes must be those given
+        to :meth:`add_sizes` (ValueError otherwise)."""
+        idx = self._index_arrays()
+        n_cells, n_raw = int(idx["offsets"][-1]), int(idx["raw_offsets"][-1])
+        with atomic_file(path) as f, NpzStreamWriter(f) as z:
+            for k, v in idx.items():
+                z.add(k, v)
+            for name, part, dtype, shape in (("coords", 1, np.int32, (n_cells, 2)),
+                                             ("raw_values", 2, np.float64, (n_raw,))):
+                with z.member(name, dtype, shape) as m:
+                    if int(np.prod(shape)):
+                        scan(lambda _i, _line, snap, m=m, part=part: (
+                            None if snap[part] is None else m.write(snap[part])))
+        return Path(path)
+
+
+_INDEX_KEYS = ("format", "record_index", "route_format", "offsets", "raw_offsets", "raw_dtype",
+               "raw_shape")
+
+
+def _check_paths(path, d: dict, n_cells: int, n_raw: int) -> None:
+    if str(d.get("format")) != PATHS_FORMAT:
+        raise ValueError(f"{path}: not a {PATHS_FORMAT} file (format={d.get('format')!r})")
+    n = len(d["route_format"])
+    if len(d["offsets"]) != n + 1 or d["offsets"][-1] != n_cells:
+        raise ValueError(f"{path}: offsets do not match coords")
+    if len(d["raw_offsets"]) != n + 1 or d["raw_offsets"][-1] != n_raw:
+        raise ValueError(f"{path}: raw_offsets do not match raw_values")
 
 
 def load_paths(path) -> dict:
     """Read ``paths.npz`` (``allow_pickle=False``) and check its structure."""
     with np.load(path, allow_pickle=False) as z:
         d = {k: z[k] for k in z.files}
-    if str(d.get("format")) != PATHS_FORMAT:
-        raise ValueError(f"{path}: not a {PATHS_FORMAT} file (format={d.get('format')!r})")
-    n = len(d["route_format"])
-    if len(d["offsets"]) != n + 1 or d["offsets"][-1] != len(d["coords"]):
-        raise ValueError(f"{path}: offsets do not match coords")
-    if len(d["raw_offsets"]) != n + 1 or d["raw_offsets"][-1] != len(d["raw_values"]):
-        raise ValueError(f"{path}: raw_offsets do not match raw_values")
+    _check_paths(path, d, len(d["coords"]), len(d["raw_values"]))
     return d
+
+
+def _route(fmt_code: int, cells, raw, shape_text: str):
+    fmt = ROUTE_FORMATS[int(fmt_code)]
+    if fmt == "int":
+        return cells
+    if fmt in ("none", "object"):
+        return None
+    shape = tuple(int(s) for s in str(shape_text).split("x") if s)
+    try:
+        return raw.reshape(shape)
+    except ValueError:
+        return raw
 
 
 def route_of(paths: dict, i: int):
     """The route of record ``i`` as the scorer should see it: the exact int32
     route for format ``int``, ``None`` for ``none``, and for a malformed route the
     raw values reshaped to their recorded shape in float64 (never cast to int)."""
-    fmt = ROUTE_FORMATS[int(paths["route_format"][i])]
-    if fmt == "int":
-        return paths["coords"][paths["offsets"][i]:paths["offsets"][i + 1]]
-    if fmt in ("none", "object"):
-        return None
-    raw = paths["raw_values"][paths["raw_offsets"][i]:paths["raw_offsets"][i + 1]]
-    shape = tuple(int(s) for s in str(paths["raw_shape"][i]).split("x") if s)
-    try:
-        return raw.reshape(shape)
-    except ValueError:
-        return raw
+    return _route(paths["route_format"][i], paths["coords"][paths["offsets"][i]:paths["offsets"][i + 1]],
+                  paths["raw_values"][paths["raw_offsets"][i]:paths["raw_offsets"][i + 1]],
+                  paths["raw_shape"][i])
+
+
+class PathsReader:
+    """Record ranges of a ``paths.npz`` read by seeking, without loading every route
+    (memory: the per-record index plus the routes asked for). Files written before
+    routes were stored uncompressed are read whole once (:class:`NpzMember`)."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+        with np.load(self.path, allow_pickle=False) as z:
+            missing = [k for k in (*_INDEX_KEYS, "coords", "raw_values") if k not in z.files]
+            if missing:
+                raise KeyError(f"{self.path}: missing arrays {missing}")
+            self.index = {k: z[k] for k in _INDEX_KEYS}
+        self._coords = NpzMember(self.path, "coords")
+        self._raw = NpzMember(self.path, "raw_values")
+        _check_paths(self.path, self.index, len(self._coords), len(self._raw))
+
+    def __len__(self) -> int:
+        return len(self.index["route_format"])
+
+    @property
+    def route_format(self) -> np.ndarray:
+        return self.index["route_format"]
+
+    def routes_at(self, indices) -> list:
+        """:func:`route_of` for the records ``indices`` (ascending), read one run of
+        consecutive records at a time."""
+        idx = np.asarray(indices, np.int64)
+        out: list = []
+        if idx.size == 0:
+            return out
+        breaks = np.flatnonzero(np.diff(idx) != 1) + 1
+        for run in np.split(idx, breaks):
+            out += self.routes(int(run[0]), int(run[-1]) + 1)
+        return out
+
+    def routes(self, start: int, stop: int) -> list:
+        """:func:`route_of` for records ``[start, stop)``."""
+        ix = self.index
+        o, ro = ix["offsets"], ix["raw_offsets"]
+        cells = self._coords.rows(o[start], o[stop])
+        raw = self._raw.rows(ro[start], ro[stop])
+        return [_route(ix["route_format"][i], cells[o[i] - o[start]:o[i + 1] - o[start]],
+                       raw[ro[i] - ro[start]:ro[i + 1] - ro[start]], ix["raw_shape"][i])
+                for i in range(start, stop)]
 
 
 def pack_routes(routes) -> tuple[np.ndarray, np.ndarray]:

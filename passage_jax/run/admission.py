@@ -26,12 +26,12 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from passage_jax.data import DataError, load_tasks, resolve_dataset_root
+from passage_jax.data import DataError, TaskStream, open_tasks, resolve_dataset_root
 from passage_jax.fileio import read_document, sha256_file
 from passage_jax.graph.routes import route_cost
 from passage_jax.learned.guide import shipped_checkpoint
 from passage_jax.protocol.adapters import import_entry, is_factory
-from passage_jax.protocol.records import input_hash, pack_routes, references_identity
+from passage_jax.protocol.records import pack_routes, references_identity
 from passage_jax.reference import qualify_scenes, solve_tasks
 from passage_jax.run.spec import RunSpec
 
@@ -76,25 +76,21 @@ class References:
 class Admitted:
     spec: RunSpec
     root: Path
-    tasks: list
+    tasks: TaskStream  # compact task facts; grids re-read in chunks
     shards: list  # [{path, sha256, rows}]
     references: References
     entry: dict  # identity of the planner entry point
     checkpoints: dict  # seed -> {key: {path, sha256}}
     runtime_bundle: dict | None
     device: object  # jax device or None
-    _input_hashes: list | None = dataclasses.field(default=None, init=False, repr=False,
-                                                   compare=False)
 
     @property
     def sample_ids(self) -> list:
-        return [t.id for t in self.tasks]
+        return list(self.tasks.ids)
 
     def input_hashes(self) -> list:
-        """Per-task input hashes (computed once: each hashes a task's full grids)."""
-        if self._input_hashes is None:
-            self._input_hashes = [input_hash(t) for t in self.tasks]
-        return list(self._input_hashes)
+        """Per-task input hashes (taken when the tasks were read)."""
+        return list(self.tasks.input_hashes)
 
 
 def resolve_root(spec: RunSpec) -> Path:
@@ -103,84 +99,110 @@ def resolve_root(spec: RunSpec) -> Path:
             # a dataset_repo without a revision next to a local path is provenance only
             return resolve_dataset_root(dataset_path=spec.dataset_path)
         return resolve_dataset_root(dataset_repo=spec.dataset_repo,
-                                    dataset_revision=spec.dataset_revision)
+                                    dataset_revision=spec.dataset_revision,
+                                    resolution=spec.resolution, split=spec.split)
     except DataError as e:
         raise AdmissionError(f"data: {e}") from None
 
 
-def load_admitted_tasks(spec: RunSpec, root: Path) -> list:
+def open_admitted_tasks(spec: RunSpec, root: Path, on_chunk=None, chunk: int | None = None
+                        ) -> TaskStream:
+    """The spec's tasks as a :class:`~passage_jax.data.TaskStream` (one read of the shards,
+    ``on_chunk(first, tasks)`` per chunk during it); AdmissionError for data problems."""
     try:
-        tasks = load_tasks(root, spec.resolution, spec.split, spec.cost_model, spec.task_variant,
-                           n_samples=spec.n_samples, weight=spec.cost_weight)
+        tasks = open_tasks(root, spec.resolution, spec.split, spec.cost_model, spec.task_variant,
+                           n_samples=spec.n_samples, weight=spec.cost_weight, chunk=chunk,
+                           on_chunk=on_chunk)
     except (DataError, ValueError) as e:
         raise AdmissionError(f"data: {e}") from None
-    if not tasks:
+    if not len(tasks):
         raise AdmissionError(f"data: {root} {spec.resolution}x{spec.resolution}/{spec.split} "
                              f"holds no scenes")
-    ids = [t.id for t in tasks]
+    ids = tasks.ids
     if len(set(ids)) != len(ids):
-        dup = sorted({i for i in ids if ids.count(i) > 1})
-        raise AdmissionError(f"data: duplicate scene id(s) {dup[:5]} in the admitted tasks")
+        seen, dup = set(), set()
+        for i in ids:
+            (dup if i in seen else seen).add(i)
+        raise AdmissionError(f"data: duplicate scene id(s) {sorted(dup)[:5]} in the admitted tasks")
     return tasks
 
 
-def shard_identity(tasks) -> list:
-    files, rows = [], {}
-    for t in tasks:
-        f = t.scene.file
-        if f not in rows:
-            files.append(f)
-            rows[f] = 0
-        rows[f] += 1
-    return [{"path": f, "name": Path(f).name, "sha256": sha256_file(f), "rows_used": rows[f]}
-            for f in files]
+def load_admitted_tasks(spec: RunSpec, root: Path) -> list:
+    """Every task of the spec in memory (small runs and tests; a run streams them)."""
+    return list(open_admitted_tasks(spec, root))
+
+
+def shard_identity(tasks: TaskStream) -> list:
+    return [{"path": f, "name": Path(f).name, "sha256": sha256_file(f), "rows_used": n}
+            for f, n in tasks.shard_rows()]
+
+
+class _Qualifier:
+    """Qualifies the references chunk by chunk as the tasks are read (admission keeps one
+    chunk of grids at a time); :meth:`finish` checks them all and returns References."""
+
+    def __init__(self, spec: RunSpec):
+        self.spec = spec
+        self.key = f"{spec.cost_model}/{spec.task_variant}"
+        # value iteration solves every task; a declared CPU budget adds the independent
+        # CPU search as a cross-check within that budget
+        self.cross = spec.reference_max_expansions is not None
+        self.cols: dict[str, list] = {k: [] for k in ("sample_id", "c_star", "released_cost", "solver",
+                                                        "reason", "work", "routes", "qualified")}
+        self.failures: list[str] = []
+
+    def __call__(self, first: int, tasks: list) -> None:
+        spec, key = self.spec, self.key
+        try:
+            quals = qualify_scenes([t.scene for t in tasks], spec.reference_policy,
+                                   reference_cohort_id=spec.reference_cohort_id, solver="vi",
+                                   max_expansions=spec.reference_max_expansions,
+                                   cross_check=self.cross, keys=[key])
+        except Exception as e:  # noqa: BLE001
+            raise AdmissionError(f"references: qualification failed: {type(e).__name__}: {e}") from None
+        routes = (_solver_routes(tasks) if spec.reference_policy == "independent_analytic_reference"
+                  else [np.asarray(t.route, np.int32) for t in tasks])
+        c = self.cols
+        for t, q, route in zip(tasks, quals, routes):
+            if key not in q:
+                raise AdmissionError(f"references: scene {t.id}: no qualification for {key}")
+            qi = q[key]
+            if not qi.qualified:
+                self.failures.append(f"scene {t.id} ({t.scene.where}) {key}: {qi.reason}")
+            c["sample_id"].append(t.id)
+            c["c_star"].append(float(qi.c_star))
+            c["released_cost"].append(route_cost(t.route, t.elevation_m, t.objective, t.weight))
+            c["solver"].append(str(qi.solver) + ("+cross_check" if self.cross else ""))
+            c["reason"].append("" if qi.reason is None else str(qi.reason))
+            c["work"].append(int(qi.work) if qi.work is not None else -1)
+            c["routes"].append(route)
+            c["qualified"].append(bool(qi.qualified))
+
+    def finish(self) -> References:
+        spec, c = self.spec, self.cols
+        if self.failures:
+            more = f" (and {len(self.failures) - 3} more)" if len(self.failures) > 3 else ""
+            raise AdmissionError("references: reference not qualified for "
+                                 + "; ".join(self.failures[:3]) + more
+                                 + " — the run is refused; the candidate is never penalised for it")
+        cs = np.asarray(c["c_star"], np.float64)
+        if not np.all(np.isfinite(cs)) or np.any(cs < 0):
+            bad = [c["sample_id"][i] for i in np.flatnonzero(~np.isfinite(cs) | (cs < 0))]
+            raise AdmissionError(f"references: non-finite or negative c* for scene(s) {bad[:5]}")
+        return References(sample_id=c["sample_id"], c_star=cs, routes=c["routes"],
+                          released_cost=np.asarray(c["released_cost"], np.float64),
+                          qualified=np.asarray(c["qualified"], bool), solver=c["solver"],
+                          reason=c["reason"], work=np.asarray(c["work"], np.int64),
+                          policy=spec.reference_policy, cohort_id=spec.reference_cohort_id,
+                          max_expansions=spec.reference_max_expansions)
 
 
 def qualify_references(spec: RunSpec, tasks) -> References:
-    """Qualify each task's reference; AdmissionError naming the first scene that fails."""
-    key_of = f"{spec.cost_model}/{spec.task_variant}"
-    # value iteration solves every task; a declared CPU budget adds the independent
-    # CPU search as a cross-check within that budget
-    cross = spec.reference_max_expansions is not None
-    try:
-        quals = qualify_scenes([t.scene for t in tasks], spec.reference_policy,
-                               reference_cohort_id=spec.reference_cohort_id, solver="vi",
-                               max_expansions=spec.reference_max_expansions, cross_check=cross,
-                               keys=[key_of])
-    except Exception as e:  # noqa: BLE001
-        raise AdmissionError(f"references: qualification failed: {type(e).__name__}: {e}") from None
-    c_star, released_cost, solver, reason, work, routes, qualified = [], [], [], [], [], [], []
-    failures = []
-    for t, q in zip(tasks, quals):
-        if key_of not in q:
-            raise AdmissionError(f"references: scene {t.id}: no qualification for {key_of}")
-        qi = q[key_of]
-        if not qi.qualified:
-            failures.append(f"scene {t.id} ({t.scene.where}) {key_of}: {qi.reason}")
-        c_star.append(float(qi.c_star))
-        released_cost.append(route_cost(t.route, t.elevation_m, t.objective, t.weight))
-        solver.append(str(qi.solver) + ("+cross_check" if cross else ""))
-        reason.append("" if qi.reason is None else str(qi.reason))
-        work.append(int(qi.work) if qi.work is not None else -1)
-        routes.append(np.asarray(t.route, np.int32))
-        qualified.append(bool(qi.qualified))
-    if failures:
-        more = f" (and {len(failures) - 3} more)" if len(failures) > 3 else ""
-        raise AdmissionError("references: reference not qualified for "
-                             + "; ".join(failures[:3]) + more
-                             + " — the run is refused; the candidate is never penalised for it")
-    if spec.reference_policy == "independent_analytic_reference":
-        routes = _solver_routes(tasks)
-    c = np.asarray(c_star, np.float64)
-    if not np.all(np.isfinite(c)) or np.any(c < 0):
-        bad = [tasks[i].id for i in np.flatnonzero(~np.isfinite(c) | (c < 0))]
-        raise AdmissionError(f"references: non-finite or negative c* for scene(s) {bad[:5]}")
-    return References(sample_id=[t.id for t in tasks], c_star=c, routes=routes,
-                      released_cost=np.asarray(released_cost, np.float64),
-                      qualified=np.asarray(qualified, bool), solver=solver, reason=reason,
-                      work=np.asarray(work, np.int64), policy=spec.reference_policy,
-                      cohort_id=spec.reference_cohort_id,
-                      max_expansions=spec.reference_max_expansions)
+    """Qualify each task's reference (tasks in memory, one batch); AdmissionError naming
+    the first scene that fails."""
+    q = _Qualifier(spec)
+    q(0, list(tasks))
+    return q.finish()
 
 
 def _solver_routes(tasks) -> list:
@@ -296,16 +318,23 @@ def select_device(name):
     return devs[0]
 
 
-def admit(spec: RunSpec, qualify: bool = True) -> Admitted:
-    """Run every admission check; returns what the run needs or raises AdmissionError."""
+def admit(spec: RunSpec, qualify: bool = True, *, chunk: int | None = None) -> Admitted:
+    """Run every admission check; returns what the run needs or raises AdmissionError.
+
+    The tasks are read once, ``chunk`` scenes at a time; each chunk's references are
+    qualified as it is read, and only the compact task facts are kept
+    (:class:`~passage_jax.data.TaskStream`): admission's peak memory is one chunk of
+    grids, whatever the number of scenes."""
     entry = entry_identity(spec)
     checkpoints = checkpoint_files(spec)
     bundle = verify_runtime_bundle(spec.runtime_bundle_manifest)
     device = select_device(spec.device)
     root = resolve_root(spec)
-    tasks = load_admitted_tasks(spec, root)
+    qualifier = _Qualifier(spec)
+    tasks = open_admitted_tasks(spec, root, on_chunk=qualifier, chunk=chunk)
+    tasks.release()
     shards = shard_identity(tasks)
-    refs = qualify_references(spec, tasks)
+    refs = qualifier.finish()
     return Admitted(spec=spec, root=root, tasks=tasks, shards=shards, references=refs,
                     entry=entry, checkpoints=checkpoints, runtime_bundle=bundle, device=device)
 

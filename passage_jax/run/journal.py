@@ -98,64 +98,81 @@ def decode_entry(payload: bytes) -> tuple[str, tuple]:
 
 @dataclasses.dataclass
 class JournalScan:
-    """What :func:`scan_journal` found: the complete entries, the byte offset where
-    they end, the file size and, when the tail is torn, why."""
+    """What :func:`scan_journal` found: the complete entries (unless a visitor took
+    them), the byte offset where they end, the file size, when the tail is torn, why,
+    and the number of complete entries."""
 
     entries: list
     good_bytes: int
     size: int
     torn: str | None
+    count: int = -1
+
+    def __post_init__(self):
+        if self.count < 0:
+            self.count = len(self.entries)
 
     @property
     def torn_bytes(self) -> int:
         return self.size - self.good_bytes
 
 
-def scan_journal(path) -> JournalScan:
+def scan_journal(path, visit=None) -> JournalScan:
     """Read every complete entry of a journal; a torn last entry is reported, not read.
 
-    The file is read entry by entry (memory holds the decoded entries, not the file
-    twice). A file shorter than the header line (a journal whose creation was cut
+    The file is read entry by entry. Without ``visit`` the decoded entries are kept in
+    ``entries``; with ``visit(index, line, snapshot)`` each entry is handed over as it
+    is read and nothing is kept (memory bounded by one entry, whatever the journal's
+    size). A file shorter than the header line (a journal whose creation was cut
     short) reads as empty with its bytes torn. JournalError for a file that is not a
     journal or is corrupt before its last entry, naming the file and offset.
     """
     path = Path(path)
     size = path.stat().st_size
     entries: list = []
+    count = 0
+
+    def done(pos, torn):
+        return JournalScan(entries, pos, size, torn, count)
+
     with open(path, "rb") as f:
         head = f.read(len(JOURNAL_HEADER))
         if len(head) < len(JOURNAL_HEADER) and JOURNAL_HEADER.startswith(head):
-            return JournalScan([], 0, size, "journal header cut short" if size else None)
+            return done(0, "journal header cut short" if size else None)
         if head != JOURNAL_HEADER:
             raise JournalError(f"{path}: not a record journal (header {head!r})")
         pos = len(JOURNAL_HEADER)
         while pos < size:
-            where = f"{path}: offset {pos} (entry {len(entries)})"
+            where = f"{path}: offset {pos} (entry {count})"
             h = f.read(_HEAD.size)
             if len(h) < _HEAD.size:
                 if _MAGIC.startswith(h[:4]):
-                    return JournalScan(entries, pos, size, f"entry {len(entries)}: header cut "
-                                       f"short ({len(h)} of {_HEAD.size} bytes)")
+                    return done(pos, f"entry {count}: header cut short ({len(h)} of "
+                                     f"{_HEAD.size} bytes)")
                 raise JournalError(f"{where}: bad entry marker {h[:4]!r}")
             magic, n, crc = _HEAD.unpack(h)
             if magic != _MAGIC:
                 raise JournalError(f"{where}: bad entry marker {magic!r}")
             end = pos + _HEAD.size + n
             if end > size:
-                return JournalScan(entries, pos, size, f"entry {len(entries)}: "
-                                   f"{size - pos - _HEAD.size} of {n} payload bytes written")
+                return done(pos, f"entry {count}: {size - pos - _HEAD.size} of {n} payload "
+                                 f"bytes written")
             payload = f.read(n)
             if zlib.crc32(payload) != crc:
                 if end == size:
-                    return JournalScan(entries, pos, size, f"entry {len(entries)}: checksum "
-                                       f"mismatch in the last entry")
+                    return done(pos, f"entry {count}: checksum mismatch in the last entry")
                 raise JournalError(f"{where}: checksum mismatch before the last entry")
             try:
-                entries.append(decode_entry(payload))
+                line, snap = decode_entry(payload)
             except (ValueError, KeyError, UnicodeDecodeError) as e:
                 raise JournalError(f"{where}: {e}") from None
+            if visit is None:
+                entries.append((line, snap))
+            else:
+                visit(count, line, snap)
+            count += 1
             pos = end
-    return JournalScan(entries, pos, size, None)
+    return done(pos, None)
 
 
 class Journal:
@@ -167,15 +184,16 @@ class Journal:
         self._f = fh
 
     @classmethod
-    def open(cls, path) -> tuple[Journal, JournalScan]:
+    def open(cls, path, visit=None) -> tuple[Journal, JournalScan]:
         """Open (creating, or recovering) the journal at ``path`` for appending.
 
-        An existing journal is scanned; a torn tail is truncated away (the scan says
-        what was dropped). Returns the journal and the scan of what it held.
+        An existing journal is scanned (``visit`` as in :func:`scan_journal`); a torn tail
+        is truncated away (the scan says what was dropped). Returns the journal and the
+        scan of what it held.
         """
         path = Path(path)
         if path.exists():
-            scan = scan_journal(path)
+            scan = scan_journal(path, visit)
         else:
             scan = JournalScan([], 0, 0, None)
         if scan.good_bytes < len(JOURNAL_HEADER):  # new, or its header was cut short
@@ -187,7 +205,7 @@ class Journal:
                 f.flush()
                 os.fsync(f.fileno())
         fh = open(path, "ab")  # held open until close()
-        return cls(path, len(scan.entries), fh), scan
+        return cls(path, scan.count, fh), scan
 
     def append(self, line: str, snap: tuple) -> int:
         """Append one record durably; returns its index in the journal."""

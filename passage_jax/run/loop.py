@@ -39,6 +39,7 @@ from rich.progress import (
 )
 
 from passage_jax.fileio import (
+    atomic_file,
     atomic_write_json,
     atomic_write_npz,
     atomic_write_text,
@@ -128,12 +129,15 @@ def passes(spec: RunSpec) -> list[tuple[str, int]]:
 
 
 def references_arrays(admitted: adm.Admitted) -> dict:
-    refs, tasks = admitted.references, admitted.tasks
+    """The arrays of ``references.npz`` (from the compact task facts: no grids are read).
+    Route cells are stored as int16 when the grid fits (every reference and released
+    route is a legal in-grid route); readers widen them to int32."""
+    refs, stubs = admitted.references, admitted.tasks.stubs
+    cell = np.int16 if admitted.spec.resolution <= np.iinfo(np.int16).max else np.int32
     coords, offsets = pack_routes(refs.routes)
-    rel_coords, rel_offsets = pack_routes([t.route for t in tasks])
-    n = len(tasks)
-    tiles = [json.dumps(t.scene.metadata.get("tile"), sort_keys=True)
-             if t.scene.metadata.get("tile") is not None else "" for t in tasks]
+    rel_coords, rel_offsets = pack_routes([t.route for t in stubs])
+    n = len(stubs)
+    tiles = [json.dumps(t.tile, sort_keys=True) if t.tile is not None else "" for t in stubs]
     return {
         "format": np.array(REFERENCES_FORMAT),
         "policy": np.array(refs.policy),
@@ -143,20 +147,20 @@ def references_arrays(admitted: adm.Admitted) -> dict:
         "split": np.array(admitted.spec.split),
         "task_index": np.arange(n, dtype=np.int64),
         "sample_id": np.asarray(refs.sample_id, dtype=str),
-        "objective": np.asarray([t.objective for t in tasks], dtype=str),
-        "variant": np.asarray([t.variant for t in tasks], dtype=str),
-        "cost_weight": np.asarray([t.weight for t in tasks], np.float64),
-        "start": np.asarray([t.scene.start for t in tasks], np.int32).reshape(n, 2),
-        "goal": np.asarray([t.scene.goal for t in tasks], np.int32).reshape(n, 2),
+        "objective": np.asarray([t.objective for t in stubs], dtype=str),
+        "variant": np.asarray([t.variant for t in stubs], dtype=str),
+        "cost_weight": np.asarray([t.weight for t in stubs], np.float64),
+        "start": np.asarray([t.start for t in stubs], np.int32).reshape(n, 2),
+        "goal": np.asarray([t.goal for t in stubs], np.int32).reshape(n, 2),
         "c_star": refs.c_star,
         "qualified": refs.qualified,
         "released_cost": refs.released_cost,
         "solver": np.asarray(refs.solver, dtype=str),
         "reason": np.asarray(refs.reason, dtype=str),
         "solver_work": refs.work,
-        "route_coords": coords,
+        "route_coords": coords.astype(cell),
         "route_offsets": offsets,
-        "released_coords": rel_coords,
+        "released_coords": rel_coords.astype(cell),
         "released_offsets": rel_offsets,
         "input_sha256": np.asarray(admitted.input_hashes(), dtype=str),
         "tile_json": np.asarray(tiles, dtype=str),
@@ -233,8 +237,21 @@ def _refuse_differences(where: str, what: str, stored, now) -> None:
 # one seed
 # --------------------------------------------------------------------------- #
 
-def _plan_rows(spec: RunSpec, tasks) -> list[tuple]:
-    return [(series, rep, ti, task) for series, rep in passes(spec) for ti, task in enumerate(tasks)]
+class _Plan:
+    """The seed's requests in execution order: request ``i`` is pass ``i // T`` on task
+    ``i % T`` (computed on demand: nothing per request is held)."""
+
+    def __init__(self, spec: RunSpec, stubs):
+        self.passes = passes(spec)
+        self.stubs = stubs
+
+    def __len__(self) -> int:
+        return len(self.passes) * len(self.stubs)
+
+    def __getitem__(self, i: int) -> tuple:
+        series, rep = self.passes[i // len(self.stubs)]
+        ti = i % len(self.stubs)
+        return series, rep, ti, self.stubs[ti].id
 
 
 def _is_temporary(p: Path) -> bool:
@@ -257,9 +274,9 @@ def _clear_leftovers(folder: Path) -> None:
 
 
 def _check_entry(rec: dict, i: int, seed: int, row: tuple, where: Path) -> None:
-    series, rep, ti, task = row
+    series, rep, ti, sample_id = row
     want = {"record": i, "seed": int(seed), "series": series, "repeat": rep, "task_index": ti,
-            "sample_id": task.id}
+            "sample_id": sample_id}
     got = {k: rec.get(k) for k in want}
     if got != want:
         raise ResumeError(f"{where}: entry {i} is {got}, the spec's request {i} is {want}; "
@@ -299,14 +316,18 @@ def run_seed(admitted: adm.Admitted, seed: int, folder: Path, progress=None,
                  "builds": [], "resumes": [], "repairs": []}
     if int(state.get("seed", seed)) != int(seed):
         raise ResumeError(f"{state_path}: seed {state.get('seed')} is not seed {seed}")
-    rows = _plan_rows(spec, admitted.tasks)
-    journal, scan = Journal.open(folder / JOURNAL_NAME)
+    rows = _Plan(spec, admitted.tasks.stubs)
+    jpath = folder / JOURNAL_NAME
+
+    def check(i, line, _snap):
+        if i >= len(rows):
+            raise ResumeError(f"{jpath}: more than {len(rows)} entries for a seed of {len(rows)} "
+                              f"requests")
+        _check_entry(json.loads(line), i, seed, rows[i], jpath)
+
+    journal, scan = Journal.open(jpath, visit=check)
     try:
-        done = len(scan.entries)
-        if done > len(rows):
-            raise ResumeError(f"{journal.path}: {done} entries for a seed of {len(rows)} requests")
-        for i, (line, _snap) in enumerate(scan.entries):
-            _check_entry(json.loads(line), i, seed, rows[i], journal.path)
+        done = scan.count
         if resumed:
             state["resumes"].append({"utc": utc_now(), "recovered_records": done,
                                      "dropped_torn_bytes": scan.torn_bytes, "torn": scan.torn})
@@ -342,7 +363,8 @@ def _execute_rows(admitted, seed, rows, journal: Journal, state: dict, progress,
         atomic_write_json(journal.path.parent / SEED_STATE, state)
         first = resumed
         for i in range(done, len(rows)):
-            series, rep, ti, task = rows[i]
+            series, rep, ti, _sid = rows[i]
+            task = admitted.tasks[ti]  # the chunk holding it is read when first needed
             rec, snap = ex.execute(task, spec.budget)
             rec.update(record=i, seed=int(seed), series=series, repeat=rep, task_index=ti,
                        sample_id=task.id, resumed=first,
@@ -359,35 +381,46 @@ def _execute_rows(admitted, seed, rows, journal: Journal, state: dict, progress,
 
 
 def _finish_seed(admitted, seed, folder: Path, state: dict, code: dict) -> dict:
-    """Build the seed's files from its journal (which must be complete) and its manifest."""
+    """Build the seed's files from its journal (which must be complete) and its manifest.
+
+    The journal is read entry by entry (three passes: the records and the route sizes,
+    the route cells, the raw values of malformed routes), so memory stays bounded
+    whatever the number of records."""
     spec = admitted.spec
-    rows = _plan_rows(spec, admitted.tasks)
+    admitted.tasks.release()
+    rows = _Plan(spec, admitted.tasks.stubs)
     n_rows = len(rows)
     jpath = folder / JOURNAL_NAME
+    sizes = PathsWriter()  # route formats and sizes only: no cells are kept
+    counts: dict = {}
+
+    def first_pass(out):
+        def visit(i, line, snap):
+            if i >= n_rows:
+                raise ResumeError(f"{jpath}: more than {n_rows} entries for a seed of {n_rows} "
+                                  f"requests")
+            rec = json.loads(line)
+            _check_entry(rec, i, seed, rows[i], jpath)
+            fmt, route, raw, desc = snap
+            sizes.add_sizes(fmt, 0 if route is None else len(route), 0 if raw is None else len(raw),
+                            desc)
+            out.write(line.encode("utf-8") + b"\n")
+            counts.setdefault(rec["series"], {}).setdefault(rec["status"], 0)
+            counts[rec["series"]][rec["status"]] += 1
+        return visit
+
     try:
-        scan = scan_journal(jpath)
+        with atomic_file(folder / "requests.jsonl") as out:
+            scan = scan_journal(jpath, first_pass(out))
+            if scan.torn is not None or scan.count != n_rows:
+                raise ResumeError(f"{jpath}: {scan.count} complete entries (torn: {scan.torn}) "
+                                  f"for a seed of {n_rows} requests")
+        sizes.write_streamed(folder / "paths.npz", lambda visit: scan_journal(jpath, visit))
     except (OSError, JournalError) as e:
         raise ResumeError(f"{jpath}: cannot read the record journal: {e}") from None
-    if scan.torn is not None or len(scan.entries) != n_rows:
-        raise ResumeError(f"{jpath}: {len(scan.entries)} complete entries (torn: {scan.torn}) "
-                          f"for a seed of {n_rows} requests")
-    writer = PathsWriter()
-    lines = []
-    counts: dict = {}
-    for i, (line, snap) in enumerate(scan.entries):
-        rec = json.loads(line)
-        _check_entry(rec, i, seed, rows[i], jpath)
-        writer.add(*snap)
-        lines.append(line)
-        counts.setdefault(rec["series"], {}).setdefault(rec["status"], 0)
-        counts[rec["series"]][rec["status"]] += 1
-    del scan
-    atomic_write_text(folder / "requests.jsonl", "\n".join(lines) + ("\n" if lines else ""))
-    writer.write(folder / "paths.npz")
-    del writer
     atomic_write_npz(folder / "references.npz", references_arrays(admitted))
     files = {name: sha256_file(folder / name) for name in SEED_FILES}
-    manifest = _manifest(admitted, seed, state, code, {"n_records": len(lines), "status_counts": counts,
+    manifest = _manifest(admitted, seed, state, code, {"n_records": n_rows, "status_counts": counts,
                                                        "files": files, "journal": jpath})
     atomic_write_json(folder / "manifest.json", manifest)
     fsync_dir(folder)
