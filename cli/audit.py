@@ -3,10 +3,13 @@
 The audit itself is :func:`passage_jax.data.audit_dataset`; this command parses the
 arguments, prints its tables, writes the JSON and sets the exit status: 0 when
 every scene validates and qualifies, 1 when any scene fails either, 2 when the
-layout itself is wrong (missing root, resolution or split folder).
+layout itself is wrong (missing root, resolution or split folder). A reference
+task censored at its solve budget is reported (table, stderr, JSON) but fails
+nothing.
 """
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -14,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from passage_jax.data import DataError, audit_dataset
+from passage_jax.data.audit import DEFAULT_EXPANSIONS_PER_CELL
 from passage_jax.fileio import atomic_write_json
 from passage_jax.graph import OBJECTIVES, VARIANTS
 
@@ -29,8 +33,23 @@ def register(parser) -> None:
     parser.add_argument("--workers", type=int, default=4, help="decode threads (default: %(default)s)")
     parser.add_argument("--no-qualify", dest="qualify", action="store_false",
                         help="skip reference qualification (validation, census and summaries only)")
-    parser.add_argument("--max-expansions", type=int, default=None, metavar="K",
-                        help="expansion budget of the A* cross-check (default: unbounded)")
+    budget = parser.add_mutually_exclusive_group()
+    budget.add_argument("--max-expansions", type=_positive_int, default=None, metavar="K",
+                        help="expansion budget per task of the A* cross-check (default: "
+                             f"{DEFAULT_EXPANSIONS_PER_CELL} x N*N at resolution N); a task "
+                             "whose solve runs out is censored, not failed")
+    budget.add_argument("--unbounded", action="store_true",
+                        help="no expansion budget: every A* cross-check runs to the end")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
+    return v
 
 
 def _fmt3(s, digits=3, pct=False):
@@ -44,11 +63,12 @@ def print_report(report: dict, console) -> None:
     """The audit's tables: scenes per split, route lengths, failing scenes."""
     res = report["summary"]["resolutions"]
     t = Table(title=f"scenes in {report['summary']['dataset_path']}",
-              caption="qualified: reference tasks qualified / tasks (SPEC §3); "
+              caption="qualified: reference tasks qualified / tasks (SPEC §3); censored: tasks "
+                      "whose exact solve ran out of its budget; "
                       "coverage: obstacle share (min/med/max); blocks: count (largest share) "
                       "under main_tile_5deg and union_5deg")
-    for col in ("res", "split", "scenes", "valid", "bad", "qualified", "coverage %", "main 5°",
-                "union 5°"):
+    for col in ("res", "split", "scenes", "valid", "bad", "qualified", "censored", "coverage %",
+                "main 5°", "union 5°"):
         t.add_column(col, justify="left" if col == "split" else "right", no_wrap=True)
     for n, r in res.items():
         for split, s in r["splits"].items():
@@ -59,12 +79,21 @@ def print_report(report: dict, console) -> None:
                 blocks.append(f"{c['n_blocks']} ({share})")
             q = s.get("qualification")
             qual = "-" if q is None else f"{q['n_qualified']}/{q['n_tasks']}"
-            if q is not None and q["n_qualified"] < q["n_tasks"]:
+            cens = "-" if q is None else str(q["n_censored"])
+            if q is not None and q["n_qualified"] + q["n_censored"] < q["n_tasks"]:
                 qual = f"[red]{qual}[/red]"
+            if q is not None and q["n_censored"]:
+                cens = f"[yellow]{cens}[/yellow]"
             t.add_row(n, split, str(s["n_scenes"]), str(s["n_valid"]),
-                      f"[red]{s['n_invalid']}[/red]" if s["n_invalid"] else "0", qual,
+                      f"[red]{s['n_invalid']}[/red]" if s["n_invalid"] else "0", qual, cens,
                       _fmt3(s["obstacle_coverage"], pct=True), *blocks)
     console.print(t)
+    b = report["summary"].get("reference_budget")
+    if b is not None and report["summary"]["reference_qualification"] == "checked":
+        per = ", ".join(f"{n}: {'unbounded' if k is None else k}"
+                        for n, k in b["max_expansions"].items())
+        console.print(f"A* cross-check budget ({b['mode']}, expansions per task by resolution): "
+                      f"{per}; value iteration: {b['max_sweeps']} sweeps")
     t = Table(title="released route length in cells (min/median/max)")
     for col in ("res", "split", "variant", *OBJECTIVES):
         t.add_column(col, justify="right" if col == "res" else "left", no_wrap=True)
@@ -87,8 +116,10 @@ def print_report(report: dict, console) -> None:
 def main(args) -> int:
     console = Console(width=None if sys.stdout.isatty() else 120)
     try:
+        budget = (None if args.unbounded else
+                  "default" if args.max_expansions is None else args.max_expansions)
         report = audit_dataset(args.dataset_path, args.resolution, args.split, workers=args.workers,
-                               qualify=args.qualify, max_expansions=args.max_expansions)
+                               qualify=args.qualify, budget=budget)
     except DataError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -103,6 +134,10 @@ def main(args) -> int:
               f"{e['error']}", file=sys.stderr)
     for e in unqualified:
         print(f"unqualified reference: {e['reason']}", file=sys.stderr)
+    n_censored = report["summary"]["n_censored"]
+    if n_censored:
+        print(f"{n_censored} reference task(s) censored at their solve budget (neither qualified "
+              "nor failed; listed under summary.censored in the JSON)", file=sys.stderr)
     return 1 if failing or unqualified else 0
 
 

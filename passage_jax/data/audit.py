@@ -7,6 +7,15 @@ of SPEC §5 (computed over the valid scenes of the split); and, with ``qualify``
 reference qualification of every valid scene's six tasks (SPEC §3: value
 iteration cross-checked by A*, released route legal and optimal).
 
+Qualification is bounded by default: the A* cross-check of each task gets an
+expansion budget (:data:`DEFAULT_EXPANSIONS_PER_CELL` x N², see
+:func:`resolve_budget`) and value iteration its sweep budget. A task whose solve
+runs out is *censored*: neither qualified nor a failure, counted and listed apart
+from the unqualified tasks. Valid scenes are qualified in chunks of a few scenes
+(one batched value-iteration call per chunk, :func:`chunk_scenes`) as the scan
+streams them; a chunk's grids are dropped once its facts are recorded, so memory
+stays bounded whatever the number of scenes.
+
 :func:`audit_dataset` returns the facts as one JSON-ready dict
 (``{"scenes": [...], "summary": {...}}``, NaN written as ``None``); a layout problem
 (missing root, resolution or split folder, unknown split) raises
@@ -15,6 +24,8 @@ the audit's findings.
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from passage_jax.data.reader import dataset_root, id_places, present_splits, scan_split, scene_summary
@@ -22,10 +33,24 @@ from passage_jax.data.scene import canonical_split
 from passage_jax.data.validate import DataError
 from passage_jax.fileio import jsonable
 from passage_jax.graph import OBJECTIVES, VARIANTS
-from passage_jax.reference import qualify_scene
+from passage_jax.reference import TASK_KEYS, qualify_scenes
+from passage_jax.reference.qualify import DEFAULT_MAX_SWEEPS
 from passage_jax.stats.blocks import BLOCK_RULES, assign_blocks, block_census
 
-__all__ = ["audit_dataset", "qualify_scene_tasks", "summary3"]
+__all__ = [
+    "DEFAULT_EXPANSIONS_PER_CELL", "CHUNK_CELLS", "MAX_CHUNK_SCENES", "audit_dataset",
+    "chunk_scenes", "qualify_chunk", "qualify_scene_tasks", "resolve_budget", "summary3",
+]
+
+#: Default A* cross-check budget per task, in expansions per grid cell (N x N grid).
+#: A* with its consistent heuristic expands a cell at most once (reopening only on a
+#: last-ulp inconsistency), so a regular solve never needs more than N² expansions;
+#: the budget caps a pathological one.
+DEFAULT_EXPANSIONS_PER_CELL = 1
+#: Grid cells (tasks x N²) qualified together in one chunk: one value-iteration batch.
+CHUNK_CELLS = 1 << 22
+#: Most scenes in one chunk.
+MAX_CHUNK_SCENES = 64
 
 
 def summary3(values) -> dict | None:
@@ -36,11 +61,73 @@ def summary3(values) -> dict | None:
     return {"min": float(a.min()), "median": float(np.median(a)), "max": float(a.max())}
 
 
+def resolve_budget(budget, resolution: int) -> int | None:
+    """The A* expansion budget per task at ``resolution``: ``"default"`` is
+    ``DEFAULT_EXPANSIONS_PER_CELL * N²``, an int is taken as given (at least 1),
+    ``None`` is unbounded."""
+    if budget is None:
+        return None
+    if isinstance(budget, str):
+        if budget != "default":
+            raise ValueError(f"audit budget must be 'default', a positive integer or None, "
+                             f"got {budget!r}")
+        return max(1, int(DEFAULT_EXPANSIONS_PER_CELL * int(resolution) ** 2))
+    if isinstance(budget, bool) or not isinstance(budget, int | np.integer) or budget < 1:
+        raise ValueError(f"audit budget must be 'default', a positive integer or None, "
+                         f"got {budget!r}")
+    return int(budget)
+
+
+def chunk_scenes(resolution: int) -> int:
+    """Scenes qualified together at ``resolution``: ``CHUNK_CELLS`` grid cells of
+    tasks, at least 1 and at most ``MAX_CHUNK_SCENES`` scenes."""
+    per_scene = len(TASK_KEYS) * int(resolution) ** 2
+    return max(1, min(MAX_CHUNK_SCENES, CHUNK_CELLS // per_scene))
+
+
+def qualify_chunk(scenes, max_expansions=None) -> list[dict]:
+    """Per scene, ``{"<objective>/<variant>": Qualification.to_dict()}``: value
+    iteration batched over every task of ``scenes``, cross-checked by the
+    independent A* within ``max_expansions`` per task (None: unbounded); a solve
+    that runs out of its budget censors the task (SPEC §3)."""
+    scenes = list(scenes)
+    if not scenes:
+        return []
+    quals = qualify_scenes(scenes, max_expansions=max_expansions, cross_check=True,
+                           censor=True, batch_size=len(TASK_KEYS) * len(scenes))
+    return [{k: q.to_dict() for k, q in d.items()} for d in quals]
+
+
 def qualify_scene_tasks(scene, max_expansions=None) -> dict:
-    """``{"<objective>/<variant>": Qualification.to_dict()}`` for one valid scene: value
-    iteration, cross-checked by the independent A* (SPEC §3)."""
-    return {k: q.to_dict() for k, q in
-            qualify_scene(scene, max_expansions=max_expansions, cross_check=True).items()}
+    """:func:`qualify_chunk` of one scene."""
+    return qualify_chunk([scene], max_expansions)[0]
+
+
+class _Chunks:
+    """Collects valid scenes as the scan hands them over (from its decode threads)
+    and qualifies them ``size`` at a time, writing each scene's result into its
+    facts dict; a qualified chunk's scenes are released."""
+
+    def __init__(self, size: int, max_expansions):
+        self.size, self.max_expansions = size, max_expansions
+        self.pending: list = []
+        self.lock = threading.Lock()
+
+    def add(self, scene, info: dict) -> None:
+        with self.lock:
+            self.pending.append((scene, info))
+            if len(self.pending) >= self.size:
+                self._run()
+
+    def flush(self) -> None:
+        with self.lock:
+            self._run()
+
+    def _run(self) -> None:
+        chunk, self.pending = self.pending, []
+        for (_, info), refs in zip(chunk, qualify_chunk([s for s, _ in chunk],
+                                                        self.max_expansions)):
+            info["references"] = refs
 
 
 def _chosen_splits(root, n: int, splits) -> list[str]:
@@ -92,48 +179,74 @@ def _split_summary(reports: list, valid: list, labels: dict, qualify: bool) -> d
         s["qualification"] = {
             "n_tasks": len(quals),
             "n_qualified": sum(bool(q.get("qualified")) for q in quals),
+            "n_censored": sum(bool(q.get("censored")) for q in quals),
             "n_scenes_qualified": sum(
                 all(q.get("qualified") for q in r.info["references"].values()) for r in valid),
         }
     return s
 
 
-def audit_dataset(root, resolutions, splits=None, workers: int = 4, qualify: bool = True,
-                  max_expansions=None) -> dict:
+def _censored_entry(e: dict, task: str, q: dict, max_expansions) -> dict:
+    """Where a censored task is and which budget its solve ran out of."""
+    by_vi = q.get("censored_by") == q.get("solver")
+    return {"id": e["id"], "resolution": e["resolution"], "split": e["split"], "task": task,
+            "solver": q.get("censored_by"),
+            "budget": DEFAULT_MAX_SWEEPS if by_vi else max_expansions,
+            "work": q.get("work") if by_vi else q.get("cross_work"),
+            "work_unit": "sweeps" if by_vi else "expansions"}
+
+
+def audit_dataset(root, resolutions, splits=None, workers: int = 4, qualify: bool = True, *,
+                  budget="default", chunk_size: int | None = None) -> dict:
     """Scan the dataset and return ``{"scenes": [...], "summary": {...}}`` (JSON-ready).
 
     ``root`` is a dataset root (``"shipped"`` names the shipped cohort);
     ``resolutions`` the N of the ``<N>x<N>`` folders to audit; ``splits`` the split
     names (aliases accepted; default: every split folder present). With ``qualify``
-    each valid scene's six references are qualified (``max_expansions`` bounds the
-    A* cross-check); its entry gains ``"references"`` and failing tasks are listed
-    in ``summary["unqualified"]``. Raises :class:`DataError` for layout problems.
+    each valid scene's six references are qualified; its entry gains
+    ``"references"``, failing tasks are listed in ``summary["unqualified"]`` and
+    censored ones in ``summary["censored"]``. ``budget`` bounds the A* cross-check
+    of each task: ``"default"`` (``DEFAULT_EXPANSIONS_PER_CELL`` x N²), a positive
+    int of expansions, or None (unbounded). ``chunk_size`` scenes are qualified
+    together (default :func:`chunk_scenes`). Raises :class:`DataError` for layout
+    problems, ValueError for a bad ``budget`` or ``chunk_size``.
     """
     root = dataset_root(root)
-
-    def on_scene(scene):
-        info = scene_summary(scene)
-        if qualify:
-            info["references"] = qualify_scene_tasks(scene, max_expansions)
-        return info
+    budgets = {int(n): resolve_budget(budget, n) for n in resolutions}
+    if chunk_size is not None and (isinstance(chunk_size, bool) or
+                                   not isinstance(chunk_size, int) or chunk_size < 1):
+        raise ValueError(f"chunk_size must be a positive integer or None, got {chunk_size!r}")
 
     scenes_out: list[dict] = []
     per_res: dict = {}
+    censored: list[dict] = []
     for n in resolutions:
         present = present_splits(root, n)
         chosen = _chosen_splits(root, n, splits)
         index = id_places(root, n)  # ids over every split folder of the resolution
         per_split = {}
         for split in chosen:
+            chunks = _Chunks(chunk_size or chunk_scenes(n), budgets[int(n)])
+
+            def on_scene(scene, chunks=chunks):
+                info = scene_summary(scene)
+                if qualify:
+                    chunks.add(scene, info)
+                return info
+
             reports = scan_split(root, n, split, on_scene=on_scene, workers=workers, id_index=index)
+            chunks.flush()
             valid = [r for r in reports if r.valid]
             tiles = [r.info["tile"] for r in valid]
             labels = {rule: assign_blocks(tiles, rule) for rule in BLOCK_RULES}
             label_of = {id(r): {rule: labels[rule][i] for rule in BLOCK_RULES}
                         for i, r in enumerate(valid)}
             no_blocks = {rule: None for rule in BLOCK_RULES}  # an invalid scene has no block
-            scenes_out.extend(_scene_entry(r, n, split, label_of.get(id(r), no_blocks))
-                              for r in reports)
+            entries = [_scene_entry(r, n, split, label_of.get(id(r), no_blocks)) for r in reports]
+            censored.extend(_censored_entry(e, k, q, budgets[int(n)])
+                            for e in entries if e.get("references")
+                            for k, q in e["references"].items() if q.get("censored"))
+            scenes_out.extend(entries)
             per_split[split] = _split_summary(reports, valid, labels, qualify)
         per_res[str(n)] = {"splits_present": present, "splits": per_split}
     failing = [{k: e[k] for k in ("id", "resolution", "split", "file", "row", "error")}
@@ -147,11 +260,21 @@ def audit_dataset(root, resolutions, splits=None, workers: int = 4, qualify: boo
         "all_valid": not failing,
         "failing": failing,
         "reference_qualification": "checked" if qualify else "not run",
+        "reference_budget": {
+            "mode": ("unbounded" if budget is None else
+                     "default" if isinstance(budget, str) else "fixed"),
+            "max_expansions": {str(n): budgets[int(n)] for n in resolutions},
+            "default_rule": f"{DEFAULT_EXPANSIONS_PER_CELL} x N*N A* expansions per task",
+            "max_sweeps": DEFAULT_MAX_SWEEPS,
+        },
         "unqualified": [
             {"id": e["id"], "resolution": e["resolution"], "split": e["split"], "task": k,
              "reason": q.get("reason")}
             for e in scenes_out if e.get("references")
-            for k, q in e["references"].items() if not q.get("qualified")
+            for k, q in e["references"].items()
+            if not q.get("qualified") and not q.get("censored")
         ],
+        "n_censored": len(censored),
+        "censored": censored,
     }
     return jsonable({"scenes": scenes_out, "summary": summary})

@@ -47,7 +47,14 @@ class ReferenceSolution:
 
 @dataclasses.dataclass
 class Qualification:
-    """Qualification of one task's reference (SPEC §3)."""
+    """Qualification of one task's reference (SPEC §3).
+
+    ``censored`` (only with ``censor=True`` in :func:`qualify_scenes`): an exact
+    solve of the task ran out of its budget and no other check failed; the task is
+    then neither qualified nor a failure; ``censored_by`` names the solver that ran
+    out. ``cross_solver`` / ``cross_work`` name the cross-check solve and its work
+    (expansions or sweeps) when one ran.
+    """
 
     c_star: float
     route_cost: float | None
@@ -55,12 +62,20 @@ class Qualification:
     reason: str | None
     solver: str
     work: int
+    censored: bool = False
+    censored_by: str | None = None
+    cross_solver: str | None = None
+    cross_work: int | None = None
 
     def to_dict(self) -> dict:
         rc = None if self.route_cost is None else float(self.route_cost)
+        cw = None if self.cross_work is None else int(self.cross_work)
         return jsonable({"c_star": float(self.c_star), "route_cost": rc,
                          "qualified": bool(self.qualified), "reason": self.reason,
-                         "solver": self.solver, "work": int(self.work)})
+                         "solver": self.solver, "work": int(self.work),
+                         "censored": bool(self.censored), "censored_by": self.censored_by,
+                         "cross_solver": self.cross_solver,
+                         "cross_work": cw})
 
 
 def _task_model(task):
@@ -125,17 +140,25 @@ def _spec(task) -> GraphSpec:
     return GraphSpec(cost_model=_task_model(task), cost_weight=float(task.weight))
 
 
-def _qualify(task, sol: ReferenceSolution, policy: str, cross: ReferenceSolution | None):
+def _qualify(task, sol: ReferenceSolution, policy: str, cross: ReferenceSolution | None,
+             censor: bool = False):
     scene = task.scene
     where = f"scene {scene.id} {task.objective}/{task.variant}"
-    q = Qualification(sol.c_star, None, False, None, sol.solver, sol.work)
+    q = Qualification(sol.c_star, None, False, None, sol.solver, sol.work,
+                      cross_solver=None if cross is None else cross.solver,
+                      cross_work=None if cross is None else cross.work)
     if sol.status == "budget_exhausted":
         q.reason = (f"{where}: the exact solve ({sol.solver}) did not finish within its budget "
                     f"(work {sol.work})")
+        if censor:
+            q.censored, q.censored_by = True, sol.solver
         return q
     if sol.status == "unreachable":
         q.reason = f"{where}: the goal {scene.goal} is unreachable from the start {scene.start}"
         return q
+    cross_censored = censor and cross is not None and cross.status == "budget_exhausted"
+    if cross_censored:
+        cross = None  # nothing to compare; the remaining checks still run on sol
     if cross is not None:
         if cross.status != sol.status:
             q.reason = (f"{where}: exact solvers disagree: {sol.solver} says {sol.status}, "
@@ -169,6 +192,11 @@ def _qualify(task, sol: ReferenceSolution, policy: str, cross: ReferenceSolution
                     f"(weight {spec.cost_weight!r}): its cost {rc!r} vs c*={sol.c_star!r}, "
                     f"beyond atol={spec.atol:g} + rtol={spec.rtol:g}*c*")
         return q
+    if cross_censored:
+        q.censored, q.censored_by = True, q.cross_solver
+        q.reason = (f"{where}: censored: the cross-check ({q.cross_solver}) did not finish within "
+                    f"its budget (work {q.cross_work}); the reference is unconfirmed")
+        return q
     q.qualified = True
     return q
 
@@ -184,7 +212,7 @@ def _check_policy(policy, reference_cohort_id):
 def qualify_scenes(scenes, policy: str = "released_labels", *, reference_cohort_id=None,
                    solver: str = "vi", max_expansions=None, max_sweeps: int = DEFAULT_MAX_SWEEPS,
                    cross_check: bool = True, batch_size: int = DEFAULT_BATCH,
-                   sharding=None, keys=None) -> list[dict]:
+                   sharding=None, keys=None, censor: bool = False) -> list[dict]:
     """Qualify the tasks of each scene: all 6 (3 objectives x 2 variants), or only
     those named in ``keys`` (``"<objective>/<variant>"``), e.g. the one a run uses.
 
@@ -194,6 +222,13 @@ def qualify_scenes(scenes, policy: str = "released_labels", *, reference_cohort_
     search) and a disagreement above ``CROSS_CHECK_RTOL`` relative is itself a
     failure. Returns, per scene, a dict ``"<objective>/<variant>" ->``
     :class:`Qualification`.
+
+    ``censor=False`` (default): a solve that runs out of its budget (``max_sweeps``,
+    ``max_expansions``) fails the task. ``censor=True``: it *censors* the task
+    instead (``censored=True``, ``qualified=False``, the reason says which solve ran
+    out) unless another check fails first: an unreachable goal, a released route that
+    is illegal or not optimal against the finished solve. A censored task is neither
+    qualified nor a failure; the caller counts it separately.
     """
     _check_policy(policy, reference_cohort_id)
     scenes = list(scenes)
@@ -214,7 +249,7 @@ def qualify_scenes(scenes, policy: str = "released_labels", *, reference_cohort_
         d = {}
         for j, key in enumerate(keys):
             t = i * len(keys) + j
-            d[key] = _qualify(tasks[t], sols[t], policy, cross[t])
+            d[key] = _qualify(tasks[t], sols[t], policy, cross[t], censor)
         out.append(d)
     return out
 

@@ -79,26 +79,29 @@ def search(z, obstacles, start, goal, model: str, weight: float, *,
     if cost_field is None:
         cost_field = edge_cost_field_np(z, obst, model, float(weight), pixel_size_m)
     n = h * w
-    # per-cell list of (neighbour, cost) for the legal moves, in MOVES order
+    # per-cell step costs of the 8 moves (MOVES order), one row per cell; a row is
+    # turned into Python floats only when its cell is expanded, so a search that
+    # stops early (goal or budget) does no per-cell Python work for the rest
     offs = (MOVES[:, 0] * w + MOVES[:, 1]).tolist()
-    cost_rows = np.ascontiguousarray(cost_field.reshape(8, n).T).tolist()
+    cost_row = np.ascontiguousarray(cost_field.reshape(8, n).T).__getitem__
     src, dst = sr * w + sc, gr * w + gc
     if isinstance(heuristic, np.ndarray):
         hf = np.asarray(heuristic, np.float64)
         if hf.shape != (h, w) or np.any(np.isnan(hf) | (hf == -math.inf)):
             raise ValueError(f"heuristic field must be an ({h}, {w}) array without NaN or -inf, "
                              f"got shape {hf.shape}")
-        hvals = hf.ravel().tolist()
+        hfield = np.ascontiguousarray(hf.ravel())
     elif heuristic:
         rr, cc = np.divmod(np.arange(n), w)
-        hvals = (np.hypot(rr - gr, cc - gc) * float(pixel_size_m)).tolist()
+        hfield = np.hypot(rr - gr, cc - gc) * float(pixel_size_m)
     else:
-        hvals = [0.0] * n
+        hfield = np.zeros(n)
+    hval = hfield.item  # one cell's heuristic as a Python float
     inf = math.inf
     g = [inf] * n
     parent = [-1] * n
     g[src] = 0.0
-    heap = [(hvals[src], src)]
+    heap = [(hval(src), src)]
     push, pop = heapq.heappush, heapq.heappop
     qops = 1
     live = 1
@@ -111,7 +114,7 @@ def search(z, obstacles, start, goal, model: str, weight: float, *,
         f, u = pop(heap)
         qops += 1
         gu = g[u]
-        if f > gu + hvals[u]:  # stale entry
+        if f > gu + hval(u):  # stale entry
             continue
         if u == dst:
             found = True
@@ -120,7 +123,7 @@ def search(z, obstacles, start, goal, model: str, weight: float, *,
             exhausted = True
             break
         expansions += 1
-        cu = cost_rows[u]
+        cu = cost_row(u).tolist()
         for k in rng:
             c = cu[k]
             if c == inf:
@@ -130,7 +133,7 @@ def search(z, obstacles, start, goal, model: str, weight: float, *,
             if nv < g[v]:
                 g[v] = nv
                 parent[v] = u
-                push(heap, (nv + hvals[v], v))
+                push(heap, (nv + hval(v), v))
                 qops += 1
         if len(heap) > live:
             live = len(heap)
