@@ -23,6 +23,15 @@ def register(p):
     p.add_argument("--force", action="store_true", help="replace an existing output file")
     p.add_argument("--shard-draws", action="store_true",
                    help="split the bootstrap draws over all local devices (same results)")
+    p.add_argument("--paired-test", choices=("randomization",), default=None,
+                   help="run the confirmatory test: block randomization per primary metric, "
+                        "Holm at family-wise 0.05 (needs the three default seeds and known blocks)")
+    p.add_argument("--test-evidence", default=None, metavar="FILE",
+                   help="JSON with p_values (the six primary metrics), paired_test and "
+                        "test_assumptions from a declared paired test; fed to Holm")
+    p.add_argument("--randomization-draws", type=int, default=9999,
+                   help="random swap patterns when the blocks are too many to enumerate "
+                        "(default 9999; drawn from --bootstrap-seed)")
 
 
 def _num(x) -> str:
@@ -38,6 +47,7 @@ def hint(e) -> str:
         NoncanonicalPairing,
         OutputExists,
         RosterHashMissing,
+        TestEvidenceError,
     )
 
     if isinstance(e, OutputExists):
@@ -50,6 +60,8 @@ def hint(e) -> str:
         return " (pass --allow-noncanonical to pair them anyway)"
     if isinstance(e, LimitsDiffer):
         return " (--require-identical-limits)"
+    if isinstance(e, TestEvidenceError):
+        return " (--paired-test / --test-evidence)"
     return ""
 
 
@@ -66,11 +78,14 @@ def main(args) -> int:
                            roster_sha256=args.roster_sha256, odd_spec=args.odd_spec,
                            require_identical_limits=args.require_identical_limits,
                            force=args.force, shard_draws=args.shard_draws,
-                           allow_noncanonical=args.allow_noncanonical)
+                           allow_noncanonical=args.allow_noncanonical,
+                           paired_test=args.paired_test, test_evidence=args.test_evidence,
+                           randomization_draws=args.randomization_draws)
     except CompareError as e:
         print(f"compare: {e}{hint(e)}", file=sys.stderr)
         return 2
     print_contrasts(res)
+    print_confirmatory(res)
     print(f"comparison written to {args.output}")
     return 0
 
@@ -89,3 +104,24 @@ def print_contrasts(res: dict) -> None:
     for k, c in res["contrasts"].items():
         t.add_row(k, _num(c["delta"]), _num(c.get("ci_low")), _num(c.get("ci_high")))
     Console().print(t)
+
+
+def print_confirmatory(res: dict) -> None:
+    """The confirmatory test's p-values, Holm decisions, votes and verdict, when one ran."""
+    c = res.get("confirmatory")
+    if not c:
+        return
+    from rich.console import Console  # noqa: PLC0415 (CLI start-up)
+    from rich.table import Table  # noqa: PLC0415 (CLI start-up)
+
+    src = ("block randomization" if c["source"] == "randomization"
+           else f"evidence file {c['evidence_file']['path']}")
+    t = Table(title=f"confirmatory test ({src}), Holm at family-wise {c['family_alpha']:g}")
+    for col in ("metric", "p", "Holm-adjusted p", "reject", "vote"):
+        t.add_column(col, justify="left" if col == "metric" else "right")
+    for m, h in (c["holm"] or {}).items():
+        t.add_row(m, _num(h["p_value"]), _num(h["adjusted"]), "yes" if h["reject"] else "no",
+                  c["votes"].get(m) or "-")
+    Console().print(t)
+    print(f"decision: {c['decision']}" + (f", winner {c['winner']}" if c.get("winner") else "")
+          + f" (test: {c['paired_test']}; assumptions recorded, not verified)")

@@ -226,3 +226,182 @@ def test_unscored_run_refused(R, tmp_path):
     (d / "seed-1234" / "per_sample.npz").unlink()
     with pytest.raises(CompareError, match="not scored"):
         compare_runs(R["greedy"], d, tmp_path / "c.json", n_resamples=B)
+
+
+# --------------------------------------------------------------------------- #
+# the confirmatory test: block randomization or a declared evidence file
+# --------------------------------------------------------------------------- #
+
+SEEDS3 = (1234, 2026, 3407)
+
+
+@pytest.fixture(scope="module")
+def R3(R):
+    """Three-seed scored runs (exact, bfs) on the shared cohort."""
+    from passage_jax.run import parse_spec, run_spec
+
+    out = {}
+    for m in ("exact", "bfs"):
+        folder = R["root"] / f"{m}-3seeds"
+        if not folder.exists():
+            run_spec(parse_spec(spec_dict(m, R["cohort"], SEEDS3)), folder, progress=False)
+            score_run(folder)
+        out[m] = folder
+    return out
+
+
+def primary_records(run: Path) -> tuple[dict, list, list]:
+    """compare_primary_metrics input from a run's per_sample.npz, read independently."""
+    recs, ids, blocks = {}, None, None
+    for s in SEEDS3:
+        p = load(run / f"seed-{s}" / "per_sample.npz")
+        sel = np.flatnonzero(p["primary_quality"])
+        sel = sel[np.argsort(p["task_index"][sel], kind="stable")]
+        ids = [str(x) for x in p["sample_id"][sel]]
+        blocks = [str(x) for x in p["cluster_id"][sel]]
+        recs[s] = {"task_id": ids, **{f: p[f][sel] for f in (
+            "regret", "assd", "h95", "success", "obstacle_violation", "valid_path")}}
+    return recs, ids, blocks
+
+
+def hand_holm(p: dict, alpha: float = 0.05) -> tuple[set, dict]:
+    """Holm step-down written out: reject the k-th smallest while p_(k) <= alpha/(m-k+1)."""
+    m = len(p)
+    avail = sorted((v, k) for k, v in p.items() if v == v)
+    rejected, adjusted, running, going = set(), {}, 0.0, True
+    for k, (v, name) in enumerate(avail):
+        going = going and v <= alpha / (m - k)
+        if going:
+            rejected.add(name)
+        running = max(running, min(1.0, (m - k) * v))
+        adjusted[name] = running
+    return rejected, adjusted
+
+
+def hand_votes(deltas: dict, rejected: set) -> tuple[dict, str]:
+    votes = {}
+    for m, d in deltas.items():
+        if m not in rejected or d is None or d == 0:
+            votes[m] = None
+        elif m == "success_rate":
+            votes[m] = "A" if d > 0 else "B"
+        else:
+            votes[m] = "A" if d < 0 else "B"
+    va = sum(v == "A" for v in votes.values())
+    vb = sum(v == "B" for v in votes.values())
+    decision = ("tradeoff" if va and vb else "indistinguishable" if not (va or vb)
+                else "pareto_dominant" if max(va, vb) == len(votes) else "partial")
+    return votes, decision
+
+
+def test_randomization_p_values_equal_a_direct_call_and_holm_by_hand(R3, tmp_path):
+    from passage_jax.stats import block_randomization_test
+
+    res = compare_runs(R3["bfs"], R3["exact"], tmp_path / "c.json", n_resamples=B,
+                       bootstrap_seed=3, paired_test="randomization")
+    recs_a, ids, blocks = primary_records(R3["bfs"])
+    recs_b, _, _ = primary_records(R3["exact"])
+    direct = block_randomization_test(recs_a, recs_b, blocks, task_ids=ids, seed=3)
+    conf = res["confirmatory"]
+    assert conf["source"] == "randomization" and conf["evidence_file"] is None
+    pc = res["primary_comparison"]
+    for m, p in direct.p_values.items():
+        got = conf["p_values"][m]
+        assert (got is None and p != p) or got == p, m
+        assert pc["p_values"][m] == got
+    assert conf["randomization"]["exact"] == direct.exact
+    assert conf["randomization"]["n_patterns"] == direct.n_patterns
+    assert pc["inference_status"] == "test_provided" and pc["paired_test"] == direct.paired_test
+    rejected, adjusted = hand_holm(direct.p_values)
+    assert {m for m, h in pc["holm"].items() if h["reject"]} == rejected
+    for m, a in adjusted.items():
+        assert pc["holm"][m]["adjusted"] == pytest.approx(a, rel=1e-12)
+    votes, decision = hand_votes({m: d["delta"] for m, d in pc["deltas"].items()}, rejected)
+    assert pc["votes"] == votes == conf["votes"] and pc["decision"] == decision == conf["decision"]
+    # the written file holds the same record
+    assert json.loads((tmp_path / "c.json").read_text())["confirmatory"]["p_values"] == \
+        conf["p_values"]
+
+
+def test_evidence_file_feeds_holm(R3, tmp_path, capsys):
+    from cli.__main__ import main as cli_main
+
+    p = {"regret_median": 0.001, "regret_p90": 0.004, "assd_mean": 0.03, "h95_mean": None,
+         "success_rate": 0.012, "obstacle_violation_rate": 0.5}
+    ev = tmp_path / "evidence.json"
+    ev.write_text(json.dumps({"p_values": p, "paired_test": "declared block permutation test",
+                              "test_assumptions": ["labels exchangeable within blocks"]}))
+    out = tmp_path / "c.json"
+    rc = cli_main(["compare", "--score", str(R3["bfs"]), "--score", str(R3["exact"]),
+                   "--output", str(out), "--bootstrap-resamples", str(B),
+                   "--test-evidence", str(ev)])
+    assert rc == 0
+    shown = capsys.readouterr().out
+    res = json.loads(out.read_text())
+    conf, pc = res["confirmatory"], res["primary_comparison"]
+    assert conf["source"] == "evidence_file" and conf["evidence_file"]["path"] == str(ev.resolve())
+    # hand computation: m = 6 (the unavailable h95 test still counts);
+    # 0.001 <= 0.05/6, 0.004 <= 0.05/5, 0.012 <= 0.05/4, 0.03 > 0.05/3 stops
+    hand = {"regret_median", "regret_p90", "success_rate"}
+    assert {m for m, h in pc["holm"].items() if h["reject"]} == hand
+    assert hand_holm({k: (float("nan") if v is None else v) for k, v in p.items()})[0] == hand
+    expect_adj = {"regret_median": 0.006, "regret_p90": 0.02, "success_rate": 0.048,
+                  "assd_mean": 0.09, "obstacle_violation_rate": 1.0}
+    for m, a in expect_adj.items():
+        assert pc["holm"][m]["adjusted"] == pytest.approx(a, rel=1e-12), m
+    assert pc["holm"]["h95_mean"]["adjusted"] is None and not pc["holm"]["h95_mean"]["reject"]
+    votes, decision = hand_votes({m: d["delta"] for m, d in pc["deltas"].items()}, hand)
+    assert pc["votes"] == votes and pc["decision"] == decision
+    # bfs (A) is costlier than exact (B): the regret metrics vote for B
+    assert votes["regret_median"] == "B"
+    assert f"decision: {decision}" in shown
+
+
+@pytest.mark.parametrize("doc, field", [
+    ([1, 2], "expected a JSON object"),
+    ({"paired_test": "t", "test_assumptions": "a"}, r"missing field\(s\) \['p_values'\]"),
+    ({"p_values": {}, "paired_test": "t", "test_assumptions": "a", "alpha": 0.1}, "unknown field"),
+    ({"p_values": [0.1] * 6, "paired_test": "t", "test_assumptions": "a"}, "p_values must map"),
+    ({"p_values": {"regret_median": 0.1}, "paired_test": "t", "test_assumptions": "a"},
+     "missing .*regret_p90"),
+    ("bad_value", r"p_values\.success_rate is 1\.5"),
+    ("bad_type", r"p_values\.assd_mean must be a number"),
+    ("bad_test", "paired_test must be"),
+    ("bad_assumptions", "test_assumptions must"),
+])
+def test_malformed_evidence_is_refused_naming_the_field(R3, tmp_path, doc, field):
+    good = {"p_values": {m: 0.2 for m in ("regret_median", "regret_p90", "assd_mean", "h95_mean",
+                                          "success_rate", "obstacle_violation_rate")},
+            "paired_test": "t", "test_assumptions": "a"}
+    if doc == "bad_value":
+        good["p_values"]["success_rate"] = 1.5
+        doc = good
+    elif doc == "bad_type":
+        good["p_values"]["assd_mean"] = "0.1"
+        doc = good
+    elif doc == "bad_test":
+        good["paired_test"] = "  "
+        doc = good
+    elif doc == "bad_assumptions":
+        good["test_assumptions"] = []
+        doc = good
+    ev = tmp_path / "ev.json"
+    ev.write_text(json.dumps(doc))
+    with pytest.raises(CompareError, match=field):
+        compare_runs(R3["bfs"], R3["exact"], tmp_path / "c.json", n_resamples=B, test_evidence=ev)
+    assert not (tmp_path / "c.json").exists()
+
+
+def test_confirmatory_test_needs_three_seeds_and_one_source(R, R3, tmp_path):
+    with pytest.raises(CompareError, match=r"needs the seeds \[1234, 2026, 3407\]"):
+        compare_runs(R["bfs"], R["exact"], tmp_path / "c.json", n_resamples=B,
+                     paired_test="randomization")
+    with pytest.raises(CompareError, match="not both"):
+        compare_runs(R3["bfs"], R3["exact"], tmp_path / "c.json", n_resamples=B,
+                     paired_test="randomization", test_evidence=tmp_path / "x.json")
+    with pytest.raises(CompareError, match="unknown paired test"):
+        compare_runs(R3["bfs"], R3["exact"], tmp_path / "c.json", n_resamples=B,
+                     paired_test="t-test")
+    res = compare_runs(R3["bfs"], R3["exact"], tmp_path / "plain.json", n_resamples=B)
+    assert res["confirmatory"] is None
+    assert res["primary_comparison"]["inference_status"] == "test_not_provided"

@@ -49,7 +49,9 @@ ALLOWED = {
     "planners": {"graph", "reference", "protocol"},
     "learned": {"graph", "reference", "metrics", "protocol", "data"},
     "run": {"graph", "reference", "metrics", "protocol", "data", "planners", "stats", "learned"},
-    "evaluate": {"graph", "reference", "metrics", "protocol", "data", "planners", "stats", "learned"},
+    "evaluate": {"graph", "reference", "metrics", "protocol", "data", "planners", "stats", "learned",
+                 "trust"},
+    "trust": {"metrics", "stats"},
 }
 LEAVES = {"contract", "fileio", "reduce", "testing"}
 

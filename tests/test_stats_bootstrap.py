@@ -155,3 +155,66 @@ def test_bad_inputs():
         paired_bootstrap([1.0, 2.0], [1.0, 2.0], blocks=["a", None])
     with pytest.raises(ValueError, match="alpha"):
         paired_bootstrap([1.0, 2.0], [1.0, 2.0], alpha=1.5)
+
+
+def trimmed_mean(x):
+    """A statistic the string forms do not offer: mean without the smallest and largest value."""
+    s = np.sort(x)
+    return float(np.mean(s[1:-1])) if s.size > 2 else float(np.mean(s))
+
+
+@pytest.mark.parametrize("with_blocks", [True, False])
+def test_callable_statistic_against_materialised_numpy(with_blocks):
+    rng = np.random.default_rng(31)
+    n = 80
+    a = rng.gamma(2.0, size=n)
+    b = rng.gamma(2.3, size=n)
+    labels = [f"t{k}" for k in rng.integers(0, 7, n)] if with_blocks else None
+    bi, lab = encode_blocks(labels, n)
+    K = n if lab is None else len(lab)
+    D = 40
+    res = paired_bootstrap(a, b, trimmed_mean, blocks=labels, n_bootstrap=D, seed=13,
+                           return_draws=True)
+    mult = multiplicity_matrix(K, D, seed=13)
+    ref = np.array([trimmed_mean(materialise(a, bi, m)) - trimmed_mean(materialise(b, bi, m))
+                    for m in mult])
+    close(res.draws, ref)
+    lo, hi = np.quantile(ref, [0.025, 0.975])
+    assert res.ci_available and res.ci_low == pytest.approx(lo, rel=1e-12)
+    assert res.ci_high == pytest.approx(hi, rel=1e-12)
+    assert res.delta == pytest.approx(trimmed_mean(a) - trimmed_mean(b), rel=1e-12)
+    assert res.statistic == "callable(trimmed_mean)" and res.n_a == n and res.n_b == n
+
+
+@pytest.mark.parametrize("fn, name", [(np.median, "median"), (np.mean, "mean")])
+def test_callable_numpy_reductions_equal_the_string_statistics(fn, name):
+    rng = np.random.default_rng(5)
+    n = 150
+    a, b = rng.normal(size=n), rng.normal(0.2, size=n)
+    blocks = [f"g{k}" for k in rng.integers(0, 9, n)]
+    fast = paired_bootstrap(a, b, name, blocks=blocks, n_bootstrap=70, seed=2, return_draws=True)
+    slow = paired_bootstrap(a, b, fn, blocks=blocks, n_bootstrap=70, seed=2, return_draws=True)
+    close(slow.draws, fast.draws)
+    assert slow.ci_low == pytest.approx(fast.ci_low, rel=1e-12)
+    assert slow.ci_high == pytest.approx(fast.ci_high, rel=1e-12)
+    assert slow.delta == pytest.approx(fast.delta, rel=1e-12)
+
+
+def test_callable_statistic_omit_keeps_undefined_draws():
+    a = np.array([1.0, np.nan, np.nan, np.nan])
+    b = np.array([0.5, 0.1, 0.2, 0.3])
+    blocks = ["x", "y", "y", "z"]
+    res = paired_bootstrap(a, b, np.max, blocks=blocks, n_bootstrap=120, seed=4, nan_policy="omit",
+                           return_draws=True)
+    mult = multiplicity_matrix(3, 120, seed=4)
+    assert res.draws.shape == (120,) and not res.ci_available
+    assert res.n_undefined_draws == int((mult[:, 0] == 0).sum()) > 0
+    defined = mult[:, 0] > 0
+    bi, _ = encode_blocks(blocks, 4)
+    ref = np.array([1.0 - np.max(materialise(b, bi, m)) for m in mult[defined]])
+    close(res.draws[defined], ref)
+    assert res.delta == pytest.approx(1.0 - 0.5)
+    with pytest.raises(ValueError, match="must return a scalar"):
+        paired_bootstrap(b, b, lambda x: x[:2], n_bootstrap=3)
+    with pytest.raises(ValueError, match="task 1 is nan"):
+        paired_bootstrap(a, b, np.max, blocks=blocks, n_bootstrap=3)

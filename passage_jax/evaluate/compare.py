@@ -16,6 +16,10 @@ differ), and writes one JSON file with:
 * a secondary latency contrast (median of the quality repeat);
 * optional ODD bins (``odd_spec``): the same contrasts per joint bin of
   per-task stratifiers, empty bins included;
+* the confirmatory test when asked for (``paired_test="randomization"`` or a
+  ``test_evidence`` file): six p-values into Holm at family-wise 0.05, the decision
+  and votes in ``primary_comparison``, the source of the p-values in
+  ``confirmatory`` (``null`` without a test);
 * each method's ``components`` block per seed (direct/repair/fallback rates,
   per-stage work) and, when either run declares ``component_control``, the
   ``attribution`` table of the two runs (:mod:`passage_jax.evaluate.attribution`;
@@ -44,18 +48,21 @@ from passage_jax.fileio import atomic_write_json, jsonable, read_document, sha25
 from passage_jax.stats import (
     RosterError,
     block_census,
+    block_randomization_test,
     compare_primary_metrics,
     parse_statistic,
     read_roster,
     seed_mean_bootstrap,
 )
 from passage_jax.stats.bootstrap import seed_mean_result
+from passage_jax.stats.compare import FAMILY_ALPHA
 
 __all__ = ["compare_runs", "CompareError", "OutputExists", "InvalidResamples", "LimitsDiffer",
            "RosterHashMissing", "bin_index",
            "blocks_for", "check_identity", "latency_contrast", "contrast", "COMPARE_FORMAT",
            "ODD_FORMAT", "DEFAULT_RESAMPLES", "ESTIMATE_KEYS", "attribution_of", "NoncanonicalPairing",
-           "inference_protocol_of", "LEGACY_PROTOCOL"]
+           "inference_protocol_of", "LEGACY_PROTOCOL", "load_side", "read_test_evidence",
+           "TestEvidenceError", "PAIRED_TESTS", "EVIDENCE_KEYS", "confirmatory_inputs"]
 
 COMPARE_FORMAT = "passage-jax-compare-v1"
 ODD_FORMAT = "passage-odd-spec-v1"
@@ -84,6 +91,104 @@ class RosterHashMissing(CompareError):
 
 class NoncanonicalPairing(CompareError):
     """A run under the canonical inference protocol is paired with a noncanonical one."""
+
+
+class TestEvidenceError(CompareError, ValueError):
+    """A paired-test evidence file is malformed, or a confirmatory test cannot be run."""
+
+    __test__ = False   # not a test class
+
+
+#: paired tests ``compare_runs`` can run itself (``paired_test=``)
+PAIRED_TESTS = ("randomization",)
+#: the keys of a paired-test evidence file (seed 003): all required, no others
+EVIDENCE_KEYS = ("p_values", "paired_test", "test_assumptions")
+
+
+def read_test_evidence(path) -> dict:
+    """Read and validate a paired-test evidence file (JSON object with exactly
+    ``p_values``, ``paired_test`` and ``test_assumptions``).
+
+    ``p_values`` maps each of the six primary metrics to a number in [0, 1], or ``null`` /
+    ``NaN`` for an unavailable test (it keeps its place in the Holm family);
+    ``paired_test`` is a non-empty string; ``test_assumptions`` a non-empty string, a
+    non-empty list of non-empty strings or a non-empty object. Any other shape raises
+    :class:`TestEvidenceError` naming the file and the field. Returns ``{"p_values",
+    "paired_test", "test_assumptions", "path", "sha256"}`` (p-values as floats, NaN for
+    unavailable).
+    """
+    p = Path(path)
+    doc = read_document(p, TestEvidenceError, "test evidence")
+    where = f"test evidence {p}"
+    if not isinstance(doc, dict):
+        raise TestEvidenceError(f"{where}: expected a JSON object with {list(EVIDENCE_KEYS)}, "
+                                f"got {type(doc).__name__}")
+    missing = [k for k in EVIDENCE_KEYS if k not in doc]
+    if missing:
+        raise TestEvidenceError(f"{where}: missing field(s) {missing}")
+    extra = sorted(set(doc) - set(EVIDENCE_KEYS), key=str)
+    if extra:
+        raise TestEvidenceError(f"{where}: unknown field(s) {extra}; expected exactly "
+                                f"{list(EVIDENCE_KEYS)}")
+    pv = doc["p_values"]
+    if not isinstance(pv, dict):
+        raise TestEvidenceError(f"{where}: p_values must map each primary metric to a p-value, "
+                                f"got {type(pv).__name__}")
+    miss = [m for m in PRIMARY_METRICS if m not in pv]
+    unknown = sorted(set(pv) - set(PRIMARY_METRICS), key=str)
+    if miss or unknown:
+        raise TestEvidenceError(f"{where}: p_values must name exactly the six primary metrics "
+                                f"{list(PRIMARY_METRICS)}; missing {miss}, unknown {unknown}")
+    p_values = {}
+    for m in PRIMARY_METRICS:
+        v = pv[m]
+        if v is None:
+            p_values[m] = float("nan")
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise TestEvidenceError(f"{where}: p_values.{m} must be a number in [0, 1] or null, "
+                                    f"got {v!r}")
+        v = float(v)
+        if not math.isnan(v) and not 0.0 <= v <= 1.0:
+            raise TestEvidenceError(f"{where}: p_values.{m} is {v}, outside [0, 1]")
+        p_values[m] = v
+    name = doc["paired_test"]
+    if not isinstance(name, str) or not name.strip():
+        raise TestEvidenceError(f"{where}: paired_test must be the declared test's name (a "
+                                f"non-empty string), got {name!r}")
+    ta = doc["test_assumptions"]
+    ok = ((isinstance(ta, str) and ta.strip())
+          or (isinstance(ta, list) and ta and all(isinstance(x, str) and x.strip() for x in ta))
+          or (isinstance(ta, dict) and ta))
+    if not ok:
+        raise TestEvidenceError(f"{where}: test_assumptions must state the test's assumptions (a "
+                                f"non-empty string, list of strings or object), got {ta!r}")
+    return {"p_values": p_values, "paired_test": name, "test_assumptions": ta,
+            "path": str(p.resolve()), "sha256": sha256_file(p)}
+
+
+def confirmatory_inputs(recs: list, blocks, ids: list, *, paired_test=None, evidence=None,
+                        randomization_draws: int = 9999, seed: int = 0, sharding=None) -> dict | None:
+    """The p-values, test name and assumptions for ``compare_primary_metrics`` and their
+    record: from the block randomization test run here (``paired_test="randomization"``,
+    swap patterns drawn from ``seed`` when the blocks are too many to enumerate) or from a
+    validated evidence file (:func:`read_test_evidence`); None when neither is asked for."""
+    if paired_test is None and evidence is None:
+        return None
+    if paired_test is not None:
+        try:
+            rt = block_randomization_test(recs[0], recs[1], blocks, task_ids=ids,
+                                          n_random=randomization_draws, seed=seed,
+                                          sharding=sharding)
+        except ValueError as e:
+            raise TestEvidenceError(f"block randomization test: {e}") from None
+        return {"source": "randomization", "p_values": rt.p_values, "paired_test": rt.paired_test,
+                "test_assumptions": rt.test_assumptions, "randomization": rt.to_dict(),
+                "evidence_file": None}
+    return {"source": "evidence_file", "p_values": evidence["p_values"],
+            "paired_test": evidence["paired_test"], "test_assumptions": evidence["test_assumptions"],
+            "randomization": None,
+            "evidence_file": {"path": evidence["path"], "sha256": evidence["sha256"]}}
 
 
 #: the inference protocol of a run recorded before protocols were recorded
@@ -522,11 +627,22 @@ def attribution_of(A: dict, B: dict) -> dict | None:
 def compare_runs(a, b, output, *, n_resamples: int = DEFAULT_RESAMPLES, alpha: float = 0.05,
                  bootstrap_seed: int = 0, roster=None, roster_sha256=None, odd_spec=None,
                  require_identical_limits: bool = False, force: bool = False,
-                 shard_draws: bool = False, allow_noncanonical: bool = False) -> dict:
+                 shard_draws: bool = False, allow_noncanonical: bool = False,
+                 paired_test: str | None = None, test_evidence=None,
+                 randomization_draws: int = 9999) -> dict:
     """Paired comparison of two scored runs written to ``output``. ``shard_draws`` splits the
     bootstrap draws over all local devices (``sharding="auto"``); results do not depend on it.
     A run under the canonical inference protocol is paired with a noncanonical one only with
-    ``allow_noncanonical`` (:class:`NoncanonicalPairing` otherwise)."""
+    ``allow_noncanonical`` (:class:`NoncanonicalPairing` otherwise).
+
+    The confirmatory test: ``paired_test="randomization"`` runs the block randomization test
+    on the six primary metrics (``randomization_draws`` random swap patterns from
+    ``bootstrap_seed`` when the blocks are more than 12; all patterns otherwise);
+    ``test_evidence`` reads the six p-values, the test's name and assumptions from a file
+    (:func:`read_test_evidence`). Either feeds Holm in ``compare_primary_metrics``, and the
+    decision and votes land in ``primary_comparison``; ``confirmatory`` records where the
+    p-values came from. Both need the three default seeds on both runs and known blocks
+    (:class:`TestEvidenceError` otherwise)."""
     output = Path(output)
     if output.exists() and not force:
         raise OutputExists(f"{output} exists; choose a new file")
@@ -535,6 +651,16 @@ def compare_runs(a, b, output, *, n_resamples: int = DEFAULT_RESAMPLES, alpha: f
                                f"got {n_resamples!r}")
     if roster_sha256 is not None and roster is None:
         raise RosterHashMissing("a roster sha256 is given without a roster")
+    if paired_test is not None and test_evidence is not None:
+        raise TestEvidenceError("give either a paired test to run or a test evidence file, not both")
+    if paired_test is not None and paired_test not in PAIRED_TESTS:
+        raise TestEvidenceError(f"unknown paired test {paired_test!r}; choose one of "
+                                f"{list(PAIRED_TESTS)} or supply a test evidence file")
+    if isinstance(randomization_draws, bool) or not isinstance(randomization_draws, int) \
+            or randomization_draws < 1:
+        raise TestEvidenceError(f"the number of randomization draws must be a positive integer, "
+                                f"got {randomization_draws!r}")
+    evidence = read_test_evidence(test_evidence) if test_evidence is not None else None
     odd = read_odd_spec(odd_spec) if odd_spec is not None else None
     A, B = load_side(a), load_side(b)
     shared = check_identity(A, B)
@@ -555,20 +681,38 @@ def compare_runs(a, b, output, *, n_resamples: int = DEFAULT_RESAMPLES, alpha: f
     boot = {"n": int(n_resamples), "alpha": float(alpha), "seed": int(bootstrap_seed),
             "sharding": "auto" if shard_draws else None}
     blocks = blk["labels"]
-    official, computed = None, None
-    if seed_mean and tuple(sorted(A["seeds"])) == tuple(DEFAULT_SEEDS) and avail:
+    official, computed, confirm = None, None, None
+    canonical = seed_mean and tuple(sorted(A["seeds"])) == tuple(DEFAULT_SEEDS) and avail
+    if not canonical and (paired_test is not None or evidence is not None):
+        why = (f"known blocks ({blk['reason']})" if not avail else
+               f"the seeds {list(DEFAULT_SEEDS)} on both runs (A {sorted(A['seeds'])}, "
+               f"B {sorted(B['seeds'])})")
+        raise TestEvidenceError(f"the confirmatory test compares the seed-mean contrast of the six "
+                                f"primary metrics and needs {why}")
+    if canonical:
         recs = []
         for R in (RA, RB):
             recs.append({int(lab): {"task_id": ids, **{f: R[i][f] for f in (
                 "regret", "assd", "h95", "success", "obstacle_violation", "valid_path")}}
                 for i, lab in enumerate(labels)})
+        confirm = confirmatory_inputs(recs, blocks, ids, paired_test=paired_test, evidence=evidence,
+                                      randomization_draws=randomization_draws, seed=bootstrap_seed,
+                                      sharding=boot["sharding"])
+        test = ({} if confirm is None else
+                {k: confirm[k] for k in ("p_values", "paired_test", "test_assumptions")})
         try:
             cmp = compare_primary_metrics(recs[0], recs[1], blocks, n_bootstrap=n_resamples,
                                           alpha=alpha, seed=bootstrap_seed, task_ids=ids,
-                                          sharding=boot["sharding"])
+                                          sharding=boot["sharding"], **test)
             official, computed = jsonable(cmp.to_dict()), cmp.deltas
         except ValueError as e:
+            if confirm is not None:
+                raise TestEvidenceError(f"confirmatory comparison: {e}") from None
             official = {"unavailable": str(e)}
+        if confirm is not None:
+            confirm.update({k: official[k] for k in ("inference_status", "decision", "winner",
+                                                     "votes", "holm")})
+            confirm["family_alpha"] = FAMILY_ALPHA
     contrasts = primary_contrasts(RA, RB, labels, blocks, boot, avail, computed)
     geometry = geometry_intersection(RA, RB, labels, blocks, boot, avail)
     latency = latency_contrast(RA, RB, labels, blocks, boot, avail)
@@ -602,6 +746,7 @@ def compare_runs(a, b, output, *, n_resamples: int = DEFAULT_RESAMPLES, alpha: f
         "geometry_both_valid": {k: v for k, v in geometry.items() if k != "counts"},
         "latency_contrast": latency,
         "primary_comparison": official,
+        "confirmatory": confirm,
         "odd": None if odd is None else odd_bins(odd, RA[0], RA, RB, labels, blocks, boot),
         "attribution": attribution_of(A, B),
     }

@@ -138,10 +138,19 @@ def padded_route_cost(route: Route, elevation, model, weight, *, pixel_size_m: f
     return _cost_switch(route, zc, ok, model, weight, stats, pixel_size_m)
 
 
-def censored_cost(cost, valid, c_star):
-    """``cost`` where ``valid``, else the censored ``K = CENSOR_FACTOR * c*``."""
+def censored_cost(cost, valid, c_star, *, k_factor=CENSOR_FACTOR):
+    """``cost`` where ``valid``, else the censored penalty ``K = k_factor * c*``.
+
+    ``k_factor`` defaults to the contract's :data:`~passage_jax.contract.CENSOR_FACTOR`
+    (1e6); a Python number must be finite and positive (a traced one is used as given). A
+    failure's entry with a non-finite c* stays non-finite. The regret of a failure is the
+    contract's ``FAILURE_REGRET`` whatever ``k_factor`` is (:func:`regret`).
+    """
+    if isinstance(k_factor, bool) or (isinstance(k_factor, (int, float))
+                                      and not (math.isfinite(k_factor) and k_factor > 0)):
+        raise ValueError(f"k_factor must be a finite positive number, got {k_factor!r}")
     c_star = jnp.asarray(c_star)
-    return jnp.where(valid, cost, CENSOR_FACTOR * c_star)
+    return jnp.where(valid, cost, k_factor * c_star)
 
 
 def regret(predicted_cost, valid, c_star):

@@ -39,6 +39,7 @@ __all__ = [
     "observed_statistic",
     "stat_name",
     "paired_bootstrap",
+    "callable_draws",
     "seed_mean_bootstrap",
     "percentile_interval",
     "resample_draws",
@@ -379,27 +380,80 @@ def _result(cls, delta, draws, q, *, alpha, n_a, n_b, n_bootstrap, return_draws,
                alpha=float(alpha), draws=np.asarray(draws) if return_draws else None, **extra)
 
 
+def _apply_statistic(fn, x: np.ndarray, name: str) -> float:
+    """``fn`` of the finite entries of ``x`` as a float (NaN when none is finite)."""
+    v = x[np.isfinite(x)]
+    if v.size == 0:
+        return float("nan")
+    out = fn(v)
+    if np.ndim(out) != 0:
+        raise ValueError(f"statistic {name} must return a scalar, got shape {np.shape(out)}")
+    try:
+        return float(out)
+    except (TypeError, ValueError):
+        raise ValueError(f"statistic {name} must return a number, got {out!r}") from None
+
+
+def callable_draws(fn, a: np.ndarray, b: np.ndarray, block_index: np.ndarray, n_blocks: int,
+                   n_draws: int, *, seed: int, chunk: int = 256):
+    """Draws of ``fn(a*) - fn(b*)`` for a Python callable ``fn``, in draw order.
+
+    Each draw materialises the resample of a row of the same multiplicity matrix the string
+    statistics use (:class:`MultiplicityStream`): task i is repeated ``M[d, block(i)]`` times,
+    in task order. ``fn`` is applied to each method's finite values; a method left without
+    any makes the draw NaN (undefined, never dropped).
+    """
+    name = getattr(fn, "__name__", repr(fn))
+    stream = MultiplicityStream(n_blocks, seed)
+    out = np.empty(n_draws)
+    for start in range(0, n_draws, chunk):
+        rows = stream.next(min(chunk, n_draws - start))
+        for j, row in enumerate(rows):
+            w = row[block_index]
+            da = _apply_statistic(fn, np.repeat(a, w), name)
+            db = _apply_statistic(fn, np.repeat(b, w), name)
+            out[start + j] = da - db
+    return out
+
+
 def paired_bootstrap(a, b, statistic="mean", blocks=None, *, n_bootstrap: int = 10000,
                      alpha: float = 0.05, seed: int = 0, nan_policy: str = "raise",
                      return_draws: bool = False, sharding=None) -> BootstrapResult:
     """Paired bootstrap of ``T(a) - T(b)`` over tasks paired by index.
 
-    ``statistic``: 'mean', 'median', 'pNN' or a quantile level. With ``blocks`` (one label per
+    ``statistic``: 'mean', 'median', 'pNN' or a quantile level (jitted kernels), or a Python
+    callable reducing a 1-D float64 array to a number (e.g. ``np.median``), applied to each
+    method's materialised resample draw by draw (host NumPy; the same multiplicity rows, so
+    ``np.mean`` reproduces ``'mean'`` to rounding). With ``blocks`` (one label per
     task) each draw takes as many whole blocks as observed, with replacement, the same for both
     methods; without, tasks are resampled. ``nan_policy='omit'`` reduces each method's finite
     subset; a draw leaving a subset empty is undefined and makes the interval unavailable.
     ``sharding``: None, ``"auto"`` or a ``jax.sharding.Sharding`` of the draws axis (see
-    :func:`draw_placement`); the result does not depend on it.
+    :func:`draw_placement`); the result does not depend on it (a callable statistic runs on
+    the host and ignores it).
     """
     _check_alpha(alpha)
     _check_draws(n_bootstrap)
-    q = parse_statistic(statistic)
+    fn = statistic if callable(statistic) else None
+    q = None if fn is not None else parse_statistic(statistic)
     a = _prepare(a, None, nan_policy, "a")
     b = _prepare(b, a.shape[0], nan_policy, "b")
     if a.shape[0] == 0:
         raise ValueError("no tasks to resample")
     idx, labels = encode_blocks(blocks, a.shape[0])
     K = a.shape[0] if labels is None else len(labels)
+    if fn is not None:
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise ValueError(f"bootstrap seed must be a non-negative integer, got {seed!r}")
+        name = getattr(fn, "__name__", repr(fn))
+        delta = _apply_statistic(fn, a, name) - _apply_statistic(fn, b, name)
+        draws = callable_draws(fn, a, b, idx, K, int(n_bootstrap), seed=int(seed))
+        lo, hi, ok, bad = percentile_interval(draws, alpha)
+        return BootstrapResult(delta=float(delta), ci_low=lo, ci_high=hi, ci_available=ok,
+                               n_undefined_draws=bad, n_a=int(np.isfinite(a).sum()),
+                               n_b=int(np.isfinite(b).sum()), statistic=f"callable({name})",
+                               n_bootstrap=int(n_bootstrap), alpha=float(alpha),
+                               draws=draws if return_draws else None)
     if q is None:
         m, _ = resample_draws(idx, K, [a, b], [], (), n_bootstrap, seed=seed, sharding=sharding)
         da, db = m[:, 0], m[:, 1]
