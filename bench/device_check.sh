@@ -3,7 +3,11 @@
 # jax with CUDA, flax, optax, pyarrow, scipy, scikit-image, rich, pyyaml, pytest;
 # zstandard is carried as a wheel in .whl/, see bench/RESULTS.md "GPU").
 #
-#   bash bench/device_check.sh [bench|tests|all]     (default: bench)
+#   bash bench/device_check.sh [bench|tests|dfloat|all]     (default: bench)
+#
+# bench: the benchmarks (bench/reference.py includes the double-float rows beside
+# float64) and the double-float checks; dfloat: only the double-float checks (the
+# pair arithmetic survives the GPU compiler, the cohort agrees, no float64 in use).
 #
 # Logs go to $OUT (or ./device-out) so they come back with the run.
 set -uo pipefail
@@ -23,9 +27,14 @@ PY
 if [ "$what" = tests ] || [ "$what" = all ]; then
   python3 -m pytest -q -x -p no:cacheprovider 2>&1 | tee "$out/tests.log"
 fi
+if [ "$what" = bench ] || [ "$what" = dfloat ] || [ "$what" = all ]; then
+  PASSAGE_JAX_NO_X64=1 python3 -m pytest -q -x -s -p no:cacheprovider tests/test_double_float.py \
+    2>&1 | tee "$out/double_float_tests.log"
+fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   python3 bench/reference.py 2>&1 | tee "$out/reference.log"
-  python3 bench/reference.py --strategy jacobi --compare-jacobi 2>&1 | tee "$out/reference_jacobi.log"
+  python3 bench/reference.py --strategy jacobi --compare-jacobi --no-double-float 2>&1 \
+    | tee "$out/reference_jacobi.log"
   python3 bench/stats.py 2>&1 | tee "$out/stats.log"
   python3 bench/metrics.py 2>&1 | tee "$out/metrics.log"
 fi

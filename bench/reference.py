@@ -4,6 +4,10 @@
 Prints a table and ends with ``speedup: <ratio>`` = JAX scenes/s at the largest
 batch over SciPy scenes/s (graph build included), at 256x256.
 
+Rows ``<batch> (double_float)`` time the double-float path (float32 pairs, x64 off;
+host edge costs and their split included) on the same tasks, with its ratio to the
+main rows' path and the host split time per scene; ``--no-double-float`` drops them.
+
     python bench/reference.py --quick     # ~1 minute on a 2-core CPU
     python bench/reference.py             # full sizes (64..1024, batch 1/16/256)
 """
@@ -19,6 +23,7 @@ from scipy.sparse.csgraph import dijkstra as sp_dijkstra
 
 from passage_jax.graph import OBJECTIVES, VARIANTS
 from passage_jax.reference import STRATEGIES, scipy_task_graph, solve_batch
+from passage_jax.reference.vi import PRECISIONS, double_float_inputs
 
 WEIGHTS = {"elevation": 62.4, "slope_uphill": 10.0, "energy": 62.4}
 
@@ -111,17 +116,30 @@ def run_mcp(items):
     return len(items) / (time.perf_counter() - t0), None
 
 
-def run_jax(items, b: int, strategy: str, sharding=None):
-    """Time one batch of ``b`` tasks (cycling through ``items``) after a warm-up."""
+def _batch_args(items, b: int):
     sel = [items[i % len(items)] for i in range(b)]
-    args = (np.stack([i.z for i in sel]), np.stack([i.obstacles for i in sel]),
+    return (np.stack([i.z for i in sel]), np.stack([i.obstacles for i in sel]),
             [i.start for i in sel], [i.goal for i in sel], [i.model for i in sel],
             [i.weight for i in sel])
-    solve_batch(*args, strategy=strategy, sharding=sharding)  # compile
+
+
+def run_jax(items, b: int, strategy: str, sharding=None, precision: str = "float64"):
+    """Time one batch of ``b`` tasks (cycling through ``items``) after a warm-up."""
+    args = _batch_args(items, b)
+    solve_batch(*args, strategy=strategy, sharding=sharding, precision=precision)  # compile
     t0 = time.perf_counter()
-    res = solve_batch(*args, strategy=strategy, sharding=sharding)
+    res = solve_batch(*args, strategy=strategy, sharding=sharding, precision=precision)
     dt = time.perf_counter() - t0
     return b / dt, res
+
+
+def host_split_seconds(items, b: int) -> float:
+    """Seconds per scene of the double-float path's host work: float64 edge costs and
+    their split into float32 pairs."""
+    args = _batch_args(items, b)
+    t0 = time.perf_counter()
+    double_float_inputs(*args)
+    return (time.perf_counter() - t0) / b
 
 
 def main(argv=None) -> int:
@@ -131,6 +149,10 @@ def main(argv=None) -> int:
                     help="value-iteration strategy")
     ap.add_argument("--compare-jacobi", action="store_true",
                     help="also time plain Jacobi at batch 16 (sweep-strategy evidence)")
+    ap.add_argument("--precision", default="float64", choices=PRECISIONS,
+                    help="arithmetic of the main rows (double_float where float64 is missing)")
+    ap.add_argument("--no-double-float", action="store_true",
+                    help="skip the double-float rows")
     a = ap.parse_args(argv)
     if a.quick:
         plan = [(64, (1, 16), 8), (256, (1, 16), 4)]
@@ -139,12 +161,16 @@ def main(argv=None) -> int:
                 (512, (1, 16), 8), (1024, (1, 4), 4)]
     dev = jax.devices()[0]
     print(f"# machine: {platform.processor() or platform.machine()}, {len(jax.devices())} "
-          f"{dev.platform} device(s) ({dev.device_kind}); jax {jax.__version__}; float64")
+          f"{dev.platform} device(s) ({dev.device_kind}); jax {jax.__version__}; {a.precision}")
     print(f"# strategy: {a.strategy}; scenes = tasks (one objective x variant of a crop)")
+    if not a.no_double_float:
+        print(f"# '<batch> (double_float)' rows: float32 pairs, x64 off; last field: {a.precision} "
+              "sc/s over double_float sc/s and the host split (float64 costs -> pairs) per scene")
     hdr = ("res", "source", "batch", "jax sc/s", "scipy+build sc/s", "scipy sc/s", "mcp sc/s",
            "sweeps med/max", "max rel dc*")
     print(" | ".join(hdr))
     speed_ref = None
+    df_ref = None
     for res, batches, n_peer in plan:
         try:
             items = cohort_items(res, max(n_peer, 16))
@@ -166,7 +192,7 @@ def main(argv=None) -> int:
         mcp, _ = run_mcp(peer)
         for b in batches:
             try:
-                jsps, r = run_jax(items, b, a.strategy)
+                jsps, r = run_jax(items, b, a.strategy, precision=a.precision)
             except (MemoryError, RuntimeError) as e:  # XLA out of memory
                 print(f"{res} | {source} | {b} | out of memory ({type(e).__name__})")
                 continue
@@ -177,10 +203,27 @@ def main(argv=None) -> int:
                   f"{'n/a' if mcp is None else f'{mcp:.2f}'} | {sw} | {dc:.2e}")
             if res == 256:
                 speed_ref = (jsps, sp_build)
+            if a.no_double_float or a.precision == "double_float":
+                continue
+            try:
+                dsps, rd = run_jax(items, b, a.strategy, precision="double_float")
+            except (MemoryError, RuntimeError) as e:  # XLA out of memory
+                print(f"{res} | {source} | {b} (double_float) | out of memory ({type(e).__name__})")
+                continue
+            split_ms = 1e3 * host_split_seconds(items, b)
+            dd = np.max(np.abs(rd.c_star[:k] - np.asarray(sp_c[:k])) / np.asarray(sp_c[:k]))
+            sw = f"{int(np.median(rd.sweeps))}/{int(rd.sweeps.max())}"
+            print(f"{res} | {source} | {b} (double_float) | {dsps:.2f} | | | | {sw} | {dd:.2e} | "
+                  f"ratio {jsps / dsps:.2f}x; host split {split_ms:.2f} ms/scene")
+            if res == 256:
+                df_ref = (jsps, dsps)
         if a.compare_jacobi and 16 in batches:
             jsps, r = run_jax(items, 16, "jacobi")
             print(f"{res} | {source} | 16 (jacobi) | {jsps:.2f} | | | | "
                   f"{int(np.median(r.sweeps))}/{int(r.sweeps.max())} |")
+    if df_ref is not None:
+        print(f"double_float: {df_ref[1]:.2f} sc/s at 256 (largest batch), {a.precision} over "
+              f"double_float {df_ref[0] / df_ref[1]:.3f}x")
     if speed_ref is None:
         print("speedup: nan")
         return 1

@@ -462,3 +462,18 @@ def test_solve_tasks_orders_and_mixes_sizes():
         assert abs(a.c_star - b.c_star) <= 1e-9 * b.c_star
         assert route_problem(a.route, t.scene.start, t.scene.goal, t.obstacles) is None
         assert a.solver == "value_iteration" and b.solver == "dijkstra"
+
+
+def test_result_records_its_precision():
+    """VIResult says which arithmetic computed c* (the default follows
+    resolve_precision: float64 on CPU, double-float under PASSAGE_JAX_NO_X64)."""
+    from passage_jax.reference import PRECISION_RTOL, resolve_precision
+    z, o, s, g, m, w = batch(8, 2, seed0=13)
+    res = solve_batch(z, o, s, g, m, w)
+    assert res.precision == resolve_precision()
+    assert res.precision_rtol == PRECISION_RTOL[res.precision]
+    pair = solve_batch(z, o, s, g, m, w, precision="double_float")
+    assert pair.precision == "double_float" and pair.precision_rtol == 1e-10
+    np.testing.assert_allclose(pair.c_star, res.c_star, rtol=1e-12)
+    with pytest.raises(ValueError, match="unknown reference precision"):
+        solve_batch(z, o, s, g, m, w, precision="float16")

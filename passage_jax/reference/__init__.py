@@ -1,13 +1,16 @@
 """Exact references (SPEC §3).
 
-* :mod:`~passage_jax.reference.vi` — float64 value iteration written per scene as
+* :mod:`~passage_jax.reference.vi` — value iteration written per scene as
   init / step / terminate and vmapped once (``vi_kernel``); ``solve_batch`` is the host
-  entry point and returns one :class:`VIResult`;
+  entry point and returns one :class:`VIResult`; float64, or double-float where
+  float64 is missing (``precision``, ``PASSAGE_JAX_REFERENCE_PRECISION``);
+* :mod:`~passage_jax.reference.dfloat` — double-float (float32 pair) arithmetic;
 * :mod:`~passage_jax.reference.search` — CPU Dijkstra/A*;
 * :mod:`~passage_jax.reference.csgraph` — the scene graph for ``scipy.sparse.csgraph``;
 * :mod:`~passage_jax.reference.qualify` — exact references of tasks and qualification.
 """
 from passage_jax.reference.csgraph import scipy_graph, scipy_task_graph
+from passage_jax.reference.dfloat import DFloat
 from passage_jax.reference.qualify import (
     CROSS_CHECK_RTOL,
     POLICIES,
@@ -21,6 +24,8 @@ from passage_jax.reference.qualify import (
 )
 from passage_jax.reference.search import SearchResult, astar, dijkstra, search
 from passage_jax.reference.vi import (
+    PRECISION_RTOL,
+    PRECISIONS,
     STATUS_NAMES,
     STRATEGIES,
     SceneInputs,
@@ -29,6 +34,8 @@ from passage_jax.reference.vi import (
     VIOutput,
     VIResult,
     descend_route,
+    double_float_inputs,
+    resolve_precision,
     solve_batch,
     solve_scene,
     vi_kernel,
@@ -40,6 +47,8 @@ __all__ = [
     # value iteration
     "solve_batch", "VIResult", "STATUS_NAMES", "STRATEGIES", "SceneInputs", "SolverConfig",
     "SolverState", "VIOutput", "solve_scene", "vi_kernel", "descend_route",
+    # arithmetic of c*
+    "PRECISIONS", "PRECISION_RTOL", "resolve_precision", "double_float_inputs", "DFloat",
     # CPU exact search
     "search", "astar", "dijkstra", "SearchResult",
     # SciPy graph

@@ -1,4 +1,4 @@
-"""float64 value iteration on the 8-connected grid (SPEC §3.1), one scene at a time.
+"""Exact value iteration on the 8-connected grid (SPEC §3.1), one scene at a time.
 
 ``V(u) = min_k C[k, u] + V(u + MOVES[k])`` with ``V(goal) = 0``, where
 ``C[k, r, c]`` is the cost of the move from ``(r, c)`` by ``MOVES[k]``
@@ -43,10 +43,19 @@ Routes descend ``V`` with :func:`passage_jax.graph.descent_policy` (the first mo
 ``MOVES`` order among the exact minima). :func:`solve_batch` is the host entry point:
 it validates and pads a batch, runs :func:`vi_kernel` under ``jax.enable_x64(True)``
 and returns a :class:`VIResult` of NumPy arrays with status names.
+
+Two arithmetic paths (``precision``, :func:`resolve_precision`): ``"float64"`` as
+above, and ``"double_float"`` for backends without float64: the edge costs are
+computed in float64 on the host and split into float32 pairs
+(:func:`double_float_inputs`), the same sweeps, convergence tests and descent run on
+:class:`~passage_jax.reference.dfloat.DFloat` pairs with x64 off, and c* comes back
+as float64 (``hi + lo``). The algorithm is written once; ``_FloatOps`` and
+``_PairOps`` supply its additions, minima and comparisons.
 """
 from __future__ import annotations
 
 import dataclasses
+import os
 from functools import partial
 
 import jax
@@ -54,13 +63,32 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from passage_jax.graph import MODEL_INDEX, MOVES, edge_cost_field_by_index
+from passage_jax.graph import MODEL_INDEX, MODEL_NAMES, MOVES, edge_cost_field_by_index, edge_cost_field_np
 from passage_jax.graph.grid import bellman_backup, cell_mask, descent_policy
+from passage_jax.reference.dfloat import (
+    ADD_RTOL,
+    SPLIT_RTOL,
+    DFloat,
+    df_add,
+    df_bellman_backup,
+    df_descent_policy,
+    df_isfinite,
+    df_isinf,
+    df_less,
+    df_minimum,
+    df_not_equal,
+    df_where,
+    split_float64,
+    split_traced,
+    to_float64,
+)
 
 __all__ = [
     "STATUS_NAMES", "STATUS_OK", "STATUS_UNREACHABLE", "STATUS_BUDGET", "STRATEGIES",
     "SceneInputs", "SolverConfig", "GridProblem", "SolverState", "VIOutput", "VIResult",
     "init", "step", "terminate", "solve_scene", "vi_kernel", "solve_batch", "descend_route",
+    "PRECISIONS", "PRECISION_RTOL", "PRECISION_ENV", "NO_X64_ENV", "resolve_precision", "no_x64",
+    "double_float_inputs",
 ]
 
 STATUS_NAMES = ("ok", "unreachable", "budget_exhausted")
@@ -70,6 +98,67 @@ STATUS_OK, STATUS_UNREACHABLE, STATUS_BUDGET = 0, 1, 2
 STRATEGIES = ("sweep", "jacobi")
 
 _DIRECTIONAL, _EXACT = "directional", "exact"
+
+# --------------------------------------------------------------------------- #
+# Precision: which arithmetic computes c*
+# --------------------------------------------------------------------------- #
+
+#: The two arithmetic paths: float64 (needs x64) and double-float (float32 pairs,
+#: runs with x64 off; :mod:`passage_jax.reference.dfloat`).
+PRECISIONS = ("float64", "double_float")
+#: Stated relative tolerance of c* per path: a bound on the rounding error of a
+#: route's cost summed in the path's arithmetic, per step 2**-53 (float64) and
+#: ``_PAIR_STEP_RTOL`` = 4 * 2**-48 (double-float), held for routes of up to ~9000
+#: (float64) and ~7000 (double-float) steps.
+PRECISION_RTOL = {"float64": 1e-12, "double_float": 1e-10}
+#: Environment variable read at each solve: "auto" (default), "float64" or "double_float".
+PRECISION_ENV = "PASSAGE_JAX_REFERENCE_PRECISION"
+#: Environment variable: "1" runs the reference solver without float64 (no scoped
+#: ``jax.enable_x64``; "auto" then means double-float; "float64" is refused).
+NO_X64_ENV = "PASSAGE_JAX_NO_X64"
+#: Platforms without float64 arithmetic.
+_NO_FLOAT64_PLATFORMS = ("tpu",)
+#: The double-float path's per-step relative error bound (split + sum), 4 * 2**-48.
+_PAIR_STEP_RTOL = SPLIT_RTOL + ADD_RTOL
+
+
+def no_x64() -> bool:
+    """``PASSAGE_JAX_NO_X64`` is set ("1"/"true"/"yes"; "", "0", "false", "no" is off);
+    ValueError naming the variable for any other value."""
+    raw = os.environ.get(NO_X64_ENV, "").strip().lower()
+    if raw in ("", "0", "false", "no"):
+        return False
+    if raw in ("1", "true", "yes"):
+        return True
+    raise ValueError(f"environment variable {NO_X64_ENV}={raw!r} is not one of 1, 0, true, "
+                     "false, yes, no")
+
+
+def resolve_precision(precision: str = "auto", platform: str | None = None) -> str:
+    """The arithmetic a solve uses: ``precision`` when it is ``"float64"`` or
+    ``"double_float"``; for ``"auto"`` the environment variable ``PASSAGE_JAX_REFERENCE_PRECISION``
+    (read now), and when that is ``"auto"`` too, ``"double_float"`` if the platform
+    (``platform``, default: the default backend) has no float64 or ``PASSAGE_JAX_NO_X64``
+    is set, else ``"float64"``. ValueError for an unknown value (naming the variable when
+    it came from the environment) and for ``"float64"`` under ``PASSAGE_JAX_NO_X64``."""
+    known = ("auto",) + PRECISIONS
+    if precision not in known:
+        raise ValueError(f"unknown reference precision {precision!r}; known: {list(known)}")
+    source = "precision argument"
+    if precision == "auto":
+        precision = os.environ.get(PRECISION_ENV, "auto").strip() or "auto"
+        source = f"environment variable {PRECISION_ENV}"
+        if precision not in known:
+            raise ValueError(f"{source}={precision!r} is not one of {list(known)}")
+    off = no_x64()
+    if precision == "auto":
+        platform = jax.default_backend() if platform is None else platform
+        no_f64 = off or str(platform).lower() in _NO_FLOAT64_PLATFORMS
+        return "double_float" if no_f64 else "float64"
+    if precision == "float64" and off:
+        raise ValueError(f"reference precision 'float64' ({source}) needs x64, and "
+                         f"{NO_X64_ENV} is set; use 'double_float' or 'auto'")
+    return precision
 
 
 # --------------------------------------------------------------------------- #
@@ -81,15 +170,20 @@ class SceneInputs:
     """One scene's inputs (add a leading batch axis to every field for a batch).
 
     elevation_m (H, W) float; obstacles (H, W) bool; start, goal (2,) int32 (row, col);
-    model_index () int32 (``MODEL_INDEX``); weight () float.
+    model_index () int32 (``MODEL_INDEX``); weight () float; edge_costs: None, or the
+    double-float path's edge costs, a :class:`~passage_jax.reference.dfloat.DFloat` of
+    (8, H, W) float32 halves computed in float64 on the host (:func:`double_float_inputs`;
+    then elevation_m, model_index and weight may be None: that path reads only
+    edge_costs, start and goal).
     """
 
-    elevation_m: jax.Array
+    elevation_m: jax.Array | None
     obstacles: jax.Array
     start: jax.Array
     goal: jax.Array
-    model_index: jax.Array
-    weight: jax.Array
+    model_index: jax.Array | None
+    weight: jax.Array | None
+    edge_costs: DFloat | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,17 +192,22 @@ class SolverConfig:
 
     max_sweeps: budget on the total sweeps of both phases; check_every: sweeps per
     block (convergence is checked on a block's last sweep); strategy: one of
-    ``STRATEGIES``; pixel_size_m: cell size of the edge costs.
+    ``STRATEGIES``; pixel_size_m: cell size of the edge costs; precision: ``"auto"``
+    or one of ``PRECISIONS`` (resolved by :func:`resolve_precision` when a solve starts).
     """
 
     max_sweeps: int = 4096
     check_every: int = 2
     strategy: str = "sweep"
     pixel_size_m: float = 30.0
+    precision: str = "auto"
 
     def __post_init__(self):
         if self.strategy not in STRATEGIES:
             raise ValueError(f"unknown strategy {self.strategy!r}; known: {STRATEGIES}")
+        if self.precision not in ("auto",) + PRECISIONS:
+            raise ValueError(f"unknown reference precision {self.precision!r}; known: "
+                             f"{['auto', *PRECISIONS]}")
         if int(self.check_every) < 1:
             raise ValueError(f"check_every={self.check_every!r} must be >= 1")
 
@@ -117,7 +216,8 @@ class SolverConfig:
 class GridProblem:
     """What the sweeps read and never change: edge costs (8, H, W), the cost planes of
     the four fast-sweeping scans (per scan three (n, m) planes in scan order; empty for
-    ``"jacobi"``) and the goal mask (H, W)."""
+    ``"jacobi"``) and the goal mask (H, W). Costs are arrays (float64 path) or
+    :class:`~passage_jax.reference.dfloat.DFloat` pairs (double-float path)."""
 
     edge_costs: jax.Array
     sweep_costs: tuple
@@ -128,7 +228,8 @@ class GridProblem:
 class SolverState:
     """Device state of one scene's solve.
 
-    values (H, W): current cost-to-go estimate (non-increasing in phase 1);
+    values (H, W): current cost-to-go estimate (non-increasing in phase 1; an array,
+    or a ``DFloat`` pair on the double-float path);
     sweeps (): sweeps run so far (both phases); directional_sweeps (): of those, the
     phase-1 sweeps; changed (): the last block's last sweep changed a value (True
     before the first block of a phase); phase (static): ``"directional"`` or ``"exact"``.
@@ -149,7 +250,9 @@ class VIOutput:
     ``V[start]`` (+inf when unreachable, NaN when the budget ran out first); sweeps ()
     total sweeps; directional_sweeps () of those, phase-1 sweeps; converged () bool;
     status () int32 code (``STATUS_NAMES``); route (max_len, 2) int32 padded with -1
-    and route_length () int32 (0 unless ``ok``), or None without routes.
+    and route_length () int32 (0 unless ``ok``), or None without routes. On the
+    double-float path values and c_star are ``DFloat`` pairs (``np.asarray`` gives
+    float64).
     """
 
     values: jax.Array
@@ -169,7 +272,9 @@ class VIResult:
     values (B, H, W) float64 cost-to-go; c_star (B,) float64; sweeps (B,) int32;
     directional_sweeps (B,) int32; converged (B,) bool; status: one name of
     ``STATUS_NAMES`` per scene; routes: with ``routes=True`` a list of (L, 2) int32
-    routes (None where the status is not ``ok``), else None.
+    routes (None where the status is not ``ok``), else None; precision: the path that
+    computed c* (``"float64"`` or ``"double_float"``); precision_rtol: its stated
+    relative tolerance on c* (``PRECISION_RTOL``).
     """
 
     values: np.ndarray
@@ -179,6 +284,8 @@ class VIResult:
     converged: np.ndarray
     status: tuple[str, ...]
     routes: list[np.ndarray | None] | None = None
+    precision: str = "float64"
+    precision_rtol: float = PRECISION_RTOL["float64"]
 
 
 # --------------------------------------------------------------------------- #
@@ -197,14 +304,85 @@ _FS_SCANS = (
 )
 
 
-def _lateral(prev, dl):
+class _FloatOps:
+    """The arithmetic of the float64 path (plain arrays of any float dtype)."""
+
+    add = staticmethod(jnp.add)
+    minimum = staticmethod(jnp.minimum)
+    isinf = staticmethod(jnp.isinf)
+    isfinite = staticmethod(jnp.isfinite)
+    backup = staticmethod(bellman_backup)
+    descent_policy = staticmethod(descent_policy)
+
+    @staticmethod
+    def inf_like(x):
+        return jnp.full_like(x, jnp.inf)
+
+    @staticmethod
+    def any_less(a, b):
+        return jnp.any(a < b)
+
+    @staticmethod
+    def any_ne(a, b):
+        return jnp.any(a != b)
+
+    @staticmethod
+    def zero_where(mask, x):
+        return jnp.where(mask, jnp.zeros_like(x), x)
+
+    @staticmethod
+    def nan_unless(ok, x):
+        return jnp.where(ok, x, jnp.nan)
+
+
+class _PairOps:
+    """The arithmetic of the double-float path (``DFloat`` pairs of float32)."""
+
+    add = staticmethod(df_add)
+    minimum = staticmethod(df_minimum)
+    isinf = staticmethod(df_isinf)
+    isfinite = staticmethod(df_isfinite)
+    backup = staticmethod(df_bellman_backup)
+    descent_policy = staticmethod(df_descent_policy)
+
+    @staticmethod
+    def inf_like(x):
+        return DFloat(jnp.full_like(x.hi, jnp.inf), jnp.zeros_like(x.lo))
+
+    @staticmethod
+    def any_less(a, b):
+        return jnp.any(df_less(a, b))
+
+    @staticmethod
+    def any_ne(a, b):
+        return jnp.any(df_not_equal(a, b))
+
+    @staticmethod
+    def zero_where(mask, x):
+        return df_where(mask, DFloat(jnp.zeros_like(x.hi), jnp.zeros_like(x.lo)), x)
+
+    @staticmethod
+    def nan_unless(ok, x):
+        nan = jnp.full_like(x.hi, jnp.nan)
+        return DFloat(jnp.where(ok, x.hi, nan), jnp.where(ok, x.lo, nan))
+
+
+def _ops_of(values):
+    return _PairOps if isinstance(values, DFloat) else _FloatOps
+
+
+def _tmap(f, *trees):
+    return jax.tree_util.tree_map(f, *trees)
+
+
+def _lateral(prev, dl, ops=_FloatOps):
     """prev[j + dl] along a line, +inf outside."""
     if dl == 0:
         return prev
-    edge = jnp.full_like(prev[:1], jnp.inf)
+    edge = ops.inf_like(_tmap(lambda a: a[:1], prev))
     if dl < 0:
-        return jnp.concatenate([edge, prev[:-1]])
-    return jnp.concatenate([prev[1:], edge])
+        return _tmap(lambda e, p: jnp.concatenate([e, p[:-1]]), edge, prev)
+    return _tmap(lambda e, p: jnp.concatenate([p[1:], e]), edge, prev)
 
 
 def _sweep_costs(edge_costs):
@@ -224,6 +402,7 @@ def _sweep_costs(edge_costs):
 
 def _fast_sweep(values, sweep_costs):
     """One fast sweep (4 line scans) of one scene's (H, W) values."""
+    ops = _ops_of(values)
     for (transposed, reverse, moves), planes in zip(_FS_SCANS, sweep_costs):
         lines = values.T if transposed else values
         if reverse:
@@ -234,10 +413,10 @@ def _fast_sweep(values, sweep_costs):
             v, a = xs
             new = v
             for j, dl in enumerate(offsets):
-                new = jnp.minimum(new, a[j] + _lateral(prev, dl))
+                new = ops.minimum(new, ops.add(a[j], _lateral(prev, dl, ops)))
             return new, new
 
-        init = jnp.full_like(lines[0], jnp.inf)
+        init = ops.inf_like(lines[0])
         _, out = jax.lax.scan(relax_line, init, (lines, planes))
         if reverse:
             out = out[::-1]
@@ -247,27 +426,64 @@ def _fast_sweep(values, sweep_costs):
 
 def _exact_sweep(values, problem: GridProblem):
     """The Bellman operator T: min_k C[k] + V(u + MOVES[k]); 0 at the goal."""
-    best = bellman_backup(values, problem.edge_costs)
-    return jnp.where(problem.goal_mask, jnp.zeros_like(best), best)
+    ops = _ops_of(values)
+    best = ops.backup(values, problem.edge_costs)
+    return ops.zero_where(problem.goal_mask, best)
 
 
 # --------------------------------------------------------------------------- #
 # init / step / terminate
 # --------------------------------------------------------------------------- #
 
+def _pair_edge_costs(scene: SceneInputs, config: SolverConfig) -> DFloat:
+    """The double-float path's (8, H, W) edge costs: ``scene.edge_costs`` (float32
+    pairs made on the host), or, for a float64 ``elevation_m`` (the caller's x64),
+    the field computed in float64 and split here."""
+    if scene.edge_costs is not None:
+        ec = scene.edge_costs
+        for name, half in (("hi", ec.hi), ("lo", ec.lo)):
+            if jnp.result_type(half) != jnp.float32:
+                raise ValueError(f"SceneInputs.edge_costs.{name} must be float32, got "
+                                 f"{jnp.result_type(half)}")
+        return DFloat(jnp.asarray(ec.hi), jnp.asarray(ec.lo))
+    if scene.elevation_m is not None and jnp.result_type(scene.elevation_m) == jnp.float64:
+        z = jnp.asarray(scene.elevation_m)
+        return split_traced(edge_cost_field_by_index(
+            z, scene.obstacles, scene.model_index, jnp.asarray(scene.weight, z.dtype),
+            config.pixel_size_m))
+    dtype = None if scene.elevation_m is None else jnp.result_type(scene.elevation_m)
+    raise ValueError("the double-float path needs SceneInputs.edge_costs (edge costs computed "
+                     "in float64 on the host and split into float32 pairs, see "
+                     f"double_float_inputs) or a float64 elevation_m; got elevation_m {dtype}")
+
+
 def init(scene: SceneInputs, config: SolverConfig) -> tuple[GridProblem, SolverState]:
     """The scene's constant :class:`GridProblem` and its initial :class:`SolverState`
-    (``V = 0`` at the goal, +inf elsewhere; phase 1 unless the strategy is ``"jacobi"``)."""
-    z = jnp.asarray(scene.elevation_m)
-    edge_costs = edge_cost_field_by_index(z, scene.obstacles, scene.model_index,
-                                          jnp.asarray(scene.weight, z.dtype), config.pixel_size_m)
-    goal_mask = cell_mask(z.shape, jnp.asarray(scene.goal, jnp.int32))
+    (``V = 0`` at the goal, +inf elsewhere; phase 1 unless the strategy is ``"jacobi"``).
+    ``config.precision`` (resolved now when ``"auto"``) picks the float64 path (edge
+    costs from ``elevation_m`` in its dtype) or the double-float path (pairs)."""
+    goal = jnp.asarray(scene.goal, jnp.int32)
+    if resolve_precision(config.precision) == "double_float":
+        edge_costs = _pair_edge_costs(scene, config)
+        goal_mask = cell_mask(edge_costs.shape[-2:], goal)
+        values = DFloat(jnp.where(goal_mask, jnp.float32(0.0), jnp.float32(jnp.inf)),
+                        jnp.zeros(goal_mask.shape, jnp.float32))
+    else:
+        if scene.elevation_m is None:
+            raise ValueError("the float64 path needs SceneInputs.elevation_m, model_index and "
+                             "weight (these inputs carry only double-float edge costs)")
+        z = jnp.asarray(scene.elevation_m)
+        edge_costs = edge_cost_field_by_index(z, scene.obstacles, scene.model_index,
+                                              jnp.asarray(scene.weight, z.dtype),
+                                              config.pixel_size_m)
+        goal_mask = cell_mask(z.shape, goal)
+        values = jnp.where(goal_mask, 0.0, jnp.inf).astype(z.dtype)
     directional = config.strategy == "sweep"
     problem = GridProblem(edge_costs=edge_costs,
                           sweep_costs=_sweep_costs(edge_costs) if directional else (),
                           goal_mask=goal_mask)
     zero = jnp.zeros((), jnp.int32)
-    state = SolverState(values=jnp.where(goal_mask, 0.0, jnp.inf).astype(z.dtype), sweeps=zero,
+    state = SolverState(values=values, sweeps=zero,
                         directional_sweeps=zero, changed=jnp.asarray(True),
                         phase=_DIRECTIONAL if directional else _EXACT)
     return problem, state
@@ -276,19 +492,20 @@ def init(scene: SceneInputs, config: SolverConfig) -> tuple[GridProblem, SolverS
 def step(problem: GridProblem, state: SolverState, config: SolverConfig) -> SolverState:
     """One block of ``config.check_every`` sweeps of the state's phase; ``changed`` is
     whether the block's last sweep changed a value."""
+    ops = _ops_of(state.values)
     if state.phase == _DIRECTIONAL:
         def sweep(v):
             return _fast_sweep(v, problem.sweep_costs)
 
         def changed(prev, new):
             # monotone non-increasing; an inf -> finite change always counts
-            return jnp.any(new < prev)
+            return ops.any_less(new, prev)
     else:
         def sweep(v):
             return _exact_sweep(v, problem)
 
         def changed(prev, new):
-            return jnp.any(new != prev)
+            return ops.any_ne(new, prev)
 
     n = int(config.check_every)
     v = jax.lax.fori_loop(0, n - 1, lambda i, v: sweep(v), state.values)
@@ -332,7 +549,7 @@ def _run_phase_lockstep(problem, state, config):
         def keep(n, o):
             return jnp.where(jnp.reshape(active, active.shape + (1,) * (n.ndim - 1)), n, o)
 
-        values = keep(new.values, s.values) if select_values else new.values
+        values = _tmap(keep, new.values, s.values) if select_values else new.values
         return new.replace(values=values, sweeps=keep(new.sweeps, s.sweeps),
                            directional_sweeps=keep(new.directional_sweeps, s.directional_sweeps),
                            changed=keep(new.changed, s.changed))
@@ -369,27 +586,39 @@ def _solve(problem, state, config, run_phase):
 def _finish(scene: SceneInputs, problem: GridProblem, state: SolverState, *, with_routes: bool,
             max_len: int | None) -> VIOutput:
     """Post-process one scene's final state: c*, status and the optional route."""
+    ops = _ops_of(state.values)
     converged = ~state.changed
     start = jnp.asarray(scene.start, jnp.int32)
     v_start = state.values[start[0], start[1]]
     status = jnp.where(~converged, STATUS_BUDGET,
-                       jnp.where(jnp.isinf(v_start), STATUS_UNREACHABLE, STATUS_OK))
-    out = VIOutput(values=state.values, c_star=jnp.where(converged, v_start, jnp.nan),
+                       jnp.where(ops.isinf(v_start), STATUS_UNREACHABLE, STATUS_OK))
+    out = VIOutput(values=state.values, c_star=ops.nan_unless(converged, v_start),
                    sweeps=state.sweeps, directional_sweeps=state.directional_sweeps,
                    converged=converged, status=status.astype(jnp.int32))
     if not with_routes:
         return out
-    h, w = state.values.shape
+    h, w = state.values.shape[-2:]
     route, length = _descend(problem.edge_costs, state.values, start,
                              jnp.asarray(scene.goal, jnp.int32), h * w if max_len is None else max_len)
     return out.replace(route=route, route_length=jnp.where(status == STATUS_OK, length, 0))
 
 
+def _with_precision(config: SolverConfig, precision: str) -> SolverConfig:
+    """``config`` with its precision resolved: the ``precision`` argument unless it is
+    ``"auto"``, else ``config.precision`` (see :func:`resolve_precision`)."""
+    chosen = config.precision if precision == "auto" else precision
+    return dataclasses.replace(config, precision=resolve_precision(chosen))
+
+
 def solve_scene(scene: SceneInputs, config: SolverConfig = SolverConfig(), *,
-                with_routes: bool = False, max_len: int | None = None) -> VIOutput:
+                with_routes: bool = False, max_len: int | None = None,
+                precision: str = "auto") -> VIOutput:
     """Solve one scene: :func:`init`, phase 1 (``"sweep"``), the exact phase, then
     c*, status and (``with_routes``) the descent route padded to ``max_len`` cells
-    (``H*W`` by default). Pure; ``vmap`` it for a batch (:func:`vi_kernel`)."""
+    (``H*W`` by default). Pure; ``vmap`` it for a batch (:func:`vi_kernel`).
+    ``precision``: ``"auto"`` (``config.precision``, then :func:`resolve_precision`),
+    ``"float64"`` or ``"double_float"``."""
+    config = _with_precision(config, precision)
     problem, state = init(scene, config)
     state = _solve(problem, state, config, _run_phase)
     return _finish(scene, problem, state, with_routes=with_routes, max_len=max_len)
@@ -407,21 +636,28 @@ def _solve_lockstep(scenes: SceneInputs, config: SolverConfig, *, with_routes: b
     return jax.vmap(finish, in_axes=(0, axes, 0))(scenes, problem, state)
 
 
-@partial(jax.jit, static_argnames=("config", "with_routes", "max_len", "chunk"))
 def vi_kernel(scenes: SceneInputs, config: SolverConfig = SolverConfig(), *,
               with_routes: bool = False, max_len: int | None = None,
-              chunk: int | None = None) -> VIOutput:
+              chunk: int | None = None, precision: str = "auto") -> VIOutput:
     """:func:`solve_scene` over a batch of scenes (every field of ``scenes`` has a
-    leading axis B). float64 needs x64.
+    leading axis B), jitted. float64 needs x64; double-float runs with x64 off.
 
     ``chunk``: None solves the whole batch in lock step (one ``vmap``; best on
     accelerators); an int k solves chunks of k scenes one after another with
     ``lax.map``, each chunk stopping at its own convergence and staying in cache
-    (best on CPU, k=1: one scene at a time, unbatched). Returns a batched
-    :class:`VIOutput` (status as int codes).
+    (best on CPU, k=1: one scene at a time, unbatched). ``precision`` as in
+    :func:`solve_scene`, resolved at each call (before the jit cache). Returns a
+    batched :class:`VIOutput` (status as int codes).
     """
+    return _vi_kernel(scenes, _with_precision(config, precision), with_routes=with_routes,
+                      max_len=max_len, chunk=chunk)
+
+
+@partial(jax.jit, static_argnames=("config", "with_routes", "max_len", "chunk"))
+def _vi_kernel(scenes: SceneInputs, config: SolverConfig, *, with_routes: bool,
+               max_len: int | None, chunk: int | None) -> VIOutput:
     solve = partial(solve_scene, config=config, with_routes=with_routes, max_len=max_len)
-    if chunk is None or 1 < jnp.shape(scenes.elevation_m)[0] <= chunk:
+    if chunk is None or 1 < jnp.shape(scenes.start)[0] <= chunk:
         return _solve_lockstep(scenes, config, with_routes=with_routes, max_len=max_len)
     return jax.lax.map(solve, scenes, batch_size=None if chunk == 1 else chunk)
 
@@ -434,15 +670,16 @@ def _descend(edge_costs, values, start, goal, max_len):
     """One scene's route by descent from ``start``: (max_len, 2) int32 padded with -1
     and its length (0 when the start's value is not finite or the goal is not reached
     within ``max_len`` cells)."""
-    move, backup = descent_policy(values, edge_costs)
-    moves = jnp.asarray(MOVES)
+    ops = _ops_of(values)
+    move, backup = ops.descent_policy(values, edge_costs)
+    moves = jnp.asarray(MOVES, jnp.int32)
     route = jnp.full((max_len, 2), -1, jnp.int32).at[0].set(start)
-    finite = jnp.isfinite(values[start[0], start[1]])
+    finite = ops.isfinite(values[start[0], start[1]])
     active = finite & ~jnp.all(start == goal)
 
     def body(s):
         u, n, route, active = s
-        ok = active & jnp.isfinite(backup[u[0], u[1]])
+        ok = active & ops.isfinite(backup[u[0], u[1]])
         v = jnp.where(ok, u + moves[move[u[0], u[1]]], u)
         i = jnp.minimum(n, max_len - 1)
         route = route.at[i].set(jnp.where(ok, v, route[i]))
@@ -531,21 +768,24 @@ def _padded_inputs(z, obst, start, goal, midx, w, n) -> SceneInputs:
                        model_index=padb(midx), weight=padb(np.asarray(w, np.float64)))
 
 
-def solve_batch(elevation_m, obstacles, start, goal, model_index, weight, *, max_sweeps=4096,
-                check_every=2, strategy="sweep", sharding=None, bucket=True, routes=False,
-                pixel_size_m=30.0, chunk="auto") -> VIResult:
-    """Host entry point: float64 value iteration on a batch of same-size scenes.
+def _pair_inputs(scenes: SceneInputs, n_real: int, pixel_size_m: float) -> SceneInputs:
+    """The double-float inputs of a (padded) NumPy batch: each real scene's edge costs
+    computed in float64 on the host (``edge_cost_field_np``) and split into float32
+    pairs; padding scenes (every move blocked) get +inf pairs."""
+    n, h, w = scenes.elevation_m.shape
+    hi = np.full((n, len(MOVES), h, w), np.inf, np.float32)
+    lo = np.zeros((n, len(MOVES), h, w), np.float32)
+    for i in range(n_real):
+        field = edge_cost_field_np(scenes.elevation_m[i], scenes.obstacles[i],
+                                   MODEL_NAMES[int(scenes.model_index[i])],
+                                   float(scenes.weight[i]), pixel_size_m)
+        pair = split_float64(field, where=f"batch item {i}: edge costs")
+        hi[i], lo[i] = pair.hi, pair.lo
+    return scenes.replace(elevation_m=None, model_index=None, weight=None,
+                          edge_costs=DFloat(hi, lo))
 
-    ``model_index`` may be ints (``MODEL_INDEX``) or model names; ``weight`` one
-    per scene or one for all. ``sharding`` (e.g. a ``NamedSharding`` over the batch
-    axis) places the inputs; the batch is padded to a power of two (``bucket``, and to
-    a multiple of the sharding's device count) with trivial blocked scenes to limit
-    recompiles. ``chunk="auto"`` solves scenes one at a time on CPU and the whole
-    batch in lock step elsewhere or when sharded (see :func:`vi_kernel`). Always
-    returns a :class:`VIResult`; ``routes=True`` fills its ``routes``.
-    """
-    config = SolverConfig(max_sweeps=int(max_sweeps), check_every=int(check_every),
-                          strategy=strategy, pixel_size_m=float(pixel_size_m))
+
+def _host_batch(elevation_m, obstacles, start, goal, model_index, weight):
     z = np.asarray(elevation_m, np.float64)
     obst = np.asarray(obstacles).astype(bool)
     start = np.asarray(start, np.int64).reshape(-1, 2)
@@ -554,6 +794,49 @@ def solve_batch(elevation_m, obstacles, start, goal, model_index, weight, *, max
     midx = _model_indices(model_index, B)
     w = np.broadcast_to(np.asarray(weight, np.float64), (B,)) if B > 0 else np.asarray(weight)
     _check_inputs(z, obst, start, goal, midx, np.asarray(w))
+    return z, obst, start, goal, midx, w
+
+
+def double_float_inputs(elevation_m, obstacles, start, goal, model_index, weight, *,
+                        pixel_size_m: float = 30.0) -> SceneInputs:
+    """Host-built :class:`SceneInputs` of a batch for the double-float path (NumPy
+    arrays; arguments as :func:`solve_batch`): edge costs computed in float64 and split
+    into float32 pairs (``edge_costs``), obstacles, start and goal; elevation_m,
+    model_index and weight are None. Pass them to :func:`vi_kernel` /
+    :func:`solve_scene` with ``precision="double_float"`` under x64 off."""
+    z, obst, start, goal, midx, w = _host_batch(elevation_m, obstacles, start, goal,
+                                                model_index, weight)
+    scenes = _padded_inputs(z, obst, start, goal, midx, w, z.shape[0])
+    return _pair_inputs(scenes, z.shape[0], float(pixel_size_m))
+
+
+def solve_batch(elevation_m, obstacles, start, goal, model_index, weight, *, max_sweeps=4096,
+                check_every=2, strategy="sweep", sharding=None, bucket=True, routes=False,
+                pixel_size_m=30.0, chunk="auto", precision="auto") -> VIResult:
+    """Host entry point: exact value iteration on a batch of same-size scenes.
+
+    ``model_index`` may be ints (``MODEL_INDEX``) or model names; ``weight`` one
+    per scene or one for all. ``sharding`` (e.g. a ``NamedSharding`` over the batch
+    axis) places the inputs; the batch is padded to a power of two (``bucket``, and to
+    a multiple of the sharding's device count) with trivial blocked scenes to limit
+    recompiles. ``chunk="auto"`` solves scenes one at a time on CPU and the whole
+    batch in lock step elsewhere or when sharded (see :func:`vi_kernel`). Always
+    returns a :class:`VIResult`; ``routes=True`` fills its ``routes``.
+
+    ``precision`` (:func:`resolve_precision`, read at each call; ``"auto"`` defers to
+    the environment variable ``PASSAGE_JAX_REFERENCE_PRECISION``): ``"float64"`` runs
+    the kernel under ``jax.enable_x64(True)``; ``"double_float"`` computes the edge
+    costs in float64 on the host, splits them into float32 pairs and runs the kernel
+    under ``jax.enable_x64(False)``; values and c* come back as float64 either way,
+    and ``VIResult.precision`` / ``precision_rtol`` say which path computed them.
+    """
+    precision = resolve_precision(precision)
+    config = SolverConfig(max_sweeps=int(max_sweeps), check_every=int(check_every),
+                          strategy=strategy, pixel_size_m=float(pixel_size_m),
+                          precision=precision)
+    z, obst, start, goal, midx, w = _host_batch(elevation_m, obstacles, start, goal,
+                                                model_index, weight)
+    B = z.shape[0]
     n = _bucket(B) if bucket else B
     if sharding is not None and hasattr(sharding, "num_devices"):
         nd = sharding.num_devices
@@ -564,19 +847,25 @@ def solve_batch(elevation_m, obstacles, start, goal, model_index, weight, *, max
         on_cpu = all(d.platform == "cpu" for d in devs)
         # sharded batches stay vectorised across devices
         chunk = 1 if on_cpu and sharding is None else None
-    with jax.enable_x64(True):
+    if precision == "double_float":
+        scenes = _pair_inputs(scenes, B, config.pixel_size_m)
+    with jax.enable_x64(precision == "float64"):
         if sharding is not None:
             scenes = jax.device_put(scenes, sharding)
         out = jax.device_get(vi_kernel(scenes, config, with_routes=bool(routes), chunk=chunk))
+    values, c_star = out.values, out.c_star
+    if precision == "double_float":
+        values, c_star = to_float64(values), to_float64(c_star)
     status = tuple(STATUS_NAMES[int(s)] for s in out.status[:B])
     route_list = None
     if routes:
         rts, lens = out.route[:B], out.route_length[:B]
         route_list = [rts[i, : lens[i]].astype(np.int32) if status[i] == "ok" and lens[i] > 0
                       else None for i in range(B)]
-    return VIResult(values=out.values[:B], c_star=out.c_star[:B], sweeps=out.sweeps[:B],
+    return VIResult(values=values[:B], c_star=c_star[:B], sweeps=out.sweeps[:B],
                     directional_sweeps=out.directional_sweeps[:B],
-                    converged=out.converged[:B], status=status, routes=route_list)
+                    converged=out.converged[:B], status=status, routes=route_list,
+                    precision=precision, precision_rtol=PRECISION_RTOL[precision])
 
 
 _descend_jit = jax.jit(_descend, static_argnums=4)
@@ -584,9 +873,28 @@ _descend_jit = jax.jit(_descend, static_argnums=4)
 
 def descend_route(C, V, start, goal) -> np.ndarray | None:
     """Host descent on one scene's field ``C`` (8, H, W) and ``V`` (H, W):
-    (L, 2) int32 route, or None when the start cannot reach the goal."""
+    (L, 2) int32 route, or None when the start cannot reach the goal. float64 (in
+    NumPy when ``PASSAGE_JAX_NO_X64`` is set)."""
+    if no_x64():
+        return _descend_np(np.asarray(C, np.float64), np.asarray(V, np.float64),
+                           tuple(int(v) for v in start), tuple(int(v) for v in goal))
     with jax.enable_x64(True):
         r, n = _descend_jit(jnp.asarray(C), jnp.asarray(V), jnp.asarray(start, jnp.int32),
                             jnp.asarray(goal, jnp.int32), int(np.prod(np.shape(V))))
         r, n = np.asarray(r), int(n)
     return r[:n].astype(np.int32) if n > 0 else None
+
+
+def _descend_np(C, V, start, goal):
+    """:func:`_descend` in NumPy (the same float64 additions and tie-break)."""
+    move, backup = descent_policy(V, C, xp=np)
+    u, route = start, [start]
+    if not np.isfinite(V[u]):
+        return None
+    while u != goal and len(route) < V.size:
+        if not np.isfinite(backup[u]):
+            return None
+        dr, dc = MOVES[int(move[u])].tolist()
+        u = (u[0] + dr, u[1] + dc)
+        route.append(u)
+    return np.asarray(route, np.int32) if u == goal else None
