@@ -10,6 +10,10 @@ import argparse
 import importlib
 import sys
 
+from passage_jax import __version__
+
+__all__ = ["COMMANDS", "build_parser", "main"]
+
 #: command -> (module, one-line help). Order is the order of --help.
 COMMANDS = {
     "init-spec": ("cli.init_spec", "write a commented starter run spec"),
@@ -19,14 +23,17 @@ COMMANDS = {
     "run": ("cli.run", "run a planner on frozen tasks and persist every timed route"),
     "score": ("cli.score", "score a run offline from its persisted routes"),
     "compare": ("cli.compare", "paired block-bootstrap comparison of two scored runs"),
+    "trust": ("cli.trust", "trust axes of scored runs: stability, geographic, ODD boundary, efficiency"),
     "report": ("cli.report", "Markdown report with tables and route figures from a compare"),
     "bench": ("cli.bench", "run + score a spec and write sidecar.json"),
     "train": ("cli.train", "train the value-field network and write a checkpoint"),
+    "doctor": ("cli.doctor", "installed versions against the declared ranges, JAX backend, float64"),
 }
 
 
 def build_parser(load: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m cli", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"passage_jax {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="<command>")
     sub.required = True
     for name, (module, help_) in COMMANDS.items():

@@ -22,9 +22,12 @@ def test_readme_python_example_runs(tmp_path):
 def test_readme_first_commands_are_the_install_and_test_commands():
     text = README.read_text()
     first = re.search(r"```bash\n(.*?)```", text, flags=re.S).group(1).strip().splitlines()
-    assert first[0].endswith("python -m cli bench --spec configs/quickstart.yaml "
-                             "--against configs/quickstart_bfs.yaml")
-    assert first[1].endswith("python -m pytest -q") and "'.[test]'" in first[1]
+    assert len(first) == 2, first
+    assert first[0].endswith("pip install -c constraints.txt -e . && python -m cli bench "
+                             "--spec configs/quickstart.yaml --against configs/quickstart_bfs.yaml")
+    assert first[1].endswith("pip install -c constraints.txt -e '.[test]' && python -m pytest -q")
+    assert (README.parent / "constraints.txt").is_file()
     assert (README.parent / "configs" / "quickstart.yaml").is_file()
     assert (README.parent / "configs" / "quickstart_bfs.yaml").is_file()
-    assert "python -m pytest -q" in (README.parent / ".ci" / "run").read_text()
+    ci = (README.parent / ".ci" / "run").read_text()
+    assert "python -m pytest -q" in ci and "-c constraints.txt -e '.[test]'" in ci

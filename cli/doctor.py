@@ -1,0 +1,143 @@
+"""``python -m cli doctor [--json]``: the installation as this package sees it.
+
+Versions of passage_jax, Python and the declared dependencies, whether each installed
+version lies inside the range the installed passage_jax declares (its distribution
+metadata, i.e. pyproject.toml at install time), the JAX backend and devices, and
+whether float64 works on the default backend. Exit status 1 when a runtime dependency
+is missing or out of range.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import platform
+import sys
+
+__all__ = ["register", "main", "installed_version", "requirement_checks", "jax_summary", "collect"]
+
+DIST = "passage_jax"
+
+
+def register(p):
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+
+
+def installed_version(name: str) -> str | None:
+    """Installed version of distribution ``name``; None when it is not installed."""
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def requirement_checks(requires=None, extras=None, version_of=None) -> list[dict]:
+    """One row per declared requirement of the installed distribution.
+
+    ``requires``/``extras`` default to the installed distribution's ``Requires-Dist`` and
+    ``Provides-Extra``. ``extra`` is None for a runtime dependency, else the extra naming
+    it. ``in_range`` is True/False for an installed package, None when it is not
+    installed (or when ``packaging`` is missing; ``error`` then says so). A runtime
+    dependency that is missing or out of range makes ``ok`` False; an extra that is not
+    installed does not.
+    """
+    version_of = version_of or installed_version
+    if requires is None:
+        requires = importlib.metadata.requires(DIST) or []
+        if extras is None:
+            extras = importlib.metadata.metadata(DIST).get_all("Provides-Extra") or []
+    extras = list(extras or [])
+    try:
+        from packaging.requirements import Requirement  # noqa: PLC0415 (declared dependency, CLI start-up)
+    except ImportError:  # reported, not replaced by a guess
+        return [{"requirement": text, "name": text.split(";")[0].strip(), "extra": None,
+                 "specifier": None, "installed": None, "in_range": None, "ok": False,
+                 "error": "the package 'packaging' is not installed: ranges cannot be checked"}
+                for text in requires]
+    rows = []
+    for text in requires:
+        req = Requirement(text)
+        extra = None
+        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+            extra = next((e for e in extras if req.marker.evaluate({"extra": e})), None)
+            if extra is None:  # a marker for another platform or Python
+                continue
+        have = version_of(req.name)
+        in_range = None if have is None else req.specifier.contains(have, prereleases=True)
+        rows.append({"requirement": text, "name": req.name, "extra": extra,
+                     "specifier": _spec_text(req.specifier), "installed": have, "in_range": in_range,
+                     "ok": bool(in_range) if extra is None else in_range is not False})
+    return rows
+
+
+def _spec_text(specifier) -> str:
+    """A specifier set with its lower bounds first (``>=0.10,<0.11``)."""
+    return ",".join(sorted((str(s) for s in specifier), key=lambda s: (not s.startswith(">"), s)))
+
+
+def jax_summary() -> dict:
+    """Default backend, its devices, and whether float64 arithmetic works there."""
+    import jax  # noqa: PLC0415 (CLI start-up: JAX loads only when the command runs)
+    import jax.numpy as jnp  # noqa: PLC0415 (CLI start-up)
+
+    devices = jax.devices()
+    out = {"backend": jax.default_backend(), "device_count": len(devices),
+           "devices": [{"id": d.id, "platform": d.platform, "kind": d.device_kind} for d in devices]}
+    try:
+        with jax.enable_x64(True):
+            tiny = 2.0 ** -40  # lost in float32, kept in float64
+            x = jax.jit(lambda a: a + tiny)(jnp.ones((), jnp.float64))
+            value = float(jax.device_get(x))
+            out["float64"] = bool(x.dtype == jnp.float64 and value - 1.0 == tiny)
+            out["float64_detail"] = f"dtype {x.dtype}, 1 + 2**-40 - 1 = {value - 1.0!r}"
+    except Exception as e:  # an unsupported dtype on the backend is the answer, not a crash
+        out["float64"] = False
+        out["float64_detail"] = f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
+    return out
+
+
+def collect(version_of=None) -> dict:
+    """Everything ``doctor`` reports, as one JSON-ready dict."""
+    from passage_jax.protocol.records import package_versions  # noqa: PLC0415 (CLI start-up)
+
+    checks = requirement_checks(version_of=version_of)
+    return {
+        "passage_jax": (version_of or installed_version)(DIST),
+        "python": platform.python_version(),
+        "python_executable": sys.executable,
+        "platform": platform.platform(),
+        "packages": package_versions(),
+        "requirements": checks,
+        "jax": jax_summary(),
+        "ok": all(r["ok"] for r in checks),
+    }
+
+
+def _text(report: dict) -> str:
+    lines = [f"passage_jax {report['passage_jax']}",
+             f"Python {report['python']} ({report['python_executable']})",
+             f"platform {report['platform']}", "", "declared dependencies (installed / declared range):"]
+    for r in report["requirements"]:
+        if "error" in r:
+            state = r["error"]
+        elif r["installed"] is None:
+            state = "MISSING" if r["extra"] is None else "not installed"
+        else:
+            state = "in range" if r["in_range"] else "OUT OF RANGE"
+        name = f"[{r['extra']}] {r['name']}" if r["extra"] else r["name"]
+        lines.append(f"  {name:<24} {r['installed'] or '-':<12} {r['specifier'] or '':<22} {state}")
+    j = report["jax"]
+    lines += ["", f"JAX backend {j['backend']}, {j['device_count']} device(s):"]
+    lines += [f"  {d['id']}: {d['platform']} {d['kind']}" for d in j["devices"]]
+    lines.append(f"float64 on {j['backend']}: {'yes' if j['float64'] else 'NO'} ({j['float64_detail']})")
+    lines.append("" if report["ok"] else "\nsome runtime dependencies are missing or out of range "
+                 "(pip install -c constraints.txt -e . installs the tested versions)")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def main(args) -> int:
+    report = collect()
+    if args.json:
+        print(json.dumps(report, indent=2, sort_keys=True))
+    else:
+        sys.stdout.write(_text(report))
+    return 0 if report["ok"] else 1
