@@ -42,8 +42,11 @@ def test_bench_cli(tmp_path, capsys):
     assert main(["bench", "--spec", str(spec), "--no-progress"]) == 0
     outs2 = sorted((tmp_path / "results").iterdir())
     assert len(outs2) == 2
-    assert "container_digest" not in json.loads((outs2[-1] / "sidecar.json").read_text()) or \
-        __import__("os").environ.get("PASSAGE_CONTAINER_DIGEST")
+    side2 = json.loads((outs2[-1] / "sidecar.json").read_text())
+    assert side2["container_digest"] is None or __import__("os").environ.get("PASSAGE_CONTAINER_DIGEST")
+    # the provenance every sidecar states
+    assert side2["determinism"] == "non_deterministic" and side2["split_role"] == "undeclared"
+    assert side2["calibration_decisions_sha256"] is None
     assert main(["bench", "--spec", str(spec), "--no-progress", "--output", str(out)]) == 2
     assert "already holds a run" in capsys.readouterr().err
 

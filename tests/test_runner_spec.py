@@ -21,7 +21,7 @@ def test_defaults():
     s = parse_spec(_spec())
     assert s.split == "validation" and s.seeds == DEFAULT_SEEDS
     assert s.inference_format == "request" and s.task_variant == "obstacles"
-    assert s.latency_warmup == 1 and s.latency_repeats == 3 and s.quality_repeat_index == 0
+    assert s.latency_warmup == 5 and s.latency_repeats == 3 and s.quality_repeat_index == 0  # seed 000
     assert s.budget.limits() == {} and s.reference_policy == "released_labels"
     assert s.n_samples == 1024
 

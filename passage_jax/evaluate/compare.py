@@ -57,7 +57,8 @@ from passage_jax.stats import (
 from passage_jax.stats.bootstrap import seed_mean_result
 from passage_jax.stats.compare import FAMILY_ALPHA
 
-__all__ = ["compare_runs", "CompareError", "OutputExists", "InvalidResamples", "LimitsDiffer",
+__all__ = ["RosterMismatch", "bound_roster", "split_role_of",
+           "compare_runs", "CompareError", "OutputExists", "InvalidResamples", "LimitsDiffer",
            "RosterHashMissing", "bin_index",
            "blocks_for", "check_identity", "latency_contrast", "contrast", "COMPARE_FORMAT",
            "ODD_FORMAT", "DEFAULT_RESAMPLES", "ESTIMATE_KEYS", "attribution_of", "NoncanonicalPairing",
@@ -87,6 +88,11 @@ class LimitsDiffer(CompareError):
 
 class RosterHashMissing(CompareError):
     """A roster was given without its sealed sha256, or a sha256 without a roster."""
+
+
+class RosterMismatch(CompareError):
+    """The runs were admitted with different rosters, or a roster was given that is not
+    the one the runs recorded."""
 
 
 class NoncanonicalPairing(CompareError):
@@ -352,6 +358,50 @@ def pairs_of(A: dict, B: dict) -> tuple[list, bool]:
                        f"pair at a time")
 
 
+def split_role_of(side: dict) -> dict:
+    """A run's split role and calibration-decisions hash (every seed must agree)."""
+    got = set()
+    for sc in side["seeds"].values():
+        prov = sc["manifest"].get("provenance") or {}
+        cal = prov.get("calibration_decisions") or {}
+        got.add((prov.get("split_role", "undeclared"), cal.get("canonical_sha256")))
+    if len(got) != 1:
+        raise CompareError(f"{side['path']}: its seeds record different split roles or calibration "
+                           f"decisions {sorted(got, key=str)}")
+    role, cal = got.pop()
+    return {"split_role": role, "calibration_decisions_sha256": cal}
+
+
+def bound_roster(A: dict, B: dict, roster=None, roster_sha256=None) -> tuple:
+    """The roster to use: every seed of both runs must have been admitted with the same
+    roster (or none: :class:`RosterMismatch` otherwise); the recorded roster is used when
+    none is given, and a given one must be it. Returns ``(roster, sha256, origin)`` with
+    origin ``"recorded"``, ``"given"`` or None (no roster)."""
+    recorded = {}
+    for side, S in (("A", A), ("B", B)):
+        for seed, sc in S["seeds"].items():
+            r = (sc["manifest"].get("provenance") or {}).get("roster")
+            recorded[f"{side} seed {seed}"] = None if r is None else (r.get("sha256"), r.get("path"))
+    shas = {v[0] if v else None for v in recorded.values()}
+    if len(shas) > 1:
+        listed = "; ".join(f"{k}: {'no roster' if v is None else v[0][:12]}" for k, v in recorded.items())
+        raise RosterMismatch(f"the runs were admitted with different rosters ({listed}); compare "
+                             f"runs bound to one roster")
+    (sha,) = shas
+    if sha is None:
+        return roster, roster_sha256, ("given" if roster is not None else None)
+    path = next(v[1] for v in recorded.values() if v)
+    if roster is None:
+        if not Path(path).is_file():
+            raise RosterMismatch(f"the runs were admitted with roster {path} (sha256 {sha}), which "
+                                 f"is no longer there; give it with --roster and its sha256")
+        return path, sha, "recorded"
+    if roster_sha256 is not None and str(roster_sha256).lower() != sha:
+        raise RosterMismatch(f"roster sha256 {roster_sha256} is not the roster the runs were admitted "
+                             f"with ({path}, sha256 {sha})")
+    return roster, roster_sha256, "given"
+
+
 def blocks_for(ids: list, clusters: np.ndarray, roster=None, roster_sha256=None) -> dict:
     if roster is None:
         labels = [None if str(c) == UNPLACED else str(c) for c in clusters]
@@ -377,7 +427,10 @@ def blocks_for(ids: list, clusters: np.ndarray, roster=None, roster_sha256=None)
         blocks = [UNPLACED if b in unplaced else b for b in r.blocks]
         labels = [None if b is None or b == UNPLACED else b for b in blocks]
         src = {"source": "roster", "roster": str(Path(roster).resolve()), "sha256": r.sha256,
-               "format": r.format, "rule": r.block_rule, "rule_version": r.block_rule_version}
+               "format": r.format, "rule": r.block_rule, "rule_version": r.block_rule_version,
+               "sealed": r.sealed, "parent": r.parent,
+               "label": "sealed roster" if r.sealed else "unsealed roster (passage-roster-v1: no "
+                                                         "declared block rule)"}
     census = block_census(labels)
     unknown = any(b is None for b in blocks)
     known = {b for b in labels if b is not None}
@@ -676,7 +729,10 @@ def compare_runs(a, b, output, *, n_resamples: int = DEFAULT_RESAMPLES, alpha: f
             raise CompareError("per_sample.npz rows are not in the runs' task order")
     if any((r["cluster_id"] != RA[0]["cluster_id"]).any() for r in RB):
         raise CompareError("the two runs assign different geographic blocks to the same tasks")
+    roles = {n: split_role_of(S) for n, S in (("A", A), ("B", B))}
+    roster, roster_sha256, roster_origin = bound_roster(A, B, roster, roster_sha256)
     blk = blocks_for(ids, RA[0]["cluster_id"], roster, roster_sha256)
+    blk["roster_origin"] = roster_origin
     avail = blk["uncertainty_status"] == "available"
     boot = {"n": int(n_resamples), "alpha": float(alpha), "seed": int(bootstrap_seed),
             "sharding": "auto" if shard_draws else None}
@@ -730,6 +786,9 @@ def compare_runs(a, b, output, *, n_resamples: int = DEFAULT_RESAMPLES, alpha: f
                      "references": shared["references"],
                      "timing_profile": shared["timing_profile"]},
         "procedure_limits": lim,
+        "split_roles": roles,
+        "test_set_result": all(r["split_role"] == "test" and r["calibration_decisions_sha256"]
+                               for r in roles.values()),
         "inference_protocols": protocols,
         "pairs": [{"label": p[0], "seed_a": p[1], "seed_b": p[2]} for p in pairs],
         "seed_mean": bool(seed_mean),

@@ -322,6 +322,19 @@ def render_markdown(cmp: dict, figures: dict) -> str:
               f"`{census['largest_block']}` holds {_fmt(census['largest_share'], 3)} of tasks; "
               f"unplaced {census['n_unplaced']}. Adequacy ({census['criterion']}): "
               f"{'met' if census['adequate'] else 'not met'}.", ""]
+    if blk.get("source") == "roster":
+        lines += [f"Blocks from the {blk.get('label', 'roster')} `{blk['roster']}` (sha256 "
+                  f"`{str(blk['sha256'])[:16]}…`, {blk.get('roster_origin') or 'given'})"
+                  + (f", derived from the roster with sha256 `{blk['parent']['sha256'][:16]}…`"
+                     if blk.get("parent") else "") + ".", ""]
+    roles = cmp.get("split_roles")
+    if roles:
+        claim = ("a test-set result: both runs are test-role runs with frozen calibration "
+                 "decisions" if cmp.get("test_set_result") else
+                 "**not a test-set result**: a test-set claim needs both runs declared "
+                 "`split_role: test` with their calibration decisions")
+        lines += [f"Split roles: A {roles['A']['split_role']}, B {roles['B']['split_role']}; "
+                  f"{claim}.", ""]
 
     odd = cmp.get("odd")
     if odd:

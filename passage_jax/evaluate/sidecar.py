@@ -5,8 +5,12 @@ scores it with :func:`passage_jax.evaluate.score_run`, then writes
 ``sidecar.json`` from :func:`sidecar`: the evaluated subset (sample ids and their
 hash), the dataset identity (root, revision, shard hashes), seeds, inference
 kwargs per seed, hardware, timing settings, precision, the evaluator's source
-hash, the six primary metrics per seed and their seed mean, and a container
-digest when one is declared (absent otherwise).
+hash, the six primary metrics per seed and their seed mean; and from the run's
+provenance (:mod:`passage_jax.run.provenance`): the split role, the canonical-JSON
+sha256 of the calibration decisions (null without), the determinism claim (default
+``non_deterministic``), the evaluator's git commit when it runs from a checkout, the
+roster and the container digest (the spec's ``container_digest``, the argument or
+``PASSAGE_CONTAINER_DIGEST``; null when none is given).
 
 Without an output folder the results go to :func:`default_output`, a fresh
 folder ``<results_root>/<method>-<UTC timestamp>`` (a suffix is added when that
@@ -102,8 +106,17 @@ def sidecar(output: Path, spec, scores: dict, container_digest=None) -> dict:
         "per_sample_fields": list(PER_SAMPLE_FIELDS),
         "per_sample_scalars": list(PER_SAMPLE_SCALARS),
     }
-    digest = container_digest or os.environ.get(CONTAINER_ENV)
-    if digest:
-        side["container_digest"] = digest
+    prov = m0.get("provenance") or {}
+    cal = prov.get("calibration_decisions")
+    side.update({
+        "split_role": prov.get("split_role", "undeclared"),
+        "calibration_decisions_sha256": cal["canonical_sha256"] if cal else None,
+        "calibration_decisions": cal,
+        "determinism": prov.get("determinism", "non_deterministic"),
+        "evaluator_commit": prov.get("evaluator_commit"),
+        "roster": prov.get("roster"),
+    })
+    digest = container_digest or prov.get("container_digest") or os.environ.get(CONTAINER_ENV)
+    side["container_digest"] = digest or None
     return side
 

@@ -62,6 +62,7 @@ from passage_jax.run import admission as adm
 from passage_jax.run.executors import PlannerBuildError, open_executor
 from passage_jax.run.journal import JOURNAL_NAME, Journal, JournalError, fsync_dir, scan_journal
 from passage_jax.run.protocol_record import is_protocol_file, run_protocol, write_resolved_protocol
+from passage_jax.run.provenance import ProvenanceError, provenance
 from passage_jax.run.spec import RunSpec, load_spec
 
 __all__ = ["RunError", "OutputFolderTaken", "ResumeError", "run_spec", "run_seed", "passes",
@@ -178,12 +179,16 @@ def _progress(enabled: bool):
 # identities: what a resume must find unchanged
 # --------------------------------------------------------------------------- #
 
-def run_identity(admitted: adm.Admitted, code: dict) -> dict:
+def run_identity(admitted: adm.Admitted, code: dict, prov: dict | None = None) -> dict:
     """What a resumed run must share with the stored one: spec hash, data (shards by
     name, sha256 and rows; sample ids; tasks hash), references identity, planner entry,
-    checkpoints, runtime bundle and code hash."""
+    checkpoints, runtime bundle, code hash, and the calibration decisions and roster
+    (:mod:`passage_jax.run.provenance`)."""
     spec = admitted.spec
+    prov = prov or {}
     return jsonable({
+        "calibration_decisions": prov.get("calibration_decisions"),
+        "roster": prov.get("roster"),
         "spec_sha256": spec.sha256(),
         "data": {"shards": [{"name": s["name"], "sha256": s["sha256"], "rows_used": s["rows_used"]}
                             for s in admitted.shards],
@@ -447,6 +452,7 @@ def _manifest(admitted, seed, state: dict, code: dict, made: dict) -> dict:
         "runtime_bundle": admitted.runtime_bundle,
         "component_control": spec.component_control,
         "inference_protocol": run_protocol(spec),
+        "provenance": getattr(admitted, "provenance", None) or provenance(spec, admitted.sample_ids),
         "code": code,
         "data": {
             "dataset_root": str(Path(admitted.root).resolve()),
@@ -660,7 +666,12 @@ def run_spec(spec: RunSpec | str | os.PathLike, output, progress: bool | None = 
     if progress is None:
         progress = os.isatty(2)
     code = code_hash()
-    identity = run_identity(admitted, code)
+    try:
+        prov = provenance(spec, admitted.sample_ids)
+    except ProvenanceError as e:
+        raise RunError(str(e)) from None
+    admitted.provenance = prov
+    identity = run_identity(admitted, code, prov)
     if stored is not None:
         _refuse_differences(str(output / RUN_STARTED), "the run identity", stored["identity"], identity)
     output.mkdir(parents=True, exist_ok=True)

@@ -45,7 +45,7 @@ DEFAULTS: dict[str, Any] = {
     "dataset_path": None,
     "dataset_repo": None,
     "dataset_revision": None,
-    "latency_warmup": 1,
+    "latency_warmup": 5,
     "latency_repeats": 3,
     "quality_repeat_index": 0,
     "budget": {},
@@ -60,8 +60,22 @@ DEFAULTS: dict[str, Any] = {
     "worker_memory_mb": None,
     "worker_grace_ms": 200,
     "worker_warmup": 1,
+    "split_role": None,
+    "calibration_decisions": None,
+    "determinism": "non_deterministic",
+    "container_digest": None,
+    "roster": None,
+    "roster_sha256": None,
 }
 KNOWN = REQUIRED + tuple(DEFAULTS)
+#: what a run's split is used for (seed 000 §4); a ``test`` run must carry the calibration
+#: decisions frozen before it (``calibration_decisions``)
+SPLIT_ROLES = ("development", "calibration", "validation", "test")
+#: the split each role may run on (``development`` runs on any split but the test split)
+ROLE_SPLITS = {"calibration": ("calibration",), "validation": ("validation",), "test": ("test",),
+               "development": ("train", "validation", "calibration")}
+#: what a run states about the repeatability of its routes
+DETERMINISM_CLAIMS = ("non_deterministic", "deterministic")
 
 
 class SpecError(ValueError):
@@ -91,7 +105,7 @@ class RunSpec:
     dataset_path: str | None = None
     dataset_repo: str | None = None
     dataset_revision: str | None = None
-    latency_warmup: int = 1
+    latency_warmup: int = 5
     latency_repeats: int = 3
     quality_repeat_index: int = 0
     budget: BudgetSpec = BudgetSpec()
@@ -106,6 +120,12 @@ class RunSpec:
     worker_memory_mb: int | None = None
     worker_grace_ms: float = 200
     worker_warmup: int = 1
+    split_role: str | None = None
+    calibration_decisions: str | None = None
+    determinism: str = "non_deterministic"
+    container_digest: str | None = None
+    roster: str | None = None
+    roster_sha256: str | None = None
     source: str = "<dict>"  # where the spec came from (not a spec key)
 
     def kwargs_for_seed(self, seed: int) -> dict:
@@ -242,6 +262,7 @@ def parse_spec(data: Any, source: str = "<dict>") -> RunSpec:
     if d["device"] is not None and d["device"] not in ("cpu", "gpu", "cuda", "rocm", "tpu"):
         fail("device", "must be null (default device) or one of cpu, gpu, cuda, rocm, tpu")
     _check_execution(d, fail)
+    _check_provenance(d, fail)
     # budgets consistent: a planner's own limit may not exceed the declared budget
     for seed in d["seeds"]:
         kw = dict(d["inference_kwargs"])
@@ -274,6 +295,40 @@ def _check_execution(d, fail):
     if supervised and d["budget"].wall_time_ms is None:
         fail("execution", "supervised execution needs budget.wall_time_ms: the parent kills a request "
              "that passes this deadline plus worker_grace_ms")
+
+
+def _check_provenance(d, fail):
+    """split_role and its calibration record, the determinism claim, the container
+    digest and the roster the run is bound to."""
+    role = d["split_role"]
+    if role is not None:
+        if role not in SPLIT_ROLES:
+            fail("split_role", f"must be one of {list(SPLIT_ROLES)} or null (undeclared)")
+        if d["split"] not in ROLE_SPLITS[role]:
+            fail("split_role", f"a {role} run cannot use the {d['split']!r} split (allowed: "
+                 f"{list(ROLE_SPLITS[role])}); decisions are tuned on development and calibration "
+                 f"splits and frozen before a test run")
+    cal = d["calibration_decisions"]
+    if cal is not None and not isinstance(cal, str):
+        fail("calibration_decisions", "must be the path of the calibration-decisions file or null")
+    if role == "test" and cal is None:
+        fail("calibration_decisions", "a test-role run needs the file of calibration decisions frozen "
+             "before it (its canonical-JSON sha256 is recorded in the manifest and the sidecar)")
+    if cal is not None and role not in ("test", "validation"):
+        fail("calibration_decisions", "only applies to split_role test or validation")
+    if d["determinism"] not in DETERMINISM_CLAIMS:
+        fail("determinism", f"must be one of {list(DETERMINISM_CLAIMS)}")
+    cd = d["container_digest"]
+    if cd is not None and (not isinstance(cd, str)
+                           or not re.fullmatch(r"sha256:[0-9a-f]{64}", cd)):
+        fail("container_digest", "must look like 'sha256:<64 lowercase hex>' or be null")
+    if d["roster"] is not None and not isinstance(d["roster"], str):
+        fail("roster", "must be the path of a roster file or null")
+    rs = d["roster_sha256"]
+    if (d["roster"] is None) != (rs is None):
+        fail("roster_sha256", "a roster and its sealed sha256 are given together")
+    if rs is not None and (not isinstance(rs, str) or not re.fullmatch(r"[0-9a-f]{64}", rs)):
+        fail("roster_sha256", "must be 64 lowercase hex characters")
 
 
 def _num(v):
@@ -347,7 +402,7 @@ dataset_repo: null                  # or a hub dataset ...
 dataset_revision: null              # ... with an exact 40-hex-character commit
 
 # Timing series: one cold pass, then warm-up passes, then measured warm repeats
-latency_warmup: 1
+latency_warmup: 1                   # the default is 5 (seed 000); 1 keeps this demo short
 latency_repeats: 2
 quality_repeat_index: 0             # which warm repeat is the headline quality
 
@@ -373,4 +428,12 @@ execution: in_process
 worker_memory_mb: null              # supervised only: resident-memory cap of the worker (MiB)
 worker_grace_ms: 200                # supervised: wait past the deadline before killing the worker
 worker_warmup: 1                    # supervised: untimed warm-up requests per fresh worker
+
+# Provenance
+split_role: null                    # development | calibration | validation | test (null: undeclared)
+calibration_decisions: null         # test role: the decisions frozen on calibration (JSON/YAML file)
+determinism: non_deterministic      # or deterministic: the routes repeat exactly
+container_digest: null              # 'sha256:<64 hex>' of the container image the run used
+roster: null                        # a sealed task roster the run must match (roster_sha256 beside it)
+roster_sha256: null
 """

@@ -39,7 +39,15 @@ from passage_jax.stats.compare import (
 )
 from passage_jax.stats.primary import DIRECTIONS, METRIC_SPEC, PRIMARY_METRICS
 from passage_jax.stats.randomization import RandomizationResult, block_randomization_test
-from passage_jax.stats.roster import Roster, RosterError, read_roster, roster_from_tiles, write_roster
+from passage_jax.stats.roster import (
+    Roster,
+    RosterError,
+    check_derived,
+    derive_roster,
+    read_roster,
+    roster_from_tiles,
+    write_roster,
+)
 
 __all__ = [
     "BLOCK_RULES", "BLOCK_RULE_VERSION", "assign_blocks", "block_census",
@@ -49,5 +57,6 @@ __all__ = [
     "Comparison", "Decision", "HolmRecord", "compare_primary_metrics", "decide",
     "holm_bonferroni", "metric_vote", "DIRECTIONS", "METRIC_SPEC", "PRIMARY_METRICS",
     "RandomizationResult", "block_randomization_test",
-    "Roster", "RosterError", "read_roster", "roster_from_tiles", "write_roster",
+    "Roster", "RosterError", "read_roster", "roster_from_tiles", "write_roster", "derive_roster",
+    "check_derived",
 ]

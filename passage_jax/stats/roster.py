@@ -30,7 +30,7 @@ from passage_jax.stats.blocks import BLOCK_RULE_VERSION, BLOCK_RULES, assign_blo
 ROSTER_FORMATS = ("passage-roster-v1", "passage-roster-v2")
 
 __all__ = ["ROSTER_FORMATS", "Roster", "RosterError", "read_roster", "write_roster",
-           "roster_from_tiles", "file_sha256"]
+           "roster_from_tiles", "derive_roster", "check_derived", "file_sha256"]
 
 
 class RosterError(ValueError):
@@ -47,15 +47,24 @@ class Roster:
     footprint_required: bool | None = None
     unplaced_block: str | None = None
     sha256: str | None = None
+    parent: dict | None = None  # a derived roster: {"sha256": the parent file's sha256}
+
+    @property
+    def sealed(self) -> bool:
+        """v2 rosters state their block rule and are sealed; v1 rosters are unsealed."""
+        return self.format != "passage-roster-v1"
 
     def block_map(self) -> dict:
         return dict(zip(self.task_ids, self.blocks))
 
     def to_json(self) -> dict:
         tasks = [{"task_id": t, "block": b} for t, b in zip(self.task_ids, self.blocks)]
+        head = {"format": self.format}
+        if self.parent is not None:
+            head["parent"] = dict(self.parent)
         if self.format == "passage-roster-v1":
-            return {"format": self.format, "tasks": tasks}
-        return {"format": self.format, "block_rule": self.block_rule,
+            return {**head, "tasks": tasks}
+        return {**head, "block_rule": self.block_rule,
                 "block_rule_version": self.block_rule_version,
                 "footprint_required": self.footprint_required,
                 "unplaced_block": self.unplaced_block, "tasks": tasks}
@@ -98,11 +107,18 @@ def _validate(r: Roster, where: str) -> Roster:
             raise RosterError(f"{where}: unplaced_block {u!r} names no task's block")
         if u is None and UNPLACED in r.blocks:
             raise RosterError(f"{where}: block {UNPLACED!r} used but unplaced_block is null")
+    if r.parent is not None:
+        ps = r.parent.get("sha256") if isinstance(r.parent, dict) else None
+        if not isinstance(r.parent, dict) or set(r.parent) != {"sha256"} or not isinstance(ps, str) \
+                or len(ps) != 64 or any(c not in "0123456789abcdef" for c in ps):
+            raise RosterError(f"{where}: parent must be {{\"sha256\": <64 lowercase hex>}}, "
+                              f"got {r.parent!r}")
     return r
 
 
-def read_roster(path, sha256: str | None = None) -> Roster:
-    """Read and validate a roster; with ``sha256``, refuse a file whose hash differs."""
+def read_roster(path, sha256: str | None = None, parent: Roster | None = None) -> Roster:
+    """Read and validate a roster; with ``sha256``, refuse a file whose hash differs. With
+    ``parent``, the roster must be derived from it (:func:`check_derived`)."""
     path = Path(path)
     raw = path.read_bytes()
     digest = sha256_bytes(raw)
@@ -122,7 +138,7 @@ def read_roster(path, sha256: str | None = None) -> Roster:
         raise RosterError(f"{where}: format {fmt!r} is not one of {ROSTER_FORMATS}")
     allowed = {"format", "tasks"} | ({"block_rule", "block_rule_version", "footprint_required",
                                       "unplaced_block"} if fmt == "passage-roster-v2" else set())
-    extra = set(obj) - allowed
+    extra = set(obj) - allowed - {"parent"}
     missing = allowed - set(obj)
     if extra or missing:
         raise RosterError(f"{where}: unexpected fields {sorted(extra)} / missing fields {sorted(missing)}")
@@ -138,8 +154,47 @@ def read_roster(path, sha256: str | None = None) -> Roster:
     r = Roster(format=fmt, task_ids=ids, blocks=blocks, block_rule=obj.get("block_rule"),
                block_rule_version=obj.get("block_rule_version"),
                footprint_required=obj.get("footprint_required"),
-               unplaced_block=obj.get("unplaced_block"), sha256=digest)
-    return _validate(r, where)
+               unplaced_block=obj.get("unplaced_block"), sha256=digest, parent=obj.get("parent"))
+    r = _validate(r, where)
+    if parent is not None:
+        check_derived(r, parent, where)
+    return r
+
+
+def derive_roster(parent: Roster, task_ids: Sequence[str]) -> Roster:
+    """A roster of ``task_ids`` (a subset of ``parent``'s, in the order given) that keeps the
+    parent's block for every task and records the parent's sha256 (the parent must have been
+    read from or written to a file). The block rule and format are the parent's."""
+    if parent.sha256 is None:
+        raise RosterError("the parent roster has no sha256: read it from its file or write it first")
+    blocks = parent.block_map()
+    missing = [t for t in task_ids if t not in blocks]
+    if missing:
+        raise RosterError(f"task {missing[0]!r} is not in the parent roster ({len(missing)} such tasks)")
+    kept = [blocks[t] for t in task_ids]
+    unplaced = parent.unplaced_block if parent.unplaced_block in kept else None
+    r = Roster(format=parent.format, task_ids=list(task_ids), blocks=kept,
+               block_rule=parent.block_rule, block_rule_version=parent.block_rule_version,
+               footprint_required=parent.footprint_required, unplaced_block=unplaced,
+               parent={"sha256": parent.sha256})
+    return _validate(r, "derived roster")
+
+
+def check_derived(child: Roster, parent: Roster, where: str = "roster") -> None:
+    """RosterError unless ``child`` names ``parent`` (by sha256) as its parent and keeps the
+    parent's block of each of its tasks."""
+    if child.parent is None:
+        raise RosterError(f"{where}: records no parent roster")
+    if child.parent.get("sha256") != parent.sha256:
+        raise RosterError(f"{where}: its parent sha256 {child.parent.get('sha256')} is not "
+                          f"{parent.sha256}")
+    blocks = parent.block_map()
+    for i, (t, b) in enumerate(zip(child.task_ids, child.blocks)):
+        if t not in blocks:
+            raise RosterError(f"{where}: tasks[{i}] {t!r} is not in the parent roster")
+        if blocks[t] != b:
+            raise RosterError(f"{where}: tasks[{i}] {t!r} has block {b!r}; the parent gives "
+                              f"{blocks[t]!r} (a derived roster keeps its parent's blocks)")
 
 
 def write_roster(path, roster: Roster) -> str:

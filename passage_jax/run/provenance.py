@@ -1,0 +1,104 @@
+"""What a run records about where its tasks and decisions come from (seed 000 §4, §6;
+seed 003 §5): the role of its split, the calibration decisions frozen before a test
+run, the determinism claim, the container digest, the roster it was admitted with,
+and the evaluator's source commit.
+
+* ``split_role``: ``development``, ``calibration``, ``validation`` or ``test`` (the spec
+  checks that the role fits the split); ``null`` is recorded as ``undeclared``.
+* ``calibration_decisions``: the file's path and the sha256 of its canonical JSON
+  (keys sorted, no whitespace, UTF-8), so the same decisions written differently
+  hash the same. A ``test`` run cannot start without it.
+* ``roster``: a sealed roster (path and sha256, :func:`passage_jax.stats.read_roster`)
+  whose ordered task ids must equal the admitted scene ids; its format, whether it
+  is sealed (``passage-roster-v1`` files are *unsealed*: no block rule) and, for a
+  derived roster, its parent.
+* ``evaluator_commit``: ``git rev-parse HEAD`` of the source checkout the package
+  runs from, with a ``dirty`` flag; ``null`` when the package is not a git checkout.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+from pathlib import Path
+
+from passage_jax.fileio import read_document
+from passage_jax.stats.roster import RosterError, read_roster
+
+__all__ = ["ProvenanceError", "provenance", "canonical_json_sha256", "evaluator_commit",
+           "roster_record", "UNDECLARED"]
+
+UNDECLARED = "undeclared"
+
+
+class ProvenanceError(RuntimeError):
+    """A provenance input is missing or does not match the run (names the file)."""
+
+
+def canonical_json_sha256(obj) -> str:
+    """sha256 of ``obj`` as canonical JSON (sorted keys, no whitespace, UTF-8)."""
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _calibration(path) -> dict | None:
+    if path is None:
+        return None
+    doc = read_document(path, ProvenanceError, "calibration decisions", yaml_allowed=True)
+    if not isinstance(doc, dict) or not doc:
+        raise ProvenanceError(f"calibration decisions {path}: must be a non-empty mapping of "
+                              f"the decisions frozen on calibration")
+    try:
+        digest = canonical_json_sha256(doc)
+    except ValueError as e:
+        raise ProvenanceError(f"calibration decisions {path}: {e}") from None
+    return {"path": str(Path(path).resolve()), "canonical_sha256": digest}
+
+
+def roster_record(path, sha256, sample_ids) -> dict | None:
+    """The roster a run is bound to, read sealed and checked against ``sample_ids``."""
+    if path is None:
+        return None
+    try:
+        r = read_roster(path, sha256=sha256)
+    except (RosterError, OSError) as e:
+        raise ProvenanceError(f"roster {path}: {e}") from None
+    if list(r.task_ids) != list(sample_ids):
+        first = next((i for i, (a, b) in enumerate(zip(r.task_ids, sample_ids)) if a != b),
+                     min(len(r.task_ids), len(sample_ids)))
+        raise ProvenanceError(
+            f"roster {path}: its {len(r.task_ids)} task ids are not the run's {len(sample_ids)} "
+            f"ordered scene ids (first difference at position {first})")
+    return {"path": str(Path(path).resolve()), "sha256": r.sha256, "format": r.format,
+            "sealed": r.sealed, "parent": r.parent}
+
+
+def evaluator_commit(root=None) -> dict | None:
+    """``{"commit", "dirty"}`` of the git checkout holding the package, or None."""
+    root = Path(root) if root else Path(__file__).resolve().parents[2]
+    if not (root / ".git").exists():
+        return None
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                              text=True, timeout=10)
+        status = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--",
+                                 "passage_jax"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if head.returncode != 0:
+        return None
+    return {"commit": head.stdout.strip(), "dirty": bool(status.stdout.strip())}
+
+
+def provenance(spec, sample_ids) -> dict:
+    """The provenance block of a run's manifest (ProvenanceError when an input is bad)."""
+    return {
+        "split_role": spec.split_role or UNDECLARED,
+        "split": spec.split,
+        "calibration_decisions": _calibration(spec.calibration_decisions),
+        "determinism": spec.determinism,
+        "container_digest": spec.container_digest,
+        "roster": roster_record(spec.roster, spec.roster_sha256, sample_ids),
+        "evaluator_commit": evaluator_commit(),
+    }
