@@ -157,10 +157,11 @@ def superellipse_mask(n: int, cy: float, cx: float, a: float, b: float, p: float
     return np.abs(u / a) ** p + np.abs(v / b) ** p <= 1.0
 
 
-def _draw_obstacles(rng, n, start, goal, target, coverage_max):
+def _draw_obstacles(rng, n, start, goal, target, coverage_max, exponents=None):
     """Add random superellipses until coverage reaches ``target`` (never above
     ``coverage_max``, never on a marker). Half of the shape centres are drawn
-    uniformly over the crop, half near the straight start-goal segment."""
+    uniformly over the crop, half near the straight start-goal segment. The exponent
+    of each shape kept is appended to ``exponents`` when a list is given."""
     obst = np.zeros((n, n), bool)
     n_shapes = 0
     if target <= 0:
@@ -183,6 +184,8 @@ def _draw_obstacles(rng, n, start, goal, target, coverage_max):
             continue
         obst = new
         n_shapes += 1
+        if exponents is not None:
+            exponents.append(round(p, 6))
         if obst.mean() >= target:
             break
     return obst, n_shapes
@@ -271,7 +274,8 @@ def make_scene(rng: np.random.Generator, key: str, z_raster: np.ndarray, info: d
             continue
         target = float(rng.uniform(coverage_max / 3.0, coverage_max)) if coverage_max > 0 else 0.0
         for _ in range(_MAX_OBSTACLE_TRIES):
-            obst, n_shapes = _draw_obstacles(rng, n, start, goal, target, coverage_max)
+            exponents: list = []
+            obst, n_shapes = _draw_obstacles(rng, n, start, goal, target, coverage_max, exponents)
             if connected(obst, start, goal):
                 break
         else:
@@ -305,7 +309,7 @@ def make_scene(rng: np.random.Generator, key: str, z_raster: np.ndarray, info: d
         "tile": crop_tile(info, row0, col0, n, n),
         "crop": {"row0": row0, "col0": col0, "rows": n, "cols": n, "cell_size_m": CELL_SIZE_M},
         "obstacles": {"coverage": float(obst.mean()), "target": round(target, 6),
-                      "n_shapes": n_shapes},
+                      "n_shapes": n_shapes, "superellipse_exponents": exponents},
         "source": {"raster": key, "package": info["package"], "version": info["version"],
                    "member": info["member"], "native_cell_m": info["native_cell_m"],
                    "native_cell_yx_m": info["native_cell_yx_m"],

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from passage_jax import cluster
 from passage_jax.contract import IN_PROCESS_TIMING_PROFILE, PRIMARY_METRICS, UNPLACED
 from passage_jax.data import DataError, open_tasks, resolve_dataset_root
 from passage_jax.evaluate.components import component_summary, route_stage_column
@@ -88,7 +89,8 @@ PER_SAMPLE_FIELDS = (
     "connected_path", "obstacle_violation", "obstacle_traversals", "predicted_cost",
     "oracle_cost", "latency_ms", "status", "record_index", "task_index", "route_format",
     "route_length", "malformed", "stratum_obstacle_coverage", "stratum_start_goal_distance_px",
-    "stratum_reference_length_px", "stratum_relief_m", "route_stage",
+    "stratum_reference_length_px", "stratum_relief_m", "stratum_elevation_median_m",
+    "stratum_superellipse_exponent", "route_stage",
 )
 #: the ``requests.jsonl`` fields scoring reads (the rest of each record is not kept)
 SCORED_KEYS = ("record", "series", "repeat", "task_index", "sample_id", "status", "latency_ms",
@@ -96,7 +98,8 @@ SCORED_KEYS = ("record", "series", "repeat", "task_index", "sample_id", "status"
 #: per_sample.npz 0-d arrays (read with ``.item()``)
 PER_SAMPLE_SCALARS = ("metric_contract", "quality_repeat_index", "block_rule")
 #: numeric per-task stratifiers available to ``compare --odd-spec``
-STRATIFIERS = ("obstacle_coverage", "start_goal_distance_px", "reference_length_px", "relief_m")
+STRATIFIERS = ("obstacle_coverage", "start_goal_distance_px", "reference_length_px", "relief_m",
+               "elevation_median_m", "superellipse_exponent")
 
 
 class ScoreError(RuntimeError):
@@ -316,7 +319,24 @@ def _strata(tasks, ref_routes) -> dict:
         out["start_goal_distance_px"][i] = math.hypot(r1 - r0, c1 - c0)
         out["reference_length_px"][i] = route_length_pixels(ref_routes[i])
         out["relief_m"][i] = float(np.ptp(t.elevation_m))
+        out["elevation_median_m"][i] = float(np.median(t.elevation_m))
+        out["superellipse_exponent"][i] = _mean_exponent(t)
     return out
+
+
+def _mean_exponent(task) -> float:
+    """Mean super-ellipse exponent of the scene's obstacle shapes (``metadata.obstacles.
+    superellipse_exponents``); NaN for the free variant, a scene without shapes, or one
+    whose metadata does not record them."""
+    if task.variant == "free":
+        return math.nan
+    exps = ((task.scene.metadata.get("obstacles") or {}).get("superellipse_exponents"))
+    if not isinstance(exps, list) or not exps:
+        return math.nan
+    try:
+        return float(np.mean(np.asarray(exps, np.float64)))
+    except (TypeError, ValueError):
+        return math.nan
 
 
 def _check_records(records, paths, manifest, where):
@@ -350,7 +370,12 @@ def score_folder(folder, force: bool = False, dataset_path=None, *, chunk: int |
     The scenes are read ``chunk`` at a time; each chunk's records over every pass are
     scored while it is held, and the routes are read from ``paths.npz`` by seeking: peak
     memory is one chunk of grids and its routes plus the per-record columns, whatever
-    the number of scenes. The results do not depend on ``chunk``."""
+    the number of scenes. The results do not depend on ``chunk``.
+
+    In a multi-process launch (:mod:`passage_jax.cluster`) each process scores its
+    contiguous share of the tasks (the others' tasks are read, not scored), the
+    per-record results are gathered in task order, and process 0 alone writes the
+    files, after every share arrived: they equal a single-process score's."""
     folder = Path(folder)
     where = str(folder)
     existing = [n for n in OUTPUTS if (folder / n).exists()]
@@ -392,7 +417,15 @@ def score_folder(folder, force: bool = False, dataset_path=None, *, chunk: int |
     rlen = np.full(len(records), -1, np.int64)
     strata = {k: np.empty(T, np.float64) for k in STRATIFIERS}
 
+    mine = cluster.process_share(T)
+    at: list = []  # the tasks being scored: (first, last task, first and last scene)
+
     def score_chunk(first, tasks):
+        lo, hi = max(first, mine.start), min(first + len(tasks), mine.stop)
+        if lo >= hi:
+            return  # another process's share
+        tasks, first = tasks[lo - first:hi - first], lo
+        at[:] = [first, first + len(tasks) - 1, tasks[0].id, tasks[-1].id]
         for k, v in _strata(tasks, refs["routes"][first:first + len(tasks)]).items():
             strata[k][first:first + len(tasks)] = v
         idx = np.sort(by_task[first_record[first]:first_record[first + len(tasks)]])
@@ -412,8 +445,40 @@ def score_folder(folder, force: bool = False, dataset_path=None, *, chunk: int |
         is_int = paths.route_format[idx] == ROUTE_FORMAT_CODE["int"]
         rlen[idx] = np.where(is_int, [0 if c is None else len(c) for c in cands], -1)
 
-    _tasks, root, shard_hashes = open_run_tasks(manifest, refs, where, dataset_path, score_chunk,
-                                                chunk=chunk)
+    def score_share():
+        _tasks, root, shard_hashes = open_run_tasks(manifest, refs, where, dataset_path, score_chunk,
+                                                    chunk=chunk)
+        return root, shard_hashes
+
+    def describe(e):
+        text = str(e) if isinstance(e, ScoreError) else f"{type(e).__name__}: {e}"
+        if at and not isinstance(e, ScoreError):
+            text = f"{where}: tasks {at[0]}-{at[1]} (scenes {at[2]} to {at[3]}): {text}"
+        return text
+
+    if cluster.process_count() == 1:
+        root, shard_hashes = score_share()
+    else:
+        def share():
+            root, shard_hashes = score_share()
+            lo, hi = first_record[mine.start], first_record[mine.stop]
+            idx = np.sort(by_task[lo:hi])
+            return {"root": root, "shard_hashes": shard_hashes, "idx": idx, "rlen": rlen[idx],
+                    "per": {k: v[idx] for k, v in per.items()},
+                    "strata": {k: v[mine.start:mine.stop] for k, v in strata.items()},
+                    "tasks": mine}
+
+        shares = cluster.run_share(share, what=f"scoring {where}", error=ScoreError,
+                                   describe=describe)
+        root, shard_hashes = shares[cluster.process_index()]["root"], shares[0]["shard_hashes"]
+        for sh in shares:
+            for k, v in sh["per"].items():
+                if k not in per:
+                    per[k] = np.zeros(len(records), v.dtype)
+                per[k][sh["idx"]] = v
+            rlen[sh["idx"]] = sh["rlen"]
+            for k, v in sh["strata"].items():
+                strata[k][sh["tasks"].start:sh["tasks"].stop] = v
     if not per:  # a run without records (no tasks) cannot be scored
         raise ScoreError(f"{where}: no records to score")
     series = np.array([r["series"] for r in records], dtype=str)
@@ -534,6 +599,8 @@ def score_folder(folder, force: bool = False, dataset_path=None, *, chunk: int |
         "components": components,
     }
     metrics = jsonable(metrics)
+    if not cluster.is_writer():
+        return metrics  # process 0 writes the files
 
     atomic_write_npz(folder / "per_sample.npz", rows)
     atomic_write_json(folder / "metrics.json", metrics)

@@ -122,9 +122,11 @@ def _odd(run, name: str, field_name: str, top_quantile: float) -> AxisResult:
         if x.shape != strat[0].shape or not np.array_equal(x, strat[0], equal_nan=True):
             raise TrustError(f"{_where(run, s)}: stratum_{name} differs from seed {seeds[0]}'s")
     bad = np.flatnonzero(~np.isfinite(strat[0]))
-    if bad.size:
-        raise TrustError(f"{_where(run, seeds[0])}: per_sample.npz stratum_{name} is not finite "
-                         f"for {bad.size} task(s) (first at quality row {int(bad[0])})")
+    if bad.size:  # e.g. no obstacle shapes recorded (free variant, older cohorts): unavailable
+        return AxisResult("odd_boundary", float("nan"), 0.0, False, False, {
+            "stratifier": name, "field": field_name, "top_quantile": float(top_quantile),
+            "reason": f"stratum_{name} is not finite for {bad.size} task(s) (first at quality "
+                      f"row {int(bad[0])})"})
     vals = np.stack([quality_rows(run, s, field_name) for s in seeds])
     r = odd_boundary_axis(vals, strat[0], top_quantile=top_quantile,
                           higher_is_better=higher_is_better(field_name))
