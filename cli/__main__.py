@@ -25,6 +25,7 @@ COMMANDS = {
     "compare": ("cli.compare", "paired block-bootstrap comparison of two scored runs"),
     "trust": ("cli.trust", "trust axes of scored runs: stability, geographic, ODD boundary, efficiency"),
     "report": ("cli.report", "Markdown report with tables and route figures from a compare"),
+    "analyze": ("cli.analyze", "prepare and execute the analysis notebooks of a dataset, per resolution"),
     "bench": ("cli.bench", "run + score a spec and write sidecar.json"),
     "train": ("cli.train", "train the value-field network and write a checkpoint"),
     "doctor": ("cli.doctor", "installed versions against the declared ranges, JAX backend, float64"),

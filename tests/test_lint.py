@@ -53,7 +53,7 @@ ALLOWED = {
                  "trust"},
     "trust": {"metrics", "stats"},
 }
-LEAVES = {"contract", "fileio", "reduce", "testing"}
+LEAVES = {"contract", "fileio", "reduce", "testing", "memory", "cluster"}
 
 
 def test_stage_imports_point_down():

@@ -5,6 +5,13 @@ It reads the records of :mod:`passage_jax.protocol.records` and never imports
 :mod:`passage_jax.run` (nor does ``run`` import it); ``python -m cli bench`` composes
 the two.
 """
+from passage_jax.evaluate.analyze import (
+    ANALYSIS_FORMAT,
+    AnalyzeError,
+    MissingDependency,
+    StagingExists,
+    analyze_notebooks,
+)
 from passage_jax.evaluate.compare import (
     COMPARE_FORMAT,
     CompareError,
@@ -39,5 +46,6 @@ __all__ = [
     "censored_latency_block", "interpolated_percentiles", "compare_runs", "CompareError",
     "OutputExists", "InvalidResamples", "COMPARE_FORMAT", "write_report", "render_markdown",
     "print_metrics_table", "ReportError", "ReportExists", "sidecar", "default_output",
-    "SIDECAR_FORMAT",
+    "SIDECAR_FORMAT", "analyze_notebooks", "ANALYSIS_FORMAT", "AnalyzeError", "MissingDependency",
+    "StagingExists",
 ]

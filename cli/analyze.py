@@ -1,0 +1,84 @@
+"""``python -m cli analyze``: the analysis notebooks of a dataset, per resolution.
+
+The work is :func:`passage_jax.evaluate.analyze.analyze_notebooks`: the four templates of
+``notebooks/`` (dataset, display, metrics, passage_eval_metrics) are written into
+``<staging-root>/<N>x<N>/`` with their parameters cell set for that resolution, executed
+with ``--execute`` and recorded in ``<staging-root>/analysis_manifest.json``. Exit status:
+0 when every notebook was written (and, with ``--execute``, ran without error); 1 when a
+cell failed (the notebook, cell index and error are printed and recorded); 2 for bad
+input (missing extra, dataset or resolution, a staging root that already holds an
+analysis without ``--force``).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from passage_jax.evaluate.analyze import AnalyzeError, MissingDependency, StagingExists, analyze_notebooks
+
+__all__ = ["register", "main"]
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
+    return v
+
+
+def register(parser) -> None:
+    parser.add_argument("--dataset-path", required=True,
+                        help="dataset root, or 'shipped' for the cohort inside the package")
+    parser.add_argument("--resolution", required=True, type=_positive_int, nargs="+", metavar="N",
+                        help="resolution(s) to analyse (folders <N>x<N>)")
+    parser.add_argument("--staging-root", required=True, type=Path, metavar="OUT",
+                        help="folder that receives <N>x<N>/<notebook>.ipynb and analysis_manifest.json")
+    parser.add_argument("--execute", action="store_true",
+                        help="run every notebook (kernel python3 of this interpreter) and keep its outputs")
+    parser.add_argument("--split", default="test",
+                        help="split the metrics notebooks run the planners on (default: %(default)s)")
+    parser.add_argument("--census-limit", type=_positive_int, default=None, metavar="K",
+                        help="scenes per split read by the census (default: all)")
+    parser.add_argument("--classical-budget", type=_positive_int, default=None, metavar="B",
+                        help="tasks each planner runs on in the metrics notebooks "
+                             "(default: the templates' own)")
+    parser.add_argument("--force", action="store_true",
+                        help="write into a staging root that already holds an analysis")
+
+
+def main(args) -> int:
+    def progress(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    try:
+        manifest = analyze_notebooks(args.dataset_path, args.resolution, args.staging_root,
+                                     execute=args.execute, census_limit=args.census_limit,
+                                     classical_budget=args.classical_budget, split=args.split,
+                                     force=args.force, progress=progress)
+    except MissingDependency as e:
+        print(f"error: {e}\nInstall the notebook packages with: pip install -e '.[analyze]'",
+              file=sys.stderr)
+        return 2
+    except StagingExists as e:
+        print(f"error: {e}; choose a new --staging-root or pass --force", file=sys.stderr)
+        return 2
+    except AnalyzeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    root = Path(manifest["staging_root"])
+    for entry in manifest["notebooks"]:
+        took = "" if entry["seconds"] is None else f" ({entry['seconds']:.1f} s)"
+        print(f"{entry['status']:>13}  {root / entry['path']}{took}")
+    print(f"manifest: {root / 'analysis_manifest.json'}")
+    for f in manifest["failed"]:
+        print(f"notebook {root / f['path']} failed at cell {f['cell_index']} "
+              f"({f['source_head']!r}): {f['ename']}: {f['evalue']}", file=sys.stderr)
+    return 1 if manifest["failed"] else 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(2)
