@@ -53,7 +53,7 @@ ALLOWED = {
                  "trust"},
     "trust": {"metrics", "stats"},
 }
-LEAVES = {"contract", "fileio", "reduce", "testing", "memory", "cluster"}
+LEAVES = {"contract", "fileio", "reduce", "testing", "memory", "cluster", "precision"}
 
 
 def test_stage_imports_point_down():

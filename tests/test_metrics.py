@@ -24,6 +24,9 @@ from passage_jax.metrics import (
 )
 from passage_jax.testing import candidate_set, make_scene
 
+#: why a test is skipped under PASSAGE_JAX_NO_X64=1 (tests/conftest.py)
+GEOMETRY_F64 = ("float64 geometry to 1e-12 (the float32 geometry is checked against the float64 "
+                "path within GEOMETRY_RTOL_FLOAT32 in tests/test_no_x64.py)")
 RTOL = 1e-12
 
 
@@ -111,6 +114,7 @@ def terrain_batch():
     return cands, tasks, np.array(cstar), ok
 
 
+@pytest.mark.needs_float64(GEOMETRY_F64)
 def test_terrain_pairs_match_numpy_scipy(terrain_batch):
     cands, tasks, cstar, ok = terrain_batch
     got = score_routes(cands, tasks, cstar, ok)
@@ -130,6 +134,7 @@ def test_terrain_pairs_match_numpy_scipy(terrain_batch):
     np.testing.assert_array_equal(got["path_iou"][exact], 1)
 
 
+@pytest.mark.needs_float64(GEOMETRY_F64)
 def test_other_references_and_shuffled_order(terrain_batch):
     cands, tasks, cstar, ok = terrain_batch
     rng = np.random.default_rng(1)
@@ -177,6 +182,7 @@ def test_hand_exact_route_cost_and_geometry():
     assert got["assd"] == 0 and got["h95"] == 0 and got["path_iou"] == 1
 
 
+@pytest.mark.needs_float64(GEOMETRY_F64)
 def test_hand_geometry_known_answer():
     t = tiny_task(route=((0, 0), (1, 1), (0, 2)))
     a = [[0, 0], [0, 1], [0, 2]]
@@ -187,6 +193,7 @@ def test_hand_geometry_known_answer():
     assert got["path_iou"] == 0.5
 
 
+@pytest.mark.needs_float64(GEOMETRY_F64)
 def test_legal_revisit_counts_once_per_visit():
     t = tiny_task(route=((0, 0), (1, 1), (0, 2)))
     a = [[0, 0], [0, 1], [1, 1], [0, 1], [0, 2]]
@@ -292,6 +299,7 @@ def test_bad_reference_and_lengths_raise():
         score_routes([[[0, 0]]], [t], [1.0], [1])
 
 
+@pytest.mark.needs_float64(GEOMETRY_F64)
 def test_bucketing_mixed_lengths_and_grids(terrain_batch):
     cands, tasks, cstar, ok = terrain_batch
     # very long legal route (back and forth) alongside short ones: different buckets

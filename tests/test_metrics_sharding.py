@@ -32,6 +32,9 @@ pytestmark = pytest.mark.skipif(
            f"--xla_force_host_platform_device_count={N_DEV} before JAX starts); "
            f"found {jax.device_count()}")
 
+#: why a test is skipped under PASSAGE_JAX_NO_X64=1 (tests/conftest.py)
+GEOMETRY_F64 = ("float64 geometry to 1e-12 (the float32 geometry is checked against the float64 "
+                "path within GEOMETRY_RTOL_FLOAT32 in tests/test_no_x64.py)")
 FLOATS = ("predicted_cost", "regret", "assd", "h95", "path_iou")
 
 
@@ -164,6 +167,7 @@ def test_single_device_sharding_and_bad_values(material):
         score_routes(cands[:2], tasks[:2], cstar[:2], ok[:2], sharding=4)
 
 
+@pytest.mark.needs_float64(GEOMETRY_F64)
 def test_score_tasks_and_reducer_on_sharded_inputs(material):
     """The padded full-grid kernel and the jittable reducer take sharded inputs
     and give the unsharded answer (and host score_routes' answer)."""

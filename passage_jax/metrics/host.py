@@ -19,6 +19,13 @@ finds the route valid is its geometry computed on the host by
 distinct cells, exact integer squared distances). With a ``sharding`` over the batch axis each
 chunk is placed on the devices with ``jax.device_put`` and the kernel runs SPMD;
 the results are the same on any number of devices.
+
+Without float64 (:func:`passage_jax.precision.kernel_precision` is ``"float32"``: a TPU,
+or ``PASSAGE_JAX_NO_X64=1``) the kernel runs in float32 and decides validity (integer
+work, exact) and the geometry (float32, pairwise sums); the predicted cost and the
+regret are then recomputed in float64 on the host from the same elevations
+(:func:`host_cost_regret`, the registry's step costs with NumPy), so they agree with
+the float64 path to the order of float64 additions (docs/metrics.md, "Without float64").
 """
 from __future__ import annotations
 
@@ -29,7 +36,8 @@ import jax
 import numpy as np
 from scipy.spatial import cKDTree
 
-from passage_jax.graph import MODEL_INDEX, CropStats, route_problem
+from passage_jax.contract import CENSOR_FACTOR, FAILURE_REGRET
+from passage_jax.graph import MODEL_INDEX, MODEL_NAMES, CropStats, get_cost_model, route_problem
 from passage_jax.metrics.kernels import GEOMETRY_SPAN, score_tasks_packed
 from passage_jax.metrics.sharding import resolve_sharding
 from passage_jax.metrics.types import (
@@ -39,9 +47,10 @@ from passage_jax.metrics.types import (
     Route,
     TaskAtCandidate,
 )
+from passage_jax.precision import kernel_dtype, kernel_x64
 
 __all__ = ["MIN_BUCKET", "LONG_ROUTE", "normalise_candidate", "route_geometry_host",
-           "score_routes"]
+           "host_cost_regret", "score_routes"]
 
 #: Smallest padded route length (shorter routes share this bucket).
 MIN_BUCKET = 32
@@ -238,7 +247,10 @@ def score_routes(candidates, tasks, c_star, request_ok, references=None,
 
     Returns a dict of (N,) NumPy arrays keyed by ``METRIC_KEYS`` plus
     ``malformed`` (bool) and ``problem`` (object array of str/None: why a
-    candidate was malformed).
+    candidate was malformed). The kernels run in
+    :func:`passage_jax.precision.kernel_precision` (float64, or float32 where float64
+    is missing: then the predicted cost and regret are recomputed in float64 on the
+    host, see the module notes); the float arrays are float64 either way.
     """
     n = len(tasks)
     if len(candidates) != n:
@@ -351,7 +363,10 @@ def score_routes(candidates, tasks, c_star, request_ok, references=None,
     edges = (np.flatnonzero(np.r_[True, (bucket_o[1:] != bucket_o[:-1])
                                   | (long_o[1:] != long_o[:-1])]) if n else [])
     pending = []
-    with jax.enable_x64(True):
+    fdt = kernel_dtype()
+    host_cost = fdt != np.float64  # float32 kernels: cost and regret recomputed on the host
+    z_o = np.zeros(len(cells), np.float64) if host_cost else None
+    with kernel_x64():
         for s, e in zip(edges, np.r_[edges[1:], n].astype(np.int64)):
             length = int(bucket_o[s])
             pairwise = not long_o[s]
@@ -371,6 +386,8 @@ def score_routes(candidates, tasks, c_star, request_ok, references=None,
                 ra, rb = off_o[s + a] - cs, off_o[s + b] - cs
                 zc[ra:rb] = grids.elev[ev[a]][1][flat[ra:rb]]
             zc[~inb] = 0.0
+            if host_cost:
+                z_o[cs:ce] = zc
 
             size = _batch_size(length, e - s, n_dev, pairwise)
             padded = -(-(e - s) // size) * size
@@ -385,10 +402,10 @@ def score_routes(candidates, tasks, c_star, request_ok, references=None,
                 TaskAtCandidate(
                     grid_shape_hw=pad(t_hw32[tj]),
                     obstacle_cells=_pad_rows(padded, live, on, (), bool),
-                    elevation_cells=_pad_rows(padded, live, zc, (), np.float64),
-                    crop=CropStats(pad(st[:, 0]), pad(st[:, 1]), pad(st[:, 2])),
+                    elevation_cells=_pad_rows(padded, live, zc, (), fdt),
+                    crop=CropStats(*(pad(st[:, j].astype(fdt)) for j in range(3))),
                     start=pad(t_start32[tj]), goal=pad(t_goal32[tj]), cost_model=pad(t_model[tj]),
-                    weight=pad(t_weight[tj]), c_star=pad(c_star[idx], 1.0)),
+                    weight=pad(t_weight[tj].astype(fdt)), c_star=pad(c_star[idx].astype(fdt), 1.0)),
                 pad(request_ok[idx]), pad(well_formed[idx]))
             for k in range(0, e - s, size):
                 rows = slice(k, k + size)
@@ -405,6 +422,12 @@ def score_routes(candidates, tasks, c_star, request_ok, references=None,
                 out[k][part] = flags[:len(part), c]
             for c, k in enumerate(PACKED_FLOAT_KEYS):
                 out[k][part] = values[:len(part), c]
+    if host_cost:
+        pred, reg = host_cost_regret(cells, lens_o, z_o, out["valid_path"][order], t_model[task_o],
+                                     t_weight[task_o], grids.stats[elev_o], c_star[order],
+                                     pixel_size_m=pixel_size_m)
+        out["predicted_cost"][order] = pred
+        out["regret"][order] = reg
     # ---- long tasks: geometry on the host, for valid routes only -------------
     for i in np.flatnonzero(long & out["valid_path"]):
         r = rix[i]
@@ -414,6 +437,52 @@ def score_routes(candidates, tasks, c_star, request_ok, references=None,
     out["malformed"] = ~well_formed
     out["problem"] = np.array(problems, dtype=object)
     return out
+
+
+def host_cost_regret(cells, lens, z, valid, model, weight, stats, c_star, *,
+                     pixel_size_m: float = 30.0):
+    """(predicted_cost, regret) in float64 with NumPy, as the kernels define them.
+
+    ``cells`` (M, 2) int32 are the routes concatenated (``lens`` (n,) cells each), ``z``
+    (M,) float64 the elevation at each cell (anything at cells of invalid routes);
+    ``valid`` (n,) bool, ``model`` (n,) ``MODEL_INDEX`` ids, ``weight`` (n,), ``stats``
+    (n, 3) crop statistics (min, range, max |z|), ``c_star`` (n,). A valid route's cost
+    is the registry's step costs summed in route order (as
+    :func:`passage_jax.graph.route_cost`); a failure's predicted cost is
+    ``CENSOR_FACTOR * c*`` and its regret ``FAILURE_REGRET``; the regret is NaN where c*
+    is not a finite positive number.
+    """
+    lens = np.asarray(lens, np.int64)
+    n = len(lens)
+    valid = np.asarray(valid, bool)
+    c_star = np.asarray(c_star, np.float64)
+    cost = np.zeros(n, np.float64)
+    if len(cells) > 1:
+        owner = _cell_owner(lens)
+        so = owner[:-1]
+        idx = np.flatnonzero((owner[1:] == so) & valid[so])
+        so = so[idx]
+        step = np.abs(cells[idx + 1].astype(np.int64) - cells[idx])
+        d = np.where(step.sum(axis=1) == 2, math.sqrt(2.0), 1.0) * np.float64(pixel_size_m)
+        z = np.asarray(z, np.float64)
+        z0, z1 = z[idx], z[idx + 1]
+        m = np.asarray(model)[so]
+        w = np.asarray(weight, np.float64)[so]
+        st = np.asarray(stats, np.float64).reshape(-1, 3)[so]
+        c = np.zeros(len(idx), np.float64)
+        for k, name in enumerate(MODEL_NAMES):
+            sel = m == k
+            if sel.any():
+                c[sel] = get_cost_model(name).step_cost(
+                    d[sel], z0[sel], z1[sel], w[sel],
+                    CropStats(st[sel, 0], st[sel, 1], st[sel, 2]), np)
+        cost = np.bincount(so, weights=c, minlength=n)  # in route order, as route_cost
+    good = np.isfinite(c_star) & (c_star > 0)
+    safe = np.where(good, c_star, 1.0)
+    with np.errstate(invalid="ignore", over="ignore"):
+        pred = np.where(valid, cost, CENSOR_FACTOR * c_star)
+        reg = np.where(good, np.where(valid, (pred - safe) / safe, FAILURE_REGRET), np.nan)
+    return pred, reg
 
 
 def route_geometry_host(candidate, reference) -> tuple[float, float, float]:

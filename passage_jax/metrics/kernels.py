@@ -25,6 +25,7 @@ import jax.numpy as jnp
 from passage_jax.contract import CENSOR_FACTOR, FAILURE_REGRET
 from passage_jax.graph import MODEL_NAMES, crop_stats, get_cost_model
 from passage_jax.metrics.types import Route, RouteMetrics, gather_cells, in_bounds
+from passage_jax.precision import pairwise_sum
 from passage_jax.reduce import percentile_of_sorted
 
 __all__ = [
@@ -38,6 +39,14 @@ _BIG_D2 = jnp.iinfo(jnp.int32).max
 
 def _float_dtype(dtype=None):
     return jnp.dtype(dtype) if dtype is not None else jnp.zeros((), float).dtype
+
+
+def _sum(x):
+    """Sum of a 1-D array: XLA's reduction in float64, a pairwise sum in a narrower
+    float (float32 without x64: rounding error ~log2(n) eps instead of up to n eps)."""
+    if x.dtype == jnp.float64:
+        return jnp.sum(x)
+    return pairwise_sum(x)
 
 
 # --------------------------------------------------------------------------- #
@@ -102,7 +111,7 @@ def _cost_of_values(route: Route, zc, ok, model: str, weight, stats, pixel_size_
     w = jnp.asarray(weight, zc.dtype)
     cost = get_cost_model(model).step_cost(d, zc[:-1], zc[1:], w, stats, jnp)
     step_live = (jnp.arange(n - 1) < route.length - 1) & ok[:-1] & ok[1:]
-    return jnp.sum(jnp.where(step_live, cost, 0.0)).astype(zc.dtype)
+    return _sum(jnp.where(step_live, cost, 0.0).astype(zc.dtype)).astype(zc.dtype)
 
 
 def _cost_switch(route: Route, zc, ok, model, weight, stats, pixel_size_m):
@@ -177,7 +186,7 @@ def route_length_pixels(route: Route, dtype=None):
     dr = jnp.abs(cells[1:] - cells[:-1])
     diag = (dr[:, 0] + dr[:, 1]) == 2
     step = jnp.where(diag, jnp.sqrt(jnp.asarray(2.0, dt)), jnp.asarray(1.0, dt))
-    return jnp.sum(jnp.where(jnp.arange(n - 1) < route.length - 1, step, 0.0)).astype(dt)
+    return _sum(jnp.where(jnp.arange(n - 1) < route.length - 1, step, 0.0).astype(dt)).astype(dt)
 
 
 #: Geometry is defined when all cells of both routes fit in a window this wide
@@ -203,7 +212,7 @@ def route_geometry(candidate: Route, reference: Route, dtype=None):
     A revisited cell counts once per visit for ASSD and H95; IoU uses the cell
     sets (one sort of both routes' cell keys). ASSD is normalised by the
     reference length in pixels. Computed in ``dtype`` (default: JAX's default
-    float, float64 under x64). NaN when either route is empty (and ASSD also
+    float, float64 under x64); in float32 the sums are pairwise. NaN when either route is empty (and ASSD also
     when the reference has length 0), and when the live cells of the two
     routes do not fit in a ``GEOMETRY_SPAN``-wide square window.
     """
@@ -221,7 +230,7 @@ def route_geometry(candidate: Route, reference: Route, dtype=None):
     min_b = jnp.min(d2, axis=0)
     da = jnp.sqrt(min_a.astype(dt))
     db = jnp.sqrt(min_b.astype(dt))
-    total = jnp.sum(jnp.where(a_live, da, 0)) + jnp.sum(jnp.where(b_live, db, 0))
+    total = _sum(jnp.where(a_live, da, 0)) + _sum(jnp.where(b_live, db, 0))
     count = (la + lb).astype(dt)
     l_star = route_length_pixels(Route(b, lb), dt)
     # P95 of the minima: sort the exact integers, take roots of two order statistics

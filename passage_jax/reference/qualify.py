@@ -15,7 +15,7 @@ import numpy as np
 from passage_jax.fileio import jsonable
 from passage_jax.graph import OBJECTIVES, VARIANTS, GraphSpec, route_cost, route_problem
 from passage_jax.reference.search import astar, dijkstra
-from passage_jax.reference.vi import solve_batch
+from passage_jax.reference.vi import PRECISION_RTOL, solve_batch
 
 __all__ = [
     "POLICIES", "SOLVERS", "TASK_KEYS", "CROSS_CHECK_RTOL", "ReferenceSolution", "Qualification",
@@ -27,6 +27,7 @@ SOLVERS = {"vi": "value_iteration", "astar": "astar", "dijkstra": "dijkstra"}
 TASK_KEYS = tuple(f"{o}/{v}" for o in OBJECTIVES for v in VARIANTS)
 #: Relative disagreement between the two exact solvers above which a task fails.
 CROSS_CHECK_RTOL = 1e-9
+FLOAT64_RTOL = PRECISION_RTOL["float64"]
 DEFAULT_MAX_SWEEPS = 4096
 DEFAULT_BATCH = 256
 
@@ -43,6 +44,8 @@ class ReferenceSolution:
     status: str
     solver: str
     work: int
+    precision: str = "float64"  # the arithmetic that produced c_star (value iteration may pair floats)
+    precision_rtol: float = FLOAT64_RTOL
 
 
 @dataclasses.dataclass
@@ -66,6 +69,8 @@ class Qualification:
     censored_by: str | None = None
     cross_solver: str | None = None
     cross_work: int | None = None
+    precision: str = "float64"
+    precision_rtol: float = FLOAT64_RTOL
 
     def to_dict(self) -> dict:
         rc = None if self.route_cost is None else float(self.route_cost)
@@ -75,7 +80,8 @@ class Qualification:
                          "solver": self.solver, "work": int(self.work),
                          "censored": bool(self.censored), "censored_by": self.censored_by,
                          "cross_solver": self.cross_solver,
-                         "cross_work": cw})
+                         "cross_work": cw, "precision": self.precision,
+                         "precision_rtol": float(self.precision_rtol)})
 
 
 def _task_model(task):
@@ -91,8 +97,14 @@ def _search(task, solver, max_expansions):
 
 def solve_tasks(tasks, solver: str = "vi", *, max_expansions=None,
                 max_sweeps: int = DEFAULT_MAX_SWEEPS, batch_size: int = DEFAULT_BATCH,
-                sharding=None, strategy: str = "sweep") -> list[ReferenceSolution]:
+                sharding=None, strategy: str = "sweep",
+                precision: str = "auto") -> list[ReferenceSolution]:
     """Exact reference of each task (``passage_jax.data.Task``), in input order.
+
+    ``precision`` selects value iteration's arithmetic (``auto``, ``float64``,
+    ``double_float``; see :func:`passage_jax.reference.solve_batch`); each solution
+    states the path that produced it and its relative tolerance. The CPU searches are
+    float64.
 
     ``solver="vi"`` batches value iteration over tasks of the same grid size
     (chunks of ``batch_size``; ``max_sweeps`` is the budget); ``"astar"`` and
@@ -116,13 +128,15 @@ def solve_tasks(tasks, solver: str = "vi", *, max_expansions=None,
                     np.stack([t.elevation_m for t in ts]), np.stack([t.obstacles for t in ts]),
                     [t.scene.start for t in ts], [t.scene.goal for t in ts],
                     [_task_model(t) for t in ts], [t.weight for t in ts],
-                    max_sweeps=max_sweeps, sharding=sharding, strategy=strategy, routes=True)
+                    max_sweeps=max_sweeps, sharding=sharding, strategy=strategy, routes=True,
+                    precision=precision)
             except ValueError as e:
                 raise ValueError(f"{e} (scene {ts[_failing_item(e)].id})"
                                  if _failing_item(e) is not None else str(e)) from None
             for j, i in enumerate(chunk):
                 out[i] = ReferenceSolution(float(res.c_star[j]), res.routes[j], res.status[j],
-                                           SOLVERS["vi"], int(res.sweeps[j]))
+                                           SOLVERS["vi"], int(res.sweeps[j]), res.precision,
+                                           float(res.precision_rtol))
     return out
 
 
@@ -146,7 +160,8 @@ def _qualify(task, sol: ReferenceSolution, policy: str, cross: ReferenceSolution
     where = f"scene {scene.id} {task.objective}/{task.variant}"
     q = Qualification(sol.c_star, None, False, None, sol.solver, sol.work,
                       cross_solver=None if cross is None else cross.solver,
-                      cross_work=None if cross is None else cross.work)
+                      cross_work=None if cross is None else cross.work,
+                      precision=sol.precision, precision_rtol=sol.precision_rtol)
     if sol.status == "budget_exhausted":
         q.reason = (f"{where}: the exact solve ({sol.solver}) did not finish within its budget "
                     f"(work {sol.work})")
@@ -212,7 +227,8 @@ def _check_policy(policy, reference_cohort_id):
 def qualify_scenes(scenes, policy: str = "released_labels", *, reference_cohort_id=None,
                    solver: str = "vi", max_expansions=None, max_sweeps: int = DEFAULT_MAX_SWEEPS,
                    cross_check: bool = True, batch_size: int = DEFAULT_BATCH,
-                   sharding=None, keys=None, censor: bool = False) -> list[dict]:
+                   sharding=None, keys=None, censor: bool = False,
+                   precision: str = "auto") -> list[dict]:
     """Qualify the tasks of each scene: all 6 (3 objectives x 2 variants), or only
     those named in ``keys`` (``"<objective>/<variant>"``), e.g. the one a run uses.
 
@@ -238,12 +254,12 @@ def qualify_scenes(scenes, policy: str = "released_labels", *, reference_cohort_
         raise ValueError(f"unknown task key(s) {unknown}; known: {list(TASK_KEYS)}")
     tasks = [s.task(*k.split("/")) for s in scenes for k in keys]
     sols = solve_tasks(tasks, solver, max_expansions=max_expansions, max_sweeps=max_sweeps,
-                       batch_size=batch_size, sharding=sharding)
+                       batch_size=batch_size, sharding=sharding, precision=precision)
     cross = [None] * len(tasks)
     if cross_check:
         other = "astar" if solver == "vi" else "vi"
         cross = solve_tasks(tasks, other, max_expansions=max_expansions, max_sweeps=max_sweeps,
-                            batch_size=batch_size, sharding=sharding)
+                            batch_size=batch_size, sharding=sharding, precision=precision)
     out = []
     for i in range(len(scenes)):
         d = {}

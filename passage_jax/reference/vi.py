@@ -63,6 +63,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from passage_jax import precision as _precision
 from passage_jax.graph import MODEL_INDEX, MODEL_NAMES, MOVES, edge_cost_field_by_index, edge_cost_field_np
 from passage_jax.graph.grid import bellman_backup, cell_mask, descent_policy
 from passage_jax.reference.dfloat import (
@@ -114,24 +115,18 @@ PRECISION_RTOL = {"float64": 1e-12, "double_float": 1e-10}
 #: Environment variable read at each solve: "auto" (default), "float64" or "double_float".
 PRECISION_ENV = "PASSAGE_JAX_REFERENCE_PRECISION"
 #: Environment variable: "1" runs the reference solver without float64 (no scoped
-#: ``jax.enable_x64``; "auto" then means double-float; "float64" is refused).
-NO_X64_ENV = "PASSAGE_JAX_NO_X64"
+#: ``jax.enable_x64``; "auto" then means double-float; "float64" is refused). The switch
+#: is shared with every stage: :mod:`passage_jax.precision`.
+NO_X64_ENV = _precision.NO_X64_ENV
 #: Platforms without float64 arithmetic.
-_NO_FLOAT64_PLATFORMS = ("tpu",)
+_NO_FLOAT64_PLATFORMS = _precision.NO_FLOAT64_PLATFORMS
 #: The double-float path's per-step relative error bound (split + sum), 4 * 2**-48.
 _PAIR_STEP_RTOL = SPLIT_RTOL + ADD_RTOL
 
 
 def no_x64() -> bool:
-    """``PASSAGE_JAX_NO_X64`` is set ("1"/"true"/"yes"; "", "0", "false", "no" is off);
-    ValueError naming the variable for any other value."""
-    raw = os.environ.get(NO_X64_ENV, "").strip().lower()
-    if raw in ("", "0", "false", "no"):
-        return False
-    if raw in ("1", "true", "yes"):
-        return True
-    raise ValueError(f"environment variable {NO_X64_ENV}={raw!r} is not one of 1, 0, true, "
-                     "false, yes, no")
+    """``PASSAGE_JAX_NO_X64`` is set (:func:`passage_jax.precision.no_x64`, re-exported)."""
+    return _precision.no_x64()
 
 
 def resolve_precision(precision: str = "auto", platform: str | None = None) -> str:

@@ -16,6 +16,13 @@ validates its inputs, runs the kernel in float64 and returns an :class:`AxisResu
 "Worse" follows the metric's direction: higher for ``success``, lower for every other field.
 Means are over finite values (geometry is NaN off valid routes). None of the flags is a
 significance test.
+
+Precision: every axis value is float64. Where the backend has float64 the kernel runs under
+:func:`passage_jax.precision.kernel_x64`; without it (``kernel_precision() == "float32"``: a
+TPU, or ``PASSAGE_JAX_NO_X64=1``) the host function evaluates the same definitions with NumPy
+in float64 (one pass over at most a few thousand numbers: cheap host work, and a flag that
+compares a value with its threshold must not flip on float32 rounding). ``details["precision"]``
+says which ran: ``"float64"`` (kernel) or ``"float64-host"``.
 """
 from __future__ import annotations
 
@@ -28,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from passage_jax.contract import DIRECTIONS, METRIC_SPEC
+from passage_jax.precision import kernel_precision, kernel_x64
 from passage_jax.reduce import masked_mean, masked_percentile
 
 __all__ = [
@@ -118,6 +126,45 @@ def speedup(t_oracle, t_planner):
 
 
 # --------------------------------------------------------------------------- #
+# the same definitions in NumPy float64 (for backends without float64)
+# --------------------------------------------------------------------------- #
+
+def _finite_mean(x, m=None):
+    keep = np.isfinite(x) if m is None else (m & np.isfinite(x))
+    return float(np.mean(x[keep])) if keep.any() else float("nan")
+
+
+def _cv_host(x):
+    mu = float(np.mean(x))
+    sd = float(np.sqrt(np.mean((x - mu) ** 2)))
+    if sd == 0 or math.isnan(sd):
+        return sd if math.isnan(sd) else 0.0
+    return math.inf if mu == 0 else sd / abs(mu)
+
+
+def _mean_difference_host(a, b):
+    return _finite_mean(a) - _finite_mean(b)
+
+
+def _boundary_delta_host(v, s, top_quantile):
+    """:func:`boundary_delta` of each row of ``v`` (S, n): arrays (d, cut, nb, mb, mf)."""
+    cut = float(np.percentile(s, 100.0 * (1.0 - top_quantile)))
+    edge = s >= cut
+    mb = np.array([_finite_mean(row, edge) for row in v])
+    mf = np.array([_finite_mean(row) for row in v])
+    rows = len(v)
+    return mb - mf, np.full(rows, cut), np.full(rows, int(edge.sum())), mb, mf
+
+
+def _speedup_host(to, tp):
+    return float(np.median(to[np.isfinite(to)]) / np.median(tp[np.isfinite(tp)]))
+
+
+def _precision() -> str:
+    return "float64" if kernel_precision() == "float64" else "float64-host"
+
+
+# --------------------------------------------------------------------------- #
 # host entry points
 # --------------------------------------------------------------------------- #
 
@@ -154,11 +201,15 @@ def stability_axis(per_seed_p90, *, threshold: float = STABILITY_THRESHOLD,
         raise ValueError(f"stability needs the regret p90 of at least two seeds, got {x.size}")
     if seeds is not None and len(seeds) != x.size:
         raise ValueError(f"{len(seeds)} seeds for {x.size} regret p90 values")
-    with jax.enable_x64(True):
-        cv = float(jax.jit(coefficient_of_variation)(x))
+    if kernel_precision() == "float64":
+        with kernel_x64():
+            cv = float(jax.jit(coefficient_of_variation)(x))
+    else:
+        cv = _cv_host(x)
     details = {"per_seed": (x.tolist() if seeds is None
                             else {str(s): float(v) for s, v in zip(seeds, x)}),
-               "mean": float(np.mean(x)), "std_ddof0": float(np.std(x)), "n_seeds": int(x.size)}
+               "mean": float(np.mean(x)), "std_ddof0": float(np.std(x)), "n_seeds": int(x.size),
+               "precision": _precision()}
     return AxisResult("stability", cv, thr, bool(cv > thr), True, details)
 
 
@@ -170,13 +221,16 @@ def geographic_axis(holdout, matched_random, *, higher_is_better: bool = False) 
     for name, v in (("hold-out values", h), ("matched random split values", r)):
         if not np.isfinite(v).any():
             raise ValueError(f"{name}: no finite value")
-    with jax.enable_x64(True):
-        d = float(jax.jit(mean_difference)(h, r))
+    if kernel_precision() == "float64":
+        with kernel_x64():
+            d = float(jax.jit(mean_difference)(h, r))
+    else:
+        d = _mean_difference_host(h, r)
     worse = d < 0 if higher_is_better else d > 0
     details = {"mean_holdout": float(np.mean(h[np.isfinite(h)])),
                "mean_matched_random": float(np.mean(r[np.isfinite(r)])),
                "n_holdout": int(np.isfinite(h).sum()), "n_matched_random": int(np.isfinite(r).sum()),
-               "higher_is_better": bool(higher_is_better)}
+               "higher_is_better": bool(higher_is_better), "precision": _precision()}
     return AxisResult("geographic", d, 0.0, bool(worse), True, details)
 
 
@@ -200,14 +254,17 @@ def odd_boundary_axis(values, stratifier, *, top_quantile: float = DEFAULT_TOP_Q
     if isinstance(top_quantile, bool) or not isinstance(top_quantile, (int, float)) \
             or not 0.0 < float(top_quantile) < 1.0:
         raise ValueError(f"top_quantile must be in (0, 1), got {top_quantile!r}")
-    with jax.enable_x64(True):
-        fn = jax.jit(jax.vmap(boundary_delta, in_axes=(0, None, None)))
-        d, cut, nb, mb, mf = (np.asarray(o) for o in fn(v, s, float(top_quantile)))
+    if kernel_precision() == "float64":
+        with kernel_x64():
+            fn = jax.jit(jax.vmap(boundary_delta, in_axes=(0, None, None)))
+            d, cut, nb, mb, mf = (np.asarray(o) for o in fn(v, s, float(top_quantile)))
+    else:
+        d, cut, nb, mb, mf = _boundary_delta_host(v, s, float(top_quantile))
     details = {"top_quantile": float(top_quantile), "cut": float(cut[0]),
                "n_boundary": int(nb[0]), "n_tasks": int(s.size),
                "per_row": [{"delta": float(a), "mean_boundary": float(b), "mean_full": float(c)}
                            for a, b, c in zip(d, mb, mf)],
-               "higher_is_better": bool(higher_is_better)}
+               "higher_is_better": bool(higher_is_better), "precision": _precision()}
     if not np.all(np.isfinite(d)):
         details["reason"] = "the boundary slice (or all tasks) has no finite value in some row"
         return AxisResult("odd_boundary", float("nan"), 0.0, False, False, details)
@@ -227,8 +284,11 @@ def efficiency_axis(t_oracle, t_planner, *,
     for name, t in (("oracle times", to), ("planner times", tp)):
         if np.any(t <= 0):
             raise ValueError(f"{name}: entry {int(np.flatnonzero(t <= 0)[0])} is not positive")
-    with jax.enable_x64(True):
-        value = float(jax.jit(speedup)(to, tp))
+    if kernel_precision() == "float64":
+        with kernel_x64():
+            value = float(jax.jit(speedup)(to, tp))
+    else:
+        value = _speedup_host(to, tp)
     details = {"t_oracle": float(np.median(to)), "t_planner": float(np.median(tp)),
-               "n_oracle": int(to.size), "n_planner": int(tp.size)}
+               "n_oracle": int(to.size), "n_planner": int(tp.size), "precision": _precision()}
     return AxisResult("efficiency", value, thr, bool(value < thr), True, details)
