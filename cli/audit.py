@@ -16,6 +16,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from cli import launch
+from passage_jax import cluster
 from passage_jax.data import DataError, audit_dataset
 from passage_jax.data.audit import DEFAULT_EXPANSIONS_PER_CELL
 from passage_jax.fileio import atomic_write_json
@@ -40,6 +42,7 @@ def register(parser) -> None:
                              "whose solve runs out is censored, not failed")
     budget.add_argument("--unbounded", action="store_true",
                         help="no expansion budget: every A* cross-check runs to the end")
+    launch.add_flags(parser)
 
 
 def _positive_int(text: str) -> int:
@@ -115,6 +118,9 @@ def print_report(report: dict, console) -> None:
 
 def main(args) -> int:
     console = Console(width=None if sys.stdout.isatty() else 120)
+    code = launch.join(args, "audit")
+    if code is not None:
+        return code
     try:
         budget = (None if args.unbounded else
                   "default" if args.max_expansions is None else args.max_expansions)
@@ -123,12 +129,18 @@ def main(args) -> int:
     except DataError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except cluster.ClusterError as e:
+        return launch.fail("audit", e)
+    failing = report["summary"]["failing"]
+    unqualified = report["summary"]["unqualified"]
+    if not cluster.is_writer():  # every process holds the whole report; process 0 prints it
+        print(f"audit: process {cluster.process_index()} of {cluster.process_count()}: share "
+              f"delivered; process 0 reports", file=sys.stderr)
+        return 1 if failing or unqualified else 0
     print_report(report, console)
     if args.json is not None:
         atomic_write_json(args.json, report)
         console.print(f"wrote {args.json}")
-    failing = report["summary"]["failing"]
-    unqualified = report["summary"]["unqualified"]
     for e in failing:
         print(f"invalid scene {e['id']} ({e['resolution']}x{e['resolution']} {e['split']}): "
               f"{e['error']}", file=sys.stderr)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import sys
 
+from cli import launch
+
 
 def register(p):
     p.add_argument("--spec", required=True, help="run spec (YAML or JSON)")
@@ -17,10 +19,16 @@ def register(p):
     p.add_argument("--dry-run", action="store_true",
                    help="admit the spec and write resolved_protocol.json only: no request runs")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--chunk", type=launch.positive_int, default=None, metavar="K",
+                   help="scenes read and qualified together at admission (default: a budget of "
+                        "grid cells, 1,024 scenes at 64x64, 64 at 256x256); a multi-process launch "
+                        "shares out whole chunks")
+    launch.add_flags(p)
 
 
 def main(args) -> int:
     # command start-up: the library loads only when the command runs (--help stays instant)
+    from passage_jax import cluster  # noqa: PLC0415 (CLI start-up)
     from passage_jax.run import (  # noqa: PLC0415 (CLI start-up)
         AdmissionError,
         OutputFolderTaken,
@@ -34,11 +42,23 @@ def main(args) -> int:
     if args.dry_run and args.resume:
         print("run: --dry-run checks a new run; it cannot be combined with --resume", file=sys.stderr)
         return 2
+    code = launch.join(args, "run")
+    if code is not None:
+        return code
     try:
         spec = load_spec(args.spec)
+        admitted = None
+        if cluster.process_count() > 1 or args.chunk is not None:
+            # every process qualifies its share of the references; process 0 alone runs the
+            # planner requests (they are timed one at a time)
+            admitted = _admit_across_processes(spec, args)
+            if admitted is None:
+                return 0
         summary = run_spec(spec, args.output, progress=False if args.no_progress else None,
                            log=lambda m: print(m, file=sys.stderr), resume=args.resume,
-                           dry_run=args.dry_run)
+                           dry_run=args.dry_run, admitted=admitted)
+    except cluster.ClusterError as e:
+        return launch.fail("run", e)
     except OutputFolderTaken as e:
         hint = ("; to continue an interrupted run there, pass --resume"
                 if "holds a run" in str(e) else "")
@@ -66,3 +86,23 @@ def main(args) -> int:
     else:
         print(f"run written to {args.output}")
     return 0
+
+
+def _admit_across_processes(spec, args):
+    """Admission (``--chunk`` scenes at a time), split across the launch's processes: the
+    admitted run on process 0, None on the others (their share is delivered). Process 0
+    first checks that the output folder can receive the run, so that no process qualifies
+    anything for a refused run."""
+    from passage_jax import cluster  # noqa: PLC0415 (CLI start-up)
+    from passage_jax.run import OutputFolderTaken, admit, holds_run  # noqa: PLC0415 (CLI start-up)
+
+    why = holds_run(args.output) if cluster.is_writer() and not args.resume else None
+    why = cluster.gather_shares(why, what="run: checking the output folder")[0]
+    if why:
+        raise OutputFolderTaken(why)
+    admitted = admit(spec, chunk=args.chunk)
+    if cluster.is_writer():
+        return admitted
+    print(f"run: process {cluster.process_index()} of {cluster.process_count()}: references "
+          f"qualified and delivered; process 0 runs the requests", file=sys.stderr)
+    return None

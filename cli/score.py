@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import sys
 
+from cli import launch
+
 
 def register(p):
     p.add_argument("--run", required=True,
@@ -13,6 +15,11 @@ def register(p):
     p.add_argument("--dataset-path", default=None,
                    help="dataset root to reload the scenes from when the run's recorded root "
                         "moved (its shard and input hashes must match the run's)")
+    p.add_argument("--chunk", type=launch.positive_int, default=None, metavar="K",
+                   help="scenes read and scored together (default: a budget of grid cells, 1,024 "
+                        "scenes at 64x64, 64 at 256x256); a multi-process launch shares out whole "
+                        "chunks")
+    launch.add_flags(p)
 
 
 def hint(e) -> str:
@@ -30,13 +37,25 @@ def hint(e) -> str:
 
 
 def main(args) -> int:
+    from passage_jax import cluster  # noqa: PLC0415 (CLI start-up)
     from passage_jax.evaluate import ScoreError, print_metrics_table, score_run  # noqa: PLC0415 (CLI start-up)
 
+    code = launch.join(args, "score")
+    if code is not None:
+        return code
+    writer = cluster.is_writer()
     try:
         res = score_run(args.run, force=args.force, dataset_path=args.dataset_path,
-                        log=lambda m: print(m, file=sys.stderr))
+                        log=(lambda m: print(m, file=sys.stderr)) if writer else None,
+                        chunk=args.chunk)
     except ScoreError as e:
         print(f"score: {e}{hint(e)}", file=sys.stderr)
         return 2
+    except cluster.ClusterError as e:
+        return launch.fail("score", e)
+    if not writer:
+        print(f"score: process {cluster.process_index()} of {cluster.process_count()}: shares "
+              f"delivered; process 0 wrote the files", file=sys.stderr)
+        return 0
     print_metrics_table(res, title=f"score {args.run}")
     return 0

@@ -2,7 +2,6 @@
 inference protocols in compare and report."""
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import platform
@@ -112,8 +111,10 @@ def test_run_and_dry_run_records_and_noncanonical_marker(cohort, tmp_path, capsy
     spec_path = _spec_file(tmp_path, cohort, "tiled", sentinel=str(sentinel),
                            params_file=str(weights), tile=8, hflip=False)
     out = tmp_path / "run"
-    args = argparse.Namespace(spec=str(spec_path), output=str(out), resume=False, dry_run=True,
-                              no_progress=True)
+    from cli.__main__ import build_parser
+
+    args = build_parser("run").parse_args(["run", "--spec", str(spec_path), "--output", str(out),
+                                           "--dry-run", "--no-progress"])
     assert cli_run(args) == 0
     err = capsys.readouterr().err
     assert NONCANONICAL_MARKER in err and "hflip=False" in err

@@ -27,8 +27,18 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 
-from passage_jax.data.reader import dataset_root, id_places, present_splits, scan_split, scene_summary
+from passage_jax import cluster
+from passage_jax.data.reader import (
+    dataset_root,
+    id_places,
+    present_splits,
+    scan_split,
+    scene_summary,
+    shard_files,
+)
 from passage_jax.data.scene import canonical_split
 from passage_jax.data.validate import DataError
 from passage_jax.fileio import jsonable
@@ -130,6 +140,20 @@ class _Chunks:
             info["references"] = refs
 
 
+def _row_offsets(root, n: int, split: str) -> tuple[dict, int]:
+    """Per shard file (as the scan names it), the split-wide index of its row 0, and the
+    rows of the split (from the Parquet footers; an unreadable file counts no rows: its
+    rows never reach qualification)."""
+    offsets, total = {}, 0
+    for path in shard_files(root, n, split):
+        offsets[str(path)] = total
+        try:
+            total += int(pq.ParquetFile(path).metadata.num_rows)
+        except (pa.ArrowException, OSError):
+            pass
+    return offsets, total
+
+
 def _chosen_splits(root, n: int, splits) -> list[str]:
     """The requested splits in canonical form, or every split folder present."""
     if splits is None:
@@ -196,6 +220,50 @@ def _censored_entry(e: dict, task: str, q: dict, max_expansions) -> dict:
             "work_unit": "sweeps" if by_vi else "expansions"}
 
 
+def _scan(root, n: int, split: str, *, qualify: bool, workers: int, index: dict, size: int,
+          max_expansions) -> list:
+    """Row reports of one split; with ``qualify``, each valid scene's info gains its
+    ``references`` (this process qualifies its share of the rows, the shares are gathered)."""
+    many = qualify and cluster.process_count() > 1
+    mine = range(0, 0)
+    offsets: dict = {}
+    if many:
+        offsets, total = _row_offsets(root, n, split)
+        mine = cluster.process_share(total)
+    chunks = _Chunks(size, max_expansions)
+
+    def on_scene(scene):
+        info = scene_summary(scene)
+        if qualify and (not many or (scene.file in offsets and offsets[scene.file] + scene.row in mine)):
+            chunks.add(scene, info)
+        return info
+
+    def scan():
+        reports = scan_split(root, n, split, on_scene=on_scene, workers=workers, id_index=index)
+        chunks.flush()
+        return reports
+
+    if not many:
+        return scan()
+    held: dict = {}
+
+    def share():
+        held["reports"] = scan()
+        return {(r.file, r.row): r.info["references"] for r in held["reports"]
+                if r.info is not None and "references" in r.info}
+
+    where = f"audit {n}x{n}/{split}: qualifying rows {mine.start}-{mine.stop - 1}"
+    refs: dict = {}
+    for part in cluster.run_share(share, what=where,
+                                  describe=lambda e: f"{where}: {type(e).__name__}: {e}"):
+        refs.update(part)
+    reports = held["reports"]
+    for r in reports:
+        if r.info is not None and (r.file, r.row) in refs:
+            r.info["references"] = refs[(r.file, r.row)]
+    return reports
+
+
 def audit_dataset(root, resolutions, splits=None, workers: int = 4, qualify: bool = True, *,
                   budget="default", chunk_size: int | None = None) -> dict:
     """Scan the dataset and return ``{"scenes": [...], "summary": {...}}`` (JSON-ready).
@@ -210,6 +278,12 @@ def audit_dataset(root, resolutions, splits=None, workers: int = 4, qualify: boo
     int of expansions, or None (unbounded). ``chunk_size`` scenes are qualified
     together (default :func:`chunk_scenes`). Raises :class:`DataError` for layout
     problems, ValueError for a bad ``budget`` or ``chunk_size``.
+
+    In a multi-process launch (:mod:`passage_jax.cluster`) every process validates
+    every row (cheap) and qualifies the valid scenes of its contiguous share of each
+    split's rows; the qualifications are gathered and every process returns the same
+    facts as a single-process audit. A process whose share fails fails the audit on
+    every process (:class:`~passage_jax.cluster.ShareFailed`, naming it).
     """
     root = dataset_root(root)
     budgets = {int(n): resolve_budget(budget, n) for n in resolutions}
@@ -226,16 +300,8 @@ def audit_dataset(root, resolutions, splits=None, workers: int = 4, qualify: boo
         index = id_places(root, n)  # ids over every split folder of the resolution
         per_split = {}
         for split in chosen:
-            chunks = _Chunks(chunk_size or chunk_scenes(n), budgets[int(n)])
-
-            def on_scene(scene, chunks=chunks):
-                info = scene_summary(scene)
-                if qualify:
-                    chunks.add(scene, info)
-                return info
-
-            reports = scan_split(root, n, split, on_scene=on_scene, workers=workers, id_index=index)
-            chunks.flush()
+            reports = _scan(root, n, split, qualify=qualify, workers=workers, index=index,
+                            size=chunk_size or chunk_scenes(n), max_expansions=budgets[int(n)])
             valid = [r for r in reports if r.valid]
             tiles = [r.info["tile"] for r in valid]
             labels = {rule: assign_blocks(tiles, rule) for rule in BLOCK_RULES}

@@ -26,6 +26,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from passage_jax import cluster
 from passage_jax.data import DataError, TaskStream, open_tasks, resolve_dataset_root
 from passage_jax.fileio import read_document, sha256_file
 from passage_jax.graph.routes import route_cost
@@ -61,6 +62,8 @@ class References:
     policy: str
     cohort_id: str | None
     max_expansions: int | None
+    precision: str = "float64"  # the arithmetic path that produced c* (every task's)
+    precision_rtol: float = 1e-12  # its stated relative tolerance on c*
     _identity: str | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
 
     def identity(self) -> str:
@@ -148,7 +151,8 @@ class _Qualifier:
         # CPU search as a cross-check within that budget
         self.cross = spec.reference_max_expansions is not None
         self.cols: dict[str, list] = {k: [] for k in ("sample_id", "c_star", "released_cost", "solver",
-                                                        "reason", "work", "routes", "qualified")}
+                                                        "reason", "work", "routes", "qualified",
+                                                        "precision")}
         self.failures: list[str] = []
 
     def __call__(self, first: int, tasks: list) -> None:
@@ -177,6 +181,16 @@ class _Qualifier:
             c["work"].append(int(qi.work) if qi.work is not None else -1)
             c["routes"].append(route)
             c["qualified"].append(bool(qi.qualified))
+            c["precision"].append((qi.precision, float(qi.precision_rtol)))
+
+    def share(self) -> tuple:
+        """What this process qualified (columns and failures), to gather."""
+        return self.cols, self.failures
+
+    def merge(self, shares: list) -> None:
+        """Take the gathered shares, in process (= task) order, as the columns."""
+        self.cols = {k: [v for cols, _ in shares for v in cols[k]] for k in self.cols}
+        self.failures = [f for _, fails in shares for f in fails]
 
     def finish(self) -> References:
         spec, c = self.spec, self.cols
@@ -189,12 +203,41 @@ class _Qualifier:
         if not np.all(np.isfinite(cs)) or np.any(cs < 0):
             bad = [c["sample_id"][i] for i in np.flatnonzero(~np.isfinite(cs) | (cs < 0))]
             raise AdmissionError(f"references: non-finite or negative c* for scene(s) {bad[:5]}")
+        paths = sorted(set(c["precision"]))
+        if len(paths) > 1:  # one setting per run: a mix means the environment changed mid-way
+            raise AdmissionError(f"references: c* came from several arithmetic paths {paths}")
+        path, rtol = paths[0] if paths else ("float64", 1e-12)
         return References(sample_id=c["sample_id"], c_star=cs, routes=c["routes"],
                           released_cost=np.asarray(c["released_cost"], np.float64),
                           qualified=np.asarray(c["qualified"], bool), solver=c["solver"],
                           reason=c["reason"], work=np.asarray(c["work"], np.int64),
                           policy=spec.reference_policy, cohort_id=spec.reference_cohort_id,
-                          max_expansions=spec.reference_max_expansions)
+                          max_expansions=spec.reference_max_expansions, precision=path,
+                          precision_rtol=rtol)
+
+
+def _qualify_share(qualifier: _Qualifier, tasks: TaskStream) -> tuple:
+    """Qualify this process's share of the chunks (contiguous whole chunks, re-read from
+    the shards: each chunk is one batch, as in a single process); returns the share's
+    columns and failures. An error names the chunk's tasks and scenes."""
+    mine = cluster.chunk_share(len(tasks), tasks.chunk)
+    first = mine.start
+    try:
+        for first, chunk in tasks.chunks(mine.start, mine.stop):
+            try:
+                qualifier(first, chunk)
+            except AdmissionError as e:
+                raise AdmissionError(f"tasks {first}-{first + len(chunk) - 1} (scenes {chunk[0].id} "
+                                     f"to {chunk[-1].id}): {e}") from None
+    except DataError as e:
+        raise AdmissionError(f"data: task {first} onwards: {e}") from None
+    finally:
+        tasks.release()
+    return qualifier.share()
+
+
+def _describe(e: Exception) -> str:
+    return str(e) if isinstance(e, AdmissionError) else f"{type(e).__name__}: {e}"
 
 
 def qualify_references(spec: RunSpec, tasks) -> References:
@@ -324,15 +367,40 @@ def admit(spec: RunSpec, qualify: bool = True, *, chunk: int | None = None) -> A
     The tasks are read once, ``chunk`` scenes at a time; each chunk's references are
     qualified as it is read, and only the compact task facts are kept
     (:class:`~passage_jax.data.TaskStream`): admission's peak memory is one chunk of
-    grids, whatever the number of scenes."""
+    grids, whatever the number of scenes.
+
+    In a multi-process launch (:mod:`passage_jax.cluster`) every process reads the
+    tasks' compact facts, qualifies its contiguous share of the chunks, and the shares
+    are gathered in task order: every process returns the same References as a
+    single-process admission; a process whose share fails fails the admission on
+    every process, naming it."""
     entry = entry_identity(spec)
     checkpoints = checkpoint_files(spec)
     bundle = verify_runtime_bundle(spec.runtime_bundle_manifest)
     device = select_device(spec.device)
     root = resolve_root(spec)
     qualifier = _Qualifier(spec)
-    tasks = open_admitted_tasks(spec, root, on_chunk=qualifier, chunk=chunk)
-    tasks.release()
+    if cluster.process_count() == 1:
+        tasks = open_admitted_tasks(spec, root, on_chunk=qualifier, chunk=chunk)
+        tasks.release()
+    else:
+        held: dict = {}
+
+        def read() -> str:
+            held["tasks"] = open_admitted_tasks(spec, root, chunk=chunk)
+            held["tasks"].release()
+            return hashlib.sha256("\n".join(held["tasks"].input_hashes).encode()).hexdigest()
+
+        seen = cluster.run_share(read, what="admission: reading the tasks", error=AdmissionError,
+                                 describe=_describe)
+        if len(set(seen)) > 1:
+            other = next(i for i, h in enumerate(seen) if h != seen[0])
+            raise AdmissionError(f"data: process {other} read other tasks than process 0 from "
+                                 f"{root} (every process must see the same dataset)")
+        tasks = held["tasks"]
+        qualifier.merge(cluster.run_share(_qualify_share, qualifier, tasks,
+                                          what="admission: qualifying the references",
+                                          error=AdmissionError, describe=_describe))
     shards = shard_identity(tasks)
     refs = qualifier.finish()
     return Admitted(spec=spec, root=root, tasks=tasks, shards=shards, references=refs,

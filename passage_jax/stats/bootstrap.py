@@ -19,10 +19,18 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
 
 from passage_jax.contract import DEFAULT_SEEDS
-from passage_jax.stats.kernels import block_mean_draws, coarse_counts, weighted_quantile_draws
+from passage_jax.precision import kernel_precision, kernel_x64
+from passage_jax.stats.kernels import (
+    block_mean_draws,
+    coarse_counts,
+    exact_block_mean_draws,
+    slice_columns,
+    weighted_quantile_draws,
+)
 
 NAN_POLICIES = ("raise", "omit")
 _CHUNK_ELEMENTS = 1 << 23
@@ -55,6 +63,9 @@ def draw_placement(sharding):
 
     ``None`` -> ``None`` (today's single-device path). ``"auto"`` -> a 1-D mesh ``("draws",)``
     over all local devices of the default backend when there is more than one, else ``None``.
+    ``"global"`` -> the same over every device of every process of a multi-process launch
+    (``jax.devices()``: the global mesh; every process must make the same call with the
+    same inputs, and each receives every draw); in a single process it is ``"auto"``.
     A ``jax.sharding.Sharding`` must split only axis 0 (the draws) of a 2-D (draws, blocks)
     array; multi-device shardings must be ``NamedSharding`` (their mesh gives the replicated
     placement of the per-block sums and sorted values).
@@ -65,16 +76,17 @@ def draw_placement(sharding):
     if sharding is None:
         return None
     if isinstance(sharding, str):
-        if sharding != "auto":
-            raise ValueError(f"sharding must be None, 'auto' or a jax.sharding.Sharding, got {sharding!r}")
-        devs = jax.local_devices()
+        if sharding not in ("auto", "global"):
+            raise ValueError("sharding must be None, 'auto', 'global' or a jax.sharding.Sharding, "
+                             f"got {sharding!r}")
+        devs = jax.devices() if sharding == "global" else jax.local_devices()
         if len(devs) < 2:
             return None
         mesh = Mesh(np.asarray(devs), ("draws",))
         return (NamedSharding(mesh, PartitionSpec("draws", None)), NamedSharding(mesh, PartitionSpec()),
                 len(devs))
     if not isinstance(sharding, Sharding):
-        raise ValueError("sharding must be None, 'auto' or a jax.sharding.Sharding, "
+        raise ValueError("sharding must be None, 'auto', 'global' or a jax.sharding.Sharding, "
                          f"got {type(sharding).__name__}")
     nd = int(sharding.num_devices)
     try:
@@ -215,7 +227,8 @@ def resample_draws(block_index: np.ndarray, n_blocks: int, mean_series: Sequence
     else:
         stream = MultiplicityStream(K, seed)
 
-    with jax.enable_x64(True):
+    exact32 = kernel_precision() == "float32"   # no float64: error-free float32 means
+    with kernel_x64():
         # per-block sums and counts of the retained values
         Jm = len(mean_series)
         sums = np.zeros((K, Jm))
@@ -258,15 +271,24 @@ def resample_draws(block_index: np.ndarray, n_blocks: int, mean_series: Sequence
         chunk = max(1, min(int(chunk), max(1, n_draws)))
         width = -(-chunk // n_shards) * n_shards     # rows per kernel call (padded)
 
+        fetch = np.asarray
         if place is None:
             put_rep = put_draws = jax.numpy.asarray
-        else:
+        elif place[0].is_fully_addressable:
             put_rep = lambda a: jax.device_put(a, place[1])     # noqa: E731
             put_draws = lambda a: jax.device_put(a, place[0])   # noqa: E731
+        else:  # devices of other processes: each process places its pieces of the same array
+            put_rep = lambda a: _global_array(a, place[1])      # noqa: E731
+            put_draws = lambda a: _global_array(a, place[0])    # noqa: E731
+            fetch = _fetch_global
         mean_out = np.empty((n_draws, Jm))
         q_out = np.empty((n_draws, Jq, len(qs)))
         j_sums = put_rep(sums)
         j_counts = put_rep(counts)
+        if exact32 and Jm:
+            max_weight = K if mult is None else float(np.abs(mult).sum(axis=1).max(initial=0.0))
+            sliced = slice_columns(np.concatenate([sums, counts], axis=1), max_weight)
+            j_slices = put_rep(sliced.slices)
         if Jq:
             j_vals, j_blk, j_coarse = map(put_rep, (vals, blk, coarse))
         for start in range(0, n_draws, chunk):
@@ -275,12 +297,26 @@ def resample_draws(block_index: np.ndarray, n_blocks: int, mean_series: Sequence
             block = np.zeros((width, K), dtype=np.float64)
             block[: stop - start] = rows
             jm = put_draws(block)
-            if Jm:
-                mean_out[start:stop] = np.asarray(block_mean_draws(jm, j_sums, j_counts))[: stop - start]
+            if Jm and exact32:
+                mean_out[start:stop] = exact_block_mean_draws(jm, j_slices, sliced,
+                                                              fetch=fetch)[: stop - start]
+            elif Jm:
+                mean_out[start:stop] = fetch(block_mean_draws(jm, j_sums, j_counts))[: stop - start]
             if Jq:
                 r = weighted_quantile_draws(jm, j_vals, j_blk, j_coarse, qs, seg)
-                q_out[start:stop] = np.asarray(r)[: stop - start]
+                q_out[start:stop] = fetch(r)[: stop - start]
     return mean_out, q_out
+
+
+def _global_array(a: np.ndarray, sharding) -> jax.Array:
+    """``a`` (the same on every process) as a global array under ``sharding``."""
+    a = np.asarray(a)
+    return jax.make_array_from_callback(a.shape, sharding, lambda index: a[index])
+
+
+def _fetch_global(x: jax.Array) -> np.ndarray:
+    """Every element of a global array on this process (an all-gather across processes)."""
+    return np.asarray(multihost_utils.process_allgather(x, tiled=True))
 
 
 # ----------------------------------------------------------------------------- results
@@ -428,7 +464,7 @@ def paired_bootstrap(a, b, statistic="mean", blocks=None, *, n_bootstrap: int = 
     task) each draw takes as many whole blocks as observed, with replacement, the same for both
     methods; without, tasks are resampled. ``nan_policy='omit'`` reduces each method's finite
     subset; a draw leaving a subset empty is undefined and makes the interval unavailable.
-    ``sharding``: None, ``"auto"`` or a ``jax.sharding.Sharding`` of the draws axis (see
+    ``sharding``: None, ``"auto"``, ``"global"`` or a ``jax.sharding.Sharding`` of the draws axis (see
     :func:`draw_placement`); the result does not depend on it (a callable statistic runs on
     the host and ignores it).
     """
