@@ -18,6 +18,9 @@ def register(p):
                    help="YAML/JSON ODD bins: {stratifiers: {name: [edges...]}}")
     p.add_argument("--require-identical-limits", action="store_true",
                    help="also refuse runs whose budgets, timing series or deadlines differ")
+    p.add_argument("--allow-precision-mix", action="store_true",
+                   help="pair runs whose references came from different arithmetic paths (float64 / "
+                        "double-float); their c* must agree within the looser stated tolerance")
     p.add_argument("--allow-noncanonical", action="store_true",
                    help="pair a run under the canonical inference protocol with a noncanonical one")
     p.add_argument("--force", action="store_true", help="replace an existing output file")
@@ -46,6 +49,7 @@ def hint(e) -> str:
         LimitsDiffer,
         NoncanonicalPairing,
         OutputExists,
+        PrecisionMismatch,
         RosterHashMissing,
         TestEvidenceError,
     )
@@ -56,6 +60,8 @@ def hint(e) -> str:
         return " (--bootstrap-resamples)"
     if isinstance(e, RosterHashMissing):
         return " (--roster and --roster-sha256 go together)"
+    if isinstance(e, PrecisionMismatch):
+        return " (pass --allow-precision-mix to pair them anyway)"
     if isinstance(e, NoncanonicalPairing):
         return " (pass --allow-noncanonical to pair them anyway)"
     if isinstance(e, LimitsDiffer):
@@ -79,6 +85,7 @@ def main(args) -> int:
                            require_identical_limits=args.require_identical_limits,
                            force=args.force, shard_draws=args.shard_draws,
                            allow_noncanonical=args.allow_noncanonical,
+                           allow_precision_mix=args.allow_precision_mix,
                            paired_test=args.paired_test, test_evidence=args.test_evidence,
                            randomization_draws=args.randomization_draws)
     except CompareError as e:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import json
 
+import numpy as np
 import pytest
 import yaml
 from test_score_support import copy_cohort, spec_dict
@@ -147,3 +148,34 @@ def test_derived_roster_keeps_parent_blocks(cohort, tmp_path):
         derive_roster(parent, ["no-such-task"])
     with pytest.raises(RosterError, match="records no parent"):
         check_derived(parent, parent)
+
+
+def test_reference_precision_recorded_and_pairing_refused(cohort, tmp_path, monkeypatch):
+    from passage_jax.evaluate.compare import PrecisionMismatch
+
+    run_spec(parse_spec(spec_dict("bfs", cohort, n_samples=N)), tmp_path / "f64", progress=False)
+    score_run(tmp_path / "f64")
+    monkeypatch.setenv("PASSAGE_JAX_REFERENCE_PRECISION", "double_float")
+    run_spec(parse_spec(spec_dict("greedy", cohort, n_samples=N)), tmp_path / "df", progress=False)
+    monkeypatch.delenv("PASSAGE_JAX_REFERENCE_PRECISION")
+    score_run(tmp_path / "df")
+    m64, mdf = (json.loads((tmp_path / r / "seed-1234" / "manifest.json").read_text())
+                for r in ("f64", "df"))
+    assert (m64["references"]["precision"], mdf["references"]["precision"]) == ("float64",
+                                                                                "double_float")
+    assert mdf["references"]["precision_rtol"] > m64["references"]["precision_rtol"]
+    with np.load(tmp_path / "df" / "seed-1234" / "references.npz") as z:
+        assert str(z["precision"]) == "double_float"
+        c_df = z["c_star"]
+    with np.load(tmp_path / "f64" / "seed-1234" / "references.npz") as z:
+        c_64 = z["c_star"]
+    # the two paths agree within the double-float tolerance (independent: the arrays)
+    assert np.allclose(c_df, c_64, rtol=1e-10, atol=0)
+    metrics = json.loads((tmp_path / "df" / "seed-1234" / "metrics.json").read_text())
+    assert metrics["precision"]["references"]["path"] == "double_float"
+    with pytest.raises(PrecisionMismatch, match="double_float"):
+        compare_runs(tmp_path / "f64", tmp_path / "df", tmp_path / "c.json", n_resamples=50)
+    res = compare_runs(tmp_path / "f64", tmp_path / "df", tmp_path / "c2.json", n_resamples=50,
+                       allow_precision_mix=True)
+    assert res["reference_precision"]["mixed"] and res["reference_precision"]["B"]["path"] == \
+        "double_float"

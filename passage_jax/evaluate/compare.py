@@ -57,7 +57,8 @@ from passage_jax.stats import (
 from passage_jax.stats.bootstrap import seed_mean_result
 from passage_jax.stats.compare import FAMILY_ALPHA
 
-__all__ = ["RosterMismatch", "bound_roster", "split_role_of",
+__all__ = ["RosterMismatch", "bound_roster", "split_role_of", "PrecisionMismatch",
+           "check_precision", "reference_precision",
            "compare_runs", "CompareError", "OutputExists", "InvalidResamples", "LimitsDiffer",
            "RosterHashMissing", "bin_index",
            "blocks_for", "check_identity", "latency_contrast", "contrast", "COMPARE_FORMAT",
@@ -93,6 +94,10 @@ class RosterHashMissing(CompareError):
 class RosterMismatch(CompareError):
     """The runs were admitted with different rosters, or a roster was given that is not
     the one the runs recorded."""
+
+
+class PrecisionMismatch(CompareError):
+    """The runs' references came from arithmetic paths with different stated tolerances."""
 
 
 class NoncanonicalPairing(CompareError):
@@ -278,8 +283,48 @@ def _first_diff(a: list, b: list, name_a: str = "A", name_b: str = "B") -> str:
     return f"position {i}: {name_a} {a[i]!r}, {name_b} {b[i]!r}"
 
 
-def check_identity(A: dict, B: dict) -> dict:
-    """Refuse mismatched runs; returns the shared identity."""
+def reference_precision(side: dict) -> dict:
+    """The arithmetic path of a run's references (``references.precision`` in its manifests;
+    runs written before it was recorded were float64) and its stated relative tolerance."""
+    got = set()
+    for sc in side["seeds"].values():
+        ref = sc["manifest"].get("references") or {}
+        got.add((ref.get("precision", "float64"), float(ref.get("precision_rtol", 1e-12))))
+    if len(got) != 1:
+        raise CompareError(f"{side['path']}: its seeds record different reference precisions "
+                           f"{sorted(got)}")
+    path, rtol = got.pop()
+    return {"path": path, "rtol": rtol}
+
+
+def check_precision(A: dict, B: dict, allow_mix: bool) -> dict:
+    """Refuse runs whose references came from paths with different stated tolerances unless
+    ``allow_mix``; then their c* must still agree within the looser tolerance (task by task,
+    from per_sample ``oracle_cost``). Returns both statements."""
+    pa, pb = reference_precision(A), reference_precision(B)
+    out = {"A": pa, "B": pb, "mixed": pa != pb}
+    if pa == pb:
+        return out
+    if not allow_mix:
+        raise PrecisionMismatch(f"the references of A came from the {pa['path']} path (rtol "
+                                f"{pa['rtol']:g}) and those of B from the {pb['path']} path (rtol "
+                                f"{pb['rtol']:g}); pairing them must be asked for")
+    rtol = max(pa["rtol"], pb["rtol"])
+    ca = next(iter(A["seeds"].values()))["per_sample"]["oracle_cost"]
+    cb = next(iter(B["seeds"].values()))["per_sample"]["oracle_cost"]
+    if ca.shape != cb.shape or not np.allclose(ca, cb, rtol=rtol, atol=0.0):
+        worst = float(np.max(np.abs(ca - cb) / np.maximum(np.abs(cb), 1e-300))) \
+            if ca.shape == cb.shape else float("inf")
+        raise PrecisionMismatch(f"the two runs' c* differ by {worst:.3g} relative, beyond the "
+                                f"looser stated tolerance {rtol:g}")
+    out["rtol"] = rtol
+    return out
+
+
+def check_identity(A: dict, B: dict, *, precision_mix: bool = False) -> dict:
+    """Refuse mismatched runs; returns the shared identity. With ``precision_mix`` (runs
+    whose references came from different arithmetic paths, c* checked within tolerance by
+    :func:`check_precision`) the references' identity hash may differ."""
     ids = {}
     for name, side in (("A", A), ("B", B)):
         per = [identity(s) for s in side["seeds"].values()]
@@ -303,7 +348,7 @@ def check_identity(A: dict, B: dict) -> dict:
                            f"(tasks_sha256 A {a['tasks']['tasks_sha256']} vs B "
                            f"{b['tasks']['tasks_sha256']})")
     # the policy and cohort first: the identity hash changes with them
-    for k in ("policy", "cohort_id", "identity"):
+    for k in ("policy", "cohort_id") + (() if precision_mix else ("identity",)):
         if a["references"][k] != b["references"][k]:
             raise CompareError(f"references differ ({k}): A {a['references'][k]!r} vs B "
                                f"{b['references'][k]!r}")
@@ -682,7 +727,7 @@ def compare_runs(a, b, output, *, n_resamples: int = DEFAULT_RESAMPLES, alpha: f
                  require_identical_limits: bool = False, force: bool = False,
                  shard_draws: bool = False, allow_noncanonical: bool = False,
                  paired_test: str | None = None, test_evidence=None,
-                 randomization_draws: int = 9999) -> dict:
+                 randomization_draws: int = 9999, allow_precision_mix: bool = False) -> dict:
     """Paired comparison of two scored runs written to ``output``. ``shard_draws`` splits the
     bootstrap draws over all local devices (``sharding="auto"``); results do not depend on it.
     A run under the canonical inference protocol is paired with a noncanonical one only with
@@ -716,7 +761,8 @@ def compare_runs(a, b, output, *, n_resamples: int = DEFAULT_RESAMPLES, alpha: f
     evidence = read_test_evidence(test_evidence) if test_evidence is not None else None
     odd = read_odd_spec(odd_spec) if odd_spec is not None else None
     A, B = load_side(a), load_side(b)
-    shared = check_identity(A, B)
+    precision = check_precision(A, B, allow_precision_mix)
+    shared = check_identity(A, B, precision_mix=precision["mixed"])
     protocols = check_protocols(A, B, allow_noncanonical)
     lim = check_limits(A, B, require_identical_limits)
     pairs, seed_mean = pairs_of(A, B)
@@ -786,6 +832,7 @@ def compare_runs(a, b, output, *, n_resamples: int = DEFAULT_RESAMPLES, alpha: f
                      "references": shared["references"],
                      "timing_profile": shared["timing_profile"]},
         "procedure_limits": lim,
+        "reference_precision": precision,
         "split_roles": roles,
         "test_set_result": all(r["split_role"] == "test" and r["calibration_decisions_sha256"]
                                for r in roles.values()),

@@ -33,7 +33,7 @@ import numpy as np
 
 from passage_jax import cluster
 from passage_jax.contract import IN_PROCESS_TIMING_PROFILE, PRIMARY_METRICS, UNPLACED
-from passage_jax.data import DataError, open_tasks, resolve_dataset_root
+from passage_jax.data import DataError, chunk_scenes, open_tasks, resolve_dataset_root
 from passage_jax.evaluate.components import component_summary, route_stage_column
 from passage_jax.evaluate.latency import series_latency
 from passage_jax.fileio import (
@@ -47,6 +47,7 @@ from passage_jax.fileio import (
 )
 from passage_jax.graph.routes import route_length_pixels
 from passage_jax.metrics import primary_metrics, score_routes, sharding_devices
+from passage_jax.metrics.aggregate import precision_statement
 from passage_jax.protocol.contracts import STATUSES
 from passage_jax.protocol.records import (
     ROUTE_FORMAT_CODE,
@@ -64,7 +65,7 @@ from passage_jax.stats import assign_blocks, block_census
 # module that re-exports names; only the names differ.
 __all__ = [
     "score_run", "score_folder", "load_score", "seed_folders", "timing_profile", "reload_tasks",
-    "open_run_tasks", "read_slim_records", "SCORED_KEYS",
+    "open_run_tasks", "RecordColumns",
     "ScoreError", "AlreadyScored", "DatasetNotFound", "ScoreOutdated", "PER_SAMPLE_FIELDS",
     "PER_SAMPLE_SCALARS", "STRATIFIERS", "METRIC_CONTRACT", "SCORE_FORMAT", "RECEIPT_FORMAT",
     "BLOCK_RULE", "OUTPUTS",
@@ -76,7 +77,7 @@ __all__ = [
 SCORE_SHARDING = "auto"
 
 METRIC_CONTRACT = "passage-qualified-complete-v1"
-SCORE_FORMAT = "passage-jax-score-v1"
+SCORE_FORMAT = "passage-jax-score-v2"  # v2: 0-d quality_repeat_index, precision statements
 RECEIPT_FORMAT = "passage-jax-score-receipt-v1"
 BLOCK_RULE = "main_tile_5deg"
 OUTPUTS = ("per_sample.npz", "metrics.json", "score_receipt.json")
@@ -92,9 +93,6 @@ PER_SAMPLE_FIELDS = (
     "stratum_reference_length_px", "stratum_relief_m", "stratum_elevation_median_m",
     "stratum_superellipse_exponent", "route_stage",
 )
-#: the ``requests.jsonl`` fields scoring reads (the rest of each record is not kept)
-SCORED_KEYS = ("record", "series", "repeat", "task_index", "sample_id", "status", "latency_ms",
-               "deadline_ms", "route_format", "route_stage", "stage_work", "work", "precision")
 #: per_sample.npz 0-d arrays (read with ``.item()``)
 PER_SAMPLE_SCALARS = ("metric_contract", "quality_repeat_index", "block_rule")
 #: numeric per-task stratifiers available to ``compare --odd-spec``
@@ -284,22 +282,72 @@ def reload_tasks(manifest: dict, refs: dict, where: str, dataset_path=None) -> t
     return list(tasks), root, shard_hashes
 
 
-def read_slim_records(path, where: str) -> list[dict]:
-    """The fields of ``requests.jsonl`` records that scoring uses (:data:`SCORED_KEYS`),
-    read line by line; ScoreError naming the line when one is not JSON."""
-    out = []
-    with open(path, encoding="utf-8") as f:
-        for i, line in enumerate(f):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ScoreError(f"{path} line {i + 1}: not JSON: {e}") from None
-            if not isinstance(rec, dict):
-                raise ScoreError(f"{path} line {i + 1}: not a JSON object")
-            out.append({k: rec[k] for k in SCORED_KEYS if k in rec})
-    return out
+class RecordColumns:
+    """The fields of ``requests.jsonl`` that scoring uses, held as columns (a few tens of
+    bytes per record, whatever the number of passes): record, series, repeat, task index,
+    sample id, status, latency, deadline, route format and stage, and the planner's
+    reported precisions; the ``work`` and ``stage_work`` of the headline quality
+    repeat's records only (the components block reads those)."""
+
+    def __init__(self, path, where: str, quality_repeat: int):
+        cols: dict[str, list] = {k: [] for k in ("record", "series", "repeat", "task_index",
+                                                  "sample_id", "status", "latency_ms",
+                                                  "deadline_ms", "route_format", "route_stage")}
+        self.work: dict[int, dict] = {}
+        self.precisions: set = set()
+        with open(path, encoding="utf-8") as f:
+            for line_no, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ScoreError(f"{path} line {line_no}: not JSON: {e}") from None
+                if not isinstance(rec, dict):
+                    raise ScoreError(f"{path} line {line_no}: not a JSON object")
+                i = len(cols["record"])
+                for k in ("record", "series", "repeat", "task_index", "sample_id", "status"):
+                    if k not in rec:
+                        raise ScoreError(f"{where}: requests.jsonl record {i}: missing field {k!r}")
+                if rec["status"] not in STATUSES:
+                    raise ScoreError(f"{where}: record {i}: unknown status {rec['status']!r}")
+                for k in cols:
+                    cols[k].append(rec.get(k))
+                if rec.get("precision"):
+                    self.precisions.add(str(rec["precision"]))
+                if rec["series"] == "warm" and rec["repeat"] == quality_repeat:
+                    self.work[i] = {k: rec.get(k) for k in ("work", "stage_work", "route_stage")}
+        self.record = np.asarray(cols["record"], np.int64)
+        self.series = np.asarray(cols["series"], dtype=str)
+        self.repeat = np.asarray(cols["repeat"], np.int64)
+        self.task_index = np.asarray(cols["task_index"], np.int64)
+        self.sample_id = np.asarray(cols["sample_id"], dtype=str)
+        self.status = np.asarray(cols["status"], dtype=str)
+        self.latency_ms = _float_column(cols["latency_ms"])
+        self.deadline_ms = _float_column(cols["deadline_ms"])
+        self.route_format = np.asarray([str(v or "") for v in cols["route_format"]], dtype=str)
+        self.route_stage = [v for v in cols["route_stage"]]
+
+    def __len__(self) -> int:
+        return len(self.record)
+
+    def latency_records(self, idx) -> list[dict]:
+        """The fields the latency summaries read, for records ``idx``."""
+        return [{"latency_ms": _none_if_nan(self.latency_ms[i]), "status": str(self.status[i]),
+                 "sample_id": str(self.sample_id[i]),
+                 "deadline_ms": _none_if_nan(self.deadline_ms[i])} for i in idx]
+
+    def stage_records(self, idx) -> list[dict]:
+        """``route_stage`` (and for headline records ``work`` / ``stage_work``) of ``idx``."""
+        return [self.work.get(int(i)) or {"route_stage": self.route_stage[i]} for i in idx]
+
+
+def _float_column(values) -> np.ndarray:
+    return np.asarray([np.nan if v is None else float(v) for v in values], np.float64)
+
+
+def _none_if_nan(v):
+    return None if np.isnan(v) else float(v)
 
 
 # --------------------------------------------------------------------------- #
@@ -339,7 +387,7 @@ def _mean_exponent(task) -> float:
         return math.nan
 
 
-def _check_records(records, paths, manifest, where):
+def _check_records(records: RecordColumns, paths, manifest, where):
     n = len(records)
     if len(paths["route_format"]) != n:
         raise ScoreError(f"{where}: paths.npz holds {len(paths['route_format'])} routes for "
@@ -347,14 +395,10 @@ def _check_records(records, paths, manifest, where):
     if manifest.get("n_records") is not None and manifest["n_records"] != n:
         raise ScoreError(f"{where}: manifest says {manifest['n_records']} records, "
                          f"requests.jsonl has {n}")
-    for i, r in enumerate(records):
-        for k in ("record", "series", "repeat", "task_index", "sample_id", "status"):
-            if k not in r:
-                raise ScoreError(f"{where}: requests.jsonl record {i}: missing field {k!r}")
-        if r["record"] != i or int(paths["record_index"][i]) != i:
-            raise ScoreError(f"{where}: record {i} is out of order")
-        if r["status"] not in STATUSES:
-            raise ScoreError(f"{where}: record {i}: unknown status {r['status']!r}")
+    order = np.arange(n, dtype=np.int64)
+    bad = np.flatnonzero((records.record != order) | (np.asarray(paths["record_index"]) != order))
+    if bad.size:
+        raise ScoreError(f"{where}: record {int(bad[0])} is out of order")
 
 
 def quality_summary(per_task: dict, mask, qualified) -> dict:
@@ -373,7 +417,7 @@ def score_folder(folder, force: bool = False, dataset_path=None, *, chunk: int |
     the number of scenes. The results do not depend on ``chunk``.
 
     In a multi-process launch (:mod:`passage_jax.cluster`) each process scores its
-    contiguous share of the tasks (the others' tasks are read, not scored), the
+    contiguous share of the chunks (the others' chunks are read, not scored), the
     per-record results are gathered in task order, and process 0 alone writes the
     files, after every share arrived: they equal a single-process score's."""
     folder = Path(folder)
@@ -384,7 +428,10 @@ def score_folder(folder, force: bool = False, dataset_path=None, *, chunk: int |
     manifest = read_json(folder / "manifest.json")
     input_hashes = {"manifest.json": sha256_file(folder / "manifest.json")}
     input_hashes.update(verify_run_files(folder, manifest))
-    records = read_slim_records(folder / "requests.jsonl", where)
+    timing = manifest.get("timing") or {}
+    q_index = int(timing.get("quality_repeat_index", manifest["spec"]["quality_repeat_index"]))
+    warmup_declared = int(timing.get("latency_warmup", manifest["spec"]["latency_warmup"]))
+    records = RecordColumns(folder / "requests.jsonl", where, q_index)
     try:
         paths = PathsReader(folder / "paths.npz")
     except (KeyError, ValueError, OSError) as e:
@@ -397,34 +444,33 @@ def score_folder(folder, force: bool = False, dataset_path=None, *, chunk: int |
                 input_sha256=[str(x) for x in ref_npz["input_sha256"]])
     _check_records(records, paths.index, manifest, where)
     T = len(refs["sample_id"])
-    timing = manifest.get("timing") or {}
-    q_index = int(timing.get("quality_repeat_index", manifest["spec"]["quality_repeat_index"]))
-    warmup_declared = int(timing.get("latency_warmup", manifest["spec"]["latency_warmup"]))
 
     # score every record (cold, warm-up and warm passes alike), one chunk of tasks at a
     # time while the scenes are read: each chunk's records over every pass
-    ti = np.array([int(r["task_index"]) for r in records], np.int64)
+    ti = records.task_index
     if len(ti) and (ti.min() < 0 or ti.max() >= T):
         raise ScoreError(f"{where}: a record's task_index is outside [0, {T})")
-    for i, r in enumerate(records):
-        if r["sample_id"] != refs["sample_id"][ti[i]]:
-            raise ScoreError(f"{where}: record {i}: sample_id {r['sample_id']} is not task "
-                             f"{ti[i]}'s scene {refs['sample_id'][ti[i]]}")
-    status = np.array([r["status"] for r in records], dtype=str)
+    ref_ids = np.asarray(refs["sample_id"], dtype=str)
+    bad = np.flatnonzero(records.sample_id != ref_ids[ti])
+    if bad.size:
+        i = int(bad[0])
+        raise ScoreError(f"{where}: record {i}: sample_id {records.sample_id[i]} is not task "
+                         f"{ti[i]}'s scene {ref_ids[ti[i]]}")
+    status = records.status
     by_task = np.argsort(ti, kind="stable")
     first_record = np.searchsorted(ti[by_task], np.arange(T + 1))
     per: dict = {}
     rlen = np.full(len(records), -1, np.int64)
     strata = {k: np.empty(T, np.float64) for k in STRATIFIERS}
 
-    mine = cluster.process_share(T)
-    at: list = []  # the tasks being scored: (first, last task, first and last scene)
+    # whole chunks per process: a chunk is scored as one batch, as in a single process
+    size = chunk or chunk_scenes(int((manifest.get("data") or {}).get("resolution") or 1))
+    mine = cluster.chunk_share(T, size)
+    at: list = []  # the chunk being scored: (first, last task, first and last scene)
 
     def score_chunk(first, tasks):
-        lo, hi = max(first, mine.start), min(first + len(tasks), mine.stop)
-        if lo >= hi:
-            return  # another process's share
-        tasks, first = tasks[lo - first:hi - first], lo
+        if first not in mine:
+            return  # another process's chunk
         at[:] = [first, first + len(tasks) - 1, tasks[0].id, tasks[-1].id]
         for k, v in _strata(tasks, refs["routes"][first:first + len(tasks)]).items():
             strata[k][first:first + len(tasks)] = v
@@ -481,8 +527,7 @@ def score_folder(folder, force: bool = False, dataset_path=None, *, chunk: int |
                 strata[k][sh["tasks"].start:sh["tasks"].stop] = v
     if not per:  # a run without records (no tasks) cannot be scored
         raise ScoreError(f"{where}: no records to score")
-    series = np.array([r["series"] for r in records], dtype=str)
-    repeat = np.array([int(r["repeat"]) for r in records], np.int64)
+    series, repeat = records.series, records.repeat
     qualified = refs["qualified"][ti]
 
     # per_sample: warm rows (task x repeat), repeat-major
@@ -493,9 +538,8 @@ def score_folder(folder, force: bool = False, dataset_path=None, *, chunk: int |
         raise ScoreError(f"{where}: warm records do not form {T} tasks x repeats with quality "
                          f"repeat {q_index}")
     clusters = np.asarray(cluster_ids(ref_npz["tile_json"]), dtype=str)
-    lat = np.array([np.nan if r.get("latency_ms") is None else float(r["latency_ms"])
-                    for r in records], np.float64)
-    fmt = np.array([str(r.get("route_format") or "") for r in records], dtype=str)
+    lat = records.latency_ms
+    fmt = records.route_format
     rows = {
         "metric_contract": np.array(METRIC_CONTRACT),
         "reference_qualified": qualified[warm],
@@ -526,7 +570,7 @@ def score_folder(folder, force: bool = False, dataset_path=None, *, chunk: int |
     }
     for k in STRATIFIERS:
         rows[f"stratum_{k}"] = strata[k][ti[warm]]
-    rows["route_stage"] = route_stage_column([records[i] for i in warm])
+    rows["route_stage"] = route_stage_column(records.stage_records(warm))
 
     # quality per pass; headline = quality repeat
     passes = []
@@ -542,7 +586,7 @@ def score_folder(folder, force: bool = False, dataset_path=None, *, chunk: int |
     # components over the headline's rows: the quality repeat's reference-qualified tasks
     comp_idx = np.flatnonzero(headline_mask & qualified)
     try:
-        components = component_summary([records[i] for i in comp_idx],
+        components = component_summary(records.stage_records(comp_idx),
                                        per["success"][comp_idx].astype(bool))
     except ValueError as e:
         raise ScoreError(f"{where}: {e}") from None
@@ -553,8 +597,7 @@ def score_folder(folder, force: bool = False, dataset_path=None, *, chunk: int |
         idx = np.flatnonzero(series == s)
         if idx.size == 0:
             continue
-        recs = [records[i] for i in idx]
-        latency[s] = series_latency(recs, per["success"][idx].astype(bool),
+        latency[s] = series_latency(records.latency_records(idx), per["success"][idx].astype(bool),
                                     warm=(s == "warm" and warmup_declared > 0))
     ok = status == "ok"
     divergence = {
@@ -562,7 +605,7 @@ def score_folder(folder, force: bool = False, dataset_path=None, *, chunk: int |
         "status_not_ok_route_connected_legal": int(np.sum(
             ~ok & per["connected_path"].astype(bool) & ~per["obstacle_violation"].astype(bool))),
     }
-    precisions = sorted({str(r.get("precision")) for r in records if r.get("precision")})
+    precisions = sorted(records.precisions)
     status_counts = {}
     for s in ("cold", "warmup", "warm"):
         vals, cnt = np.unique(status[series == s], return_counts=True)
@@ -588,11 +631,15 @@ def score_folder(folder, force: bool = False, dataset_path=None, *, chunk: int |
         "status_route_divergence": divergence,
         "latency": latency,
         "latency_warm_quality_repeat": series_latency(
-            [records[i] for i in np.flatnonzero(headline_mask)],
+            records.latency_records(np.flatnonzero(headline_mask)),
             per["success"][headline_mask].astype(bool), warm=warmup_declared > 0),
         "block_rule": BLOCK_RULE,
         "block_census": _census(clusters),
-        "precision": {"scoring": "float64 (costs, regret); geometry float64",
+        "precision": {"scoring": scoring_precision(),
+                      "references": {"path": (manifest.get("references") or {}).get("precision",
+                                                                                    "float64"),
+                                     "rtol": (manifest.get("references") or {}).get(
+                                         "precision_rtol", 1e-12)},
                       "planner_reported": precisions or None},
         "references": {"identity": refs["identity"], "policy": str(ref_npz.get("policy", ""))},
         "timing_profile": timing_profile(manifest),
@@ -625,6 +672,13 @@ def score_folder(folder, force: bool = False, dataset_path=None, *, chunk: int |
 def _census(clusters) -> dict:
     c = block_census([None if x == UNPLACED else str(x) for x in clusters])
     return jsonable(c)
+
+
+def scoring_precision() -> dict:
+    """What the scoring kernels ran in: float64, or (no float64 on the backend, or
+    ``PASSAGE_JAX_NO_X64``) float32 geometry with costs and regret in float64 on the
+    host (:func:`passage_jax.metrics.aggregate.precision_statement`)."""
+    return jsonable(precision_statement())
 
 
 def timing_profile(manifest: dict) -> dict:

@@ -144,6 +144,8 @@ def references_arrays(admitted: adm.Admitted) -> dict:
         "policy": np.array(refs.policy),
         "cohort_id": np.array(refs.cohort_id or ""),
         "identity": np.array(refs.identity()),
+        "precision": np.array(refs.precision),
+        "precision_rtol": np.array(refs.precision_rtol, np.float64),
         "resolution": np.array(admitted.spec.resolution, np.int64),
         "split": np.array(admitted.spec.split),
         "task_index": np.arange(n, dtype=np.int64),
@@ -471,6 +473,7 @@ def _manifest(admitted, seed, state: dict, code: dict, made: dict) -> dict:
             "reference_max_expansions": refs.max_expansions,
             "identity": refs.identity(), "n_qualified": int(refs.qualified.sum()),
             "solvers": sorted(set(refs.solver)),
+            "precision": refs.precision, "precision_rtol": refs.precision_rtol,
         },
         "timing": {
             "profile": first.get("profile"),
