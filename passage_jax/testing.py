@@ -26,7 +26,19 @@ from passage_jax.graph import COST_MODELS, OBJECTIVES
 from passage_jax.reference.csgraph import scipy_graph, scipy_task_graph
 
 __all__ = ["terrain_crop", "make_scene", "exact_route", "cost_to_go",
-           "candidate_set", "detour", "king_line"]
+           "candidate_set", "detour", "king_line", "kernel_tol", "FLOAT32_TOL"]
+
+#: tolerance of results computed by float32 kernels (no float64 on the backend, or
+#: ``PASSAGE_JAX_NO_X64``): relative for statistics, absolute in pixels for geometry
+FLOAT32_TOL = 1e-5
+
+
+def kernel_tol(float64_tol: float) -> float:
+    """``float64_tol`` when the kernels run in float64, else :data:`FLOAT32_TOL` (at least):
+    the tolerance a check against an independent float64 computation can hold."""
+    from passage_jax.precision import kernel_precision  # noqa: PLC0415 (testing helper only)
+
+    return float64_tol if kernel_precision() == "float64" else max(float64_tol, FLOAT32_TOL)
 
 
 def terrain_crop(rng: np.random.Generator, n: int) -> tuple[np.ndarray, str]:

@@ -9,8 +9,9 @@ from passage_jax.stats.bootstrap import (
     resample_draws,
     seed_mean_bootstrap,
 )
+from passage_jax.testing import kernel_tol
 
-RTOL = 1e-12
+RTOL = kernel_tol(1e-12)
 
 
 def materialise(x, block_index, mrow):
@@ -32,7 +33,7 @@ def naive_draws(x, block_index, mult, q):
 
 
 def close(a, b):
-    np.testing.assert_allclose(a, b, rtol=RTOL, atol=1e-13, equal_nan=True)
+    np.testing.assert_allclose(a, b, rtol=RTOL, atol=kernel_tol(1e-13), equal_nan=True)
 
 
 def test_multiplicity_rows_sum_to_blocks_and_stream_is_chunk_invariant():
@@ -99,9 +100,10 @@ def test_paired_bootstrap_against_naive(stat, q, with_blocks):
     close(res.draws, ref)
     lo, hi = np.quantile(ref, [0.025, 0.975])
     assert res.ci_available
-    assert res.ci_low == pytest.approx(lo, rel=1e-12) and res.ci_high == pytest.approx(hi, rel=1e-12)
+    tol = kernel_tol(1e-12)
+    assert res.ci_low == pytest.approx(lo, rel=tol) and res.ci_high == pytest.approx(hi, rel=tol)
     est = (np.mean(a) - np.mean(b)) if q is None else np.quantile(a, q) - np.quantile(b, q)
-    assert res.delta == pytest.approx(est, rel=1e-12)
+    assert res.delta == pytest.approx(est, rel=kernel_tol(1e-12))
 
 
 def test_omit_nan_and_unavailable_interval():
@@ -140,7 +142,7 @@ def test_seed_mean_shares_draws_across_seeds():
     for s, p in zip(seeds, per):
         close(res.per_seed[s].draws, p)
     est = np.mean([np.nanquantile(A[s], 0.9) - np.quantile(B[s], 0.9) for s in seeds])
-    assert res.delta == pytest.approx(est, rel=1e-12)
+    assert res.delta == pytest.approx(est, rel=kernel_tol(1e-12))
     assert res.per_seed[2026].n_a == n - 5 and res.n_a == 3 * n - 5
     with pytest.raises(ValueError, match="seeds"):
         seed_mean_bootstrap({1234: A[1234]}, B, blocks=blocks)
@@ -180,9 +182,9 @@ def test_callable_statistic_against_materialised_numpy(with_blocks):
                     for m in mult])
     close(res.draws, ref)
     lo, hi = np.quantile(ref, [0.025, 0.975])
-    assert res.ci_available and res.ci_low == pytest.approx(lo, rel=1e-12)
-    assert res.ci_high == pytest.approx(hi, rel=1e-12)
-    assert res.delta == pytest.approx(trimmed_mean(a) - trimmed_mean(b), rel=1e-12)
+    assert res.ci_available and res.ci_low == pytest.approx(lo, rel=kernel_tol(1e-12))
+    assert res.ci_high == pytest.approx(hi, rel=kernel_tol(1e-12))
+    assert res.delta == pytest.approx(trimmed_mean(a) - trimmed_mean(b), rel=kernel_tol(1e-12))
     assert res.statistic == "callable(trimmed_mean)" and res.n_a == n and res.n_b == n
 
 
@@ -195,9 +197,9 @@ def test_callable_numpy_reductions_equal_the_string_statistics(fn, name):
     fast = paired_bootstrap(a, b, name, blocks=blocks, n_bootstrap=70, seed=2, return_draws=True)
     slow = paired_bootstrap(a, b, fn, blocks=blocks, n_bootstrap=70, seed=2, return_draws=True)
     close(slow.draws, fast.draws)
-    assert slow.ci_low == pytest.approx(fast.ci_low, rel=1e-12)
-    assert slow.ci_high == pytest.approx(fast.ci_high, rel=1e-12)
-    assert slow.delta == pytest.approx(fast.delta, rel=1e-12)
+    assert slow.ci_low == pytest.approx(fast.ci_low, rel=kernel_tol(1e-12))
+    assert slow.ci_high == pytest.approx(fast.ci_high, rel=kernel_tol(1e-12))
+    assert slow.delta == pytest.approx(fast.delta, rel=kernel_tol(1e-12))
 
 
 def test_callable_statistic_omit_keeps_undefined_draws():
