@@ -26,6 +26,7 @@ from passage_jax.data.cohort import (
     build_shipped_cohort,
     eligible_rasters,
     make_cohort,
+    make_geo_splits,
 )
 from passage_jax.data.terrain import RASTERS, TerrainError
 
@@ -48,6 +49,10 @@ def register(parser) -> None:
     parser.add_argument("--rasters", nargs="+", default=None, metavar="KEY",
                         help="shipped rasters to cut from (default: all)")
     parser.add_argument("--rows-per-shard", type=int, default=64, help="default: %(default)s")
+    parser.add_argument("--geo-holdout", nargs="+", default=None, metavar="KEY",
+                        help="write the geographic trust axis's two cohorts under --out: holdout/ "
+                             "from these rasters, matched_random/ from every other raster (same "
+                             "generator, seed and size)")
     parser.add_argument("--shipped", action="store_true",
                         help="rebuild the cohort shipped inside the package (64, 128, 256; splits "
                              "validation, calibration, test) and its manifest.json")
@@ -89,6 +94,23 @@ def _shipped(args, err: Console) -> int:
     return 0
 
 
+def _geo(args, err: Console, t0: float) -> int:
+    try:
+        with _progress_bar(not args.no_progress) as bar:
+            res = make_geo_splits(args.out, args.resolution, args.n_scenes, args.geo_holdout,
+                                  seed=0 if args.seed is None else args.seed, split=args.split,
+                                  coverage_max=args.coverage_max, progress=_Bars(bar))
+    except (CohortError, TerrainError, FileExistsError, ValueError) as e:
+        err.print(f"error: {e}")
+        return 2
+    for name, sm in res["splits"].items():
+        print(f"{name}: {sm['n_scenes']} scenes in {sm['root']} from "
+              + ", ".join(f"{k} {v}" for k, v in sorted(sm["rasters"].items())))
+    print(f"done in {time.perf_counter() - t0:.1f} s; run and score the planner on both roots, then "
+          f"python -m cli trust --holdout RUN --random-split RUN")
+    return 0
+
+
 def main(args) -> int:
     err = Console(stderr=True)
     if args.shipped:
@@ -103,6 +125,8 @@ def main(args) -> int:
             err.print(f"error: unknown raster(s) {unknown}; shipped: {list(RASTERS)}")
             return 2
     t0 = time.perf_counter()
+    if args.geo_holdout is not None:
+        return _geo(args, err, t0)
     try:
         for key, why in eligible_rasters(args.resolution, args.rasters)[1].items():
             err.print(f"skipping raster {key} at this resolution: {why}")

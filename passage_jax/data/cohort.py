@@ -67,7 +67,7 @@ __all__ = [
     "CohortError", "ProgressCallback", "DEFAULT_WEIGHTS", "CELL_SIZE_M", "SOLVER",
     "GENERATOR", "LABEL_RTOL", "SHIPPED_ROOT", "SHIPPED_SEED", "SHIPPED_SPLITS", "SHIPPED_SCENES",
     "eligible_rasters", "crop_tile", "superellipse_mask", "connected", "solve_label", "scene_id",
-    "make_scene", "make_cohort", "build_shipped_cohort",
+    "make_scene", "make_cohort", "build_shipped_cohort", "make_geo_splits", "GEO_SPLIT_ROOTS",
 ]
 
 _MAX_SCENE_TRIES = 200
@@ -381,6 +381,41 @@ def make_cohort(out, resolution: int, split: str, n_scenes: int, *, seed: int = 
     return {"root": str(out), "resolution": resolution, "split": split, "n_scenes": n_scenes,
             "seed": int(seed), "coverage_max": coverage_max, "rasters": used, "skipped": skipped,
             "shards": [str(p) for p in paths]}
+
+
+GEO_SPLIT_ROOTS = ("holdout", "matched_random")
+
+
+def make_geo_splits(out, resolution: int, n_scenes: int, holdout_rasters, *, seed: int = 0,
+                    split: str = "test", coverage_max: float = 0.3,
+                    progress: ProgressCallback | None = None) -> dict:
+    """The two cohorts of the geographic trust axis (seed 000 §5): ``<out>/holdout/`` cut only
+    from ``holdout_rasters`` (regions a planner never saw), and ``<out>/matched_random/`` cut
+    from every other eligible raster. Both hold ``n_scenes`` scenes of ``split`` made by the
+    same generator with the same seed, so their marginals match by construction: the same
+    obstacle-coverage targets and shapes process, the same start-goal separation, the same
+    resolution; only the terrain's region differs. Returns both summaries and, per root, the
+    obstacle coverage and relief (min / median / max) so the match can be read."""
+    holdout = list(dict.fromkeys(holdout_rasters or []))
+    if not holdout:
+        raise CohortError("name at least one raster to hold out")
+    unknown = [k for k in holdout if k not in RASTERS]
+    if unknown:
+        raise CohortError(f"unknown raster(s) {unknown}; shipped: {list(RASTERS)}")
+    eligible = list(eligible_rasters(int(resolution))[0])
+    held = [k for k in holdout if k in eligible]
+    rest = [k for k in eligible if k not in holdout]
+    if not held:
+        raise CohortError(f"none of {holdout} is eligible at {resolution}x{resolution}")
+    if not rest:
+        raise CohortError("every eligible raster is held out: nothing is left for the random split")
+    out = Path(out)
+    summaries = {}
+    for name, keys in zip(GEO_SPLIT_ROOTS, (held, rest)):
+        summaries[name] = make_cohort(out / name, resolution, split, n_scenes, seed=seed,
+                                      coverage_max=coverage_max, rasters=keys, progress=progress)
+        summaries[name]["root"] = str(out / name)
+    return {"holdout_rasters": held, "random_rasters": rest, "splits": summaries}
 
 
 def build_shipped_cohort(out=SHIPPED_ROOT, seed: int = SHIPPED_SEED,
