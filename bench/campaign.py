@@ -63,19 +63,13 @@ from passage_jax.data.cohort import (
     CELL_SIZE_M,
     DEFAULT_WEIGHTS,
     GENERATOR,
-    LABEL_RTOL,
-    SOLVER,
     CohortError,
-    _draw_obstacles,
-    _place_markers,
-    connected,
-    crop_tile,
     eligible_rasters,
-    scene_id,
+    place_scene,
+    scene_row,
     solve_label,
 )
 from passage_jax.data.scene import (
-    DEFAULT_MARKERS,
     PASSAGE_CALIBRATION,
     SPLITS,
     canonical_split,
@@ -85,13 +79,13 @@ from passage_jax.data.scene import (
 from passage_jax.data.terrain import load_raster
 from passage_jax.data.writer import atomic_write_table, rows_to_table
 from passage_jax.fileio import atomic_write_json, read_document
-from passage_jax.graph import OBJECTIVES, VARIANTS, route_cost, route_problem
+from passage_jax.graph import OBJECTIVES, VARIANTS
 from passage_jax.reference.csgraph import scipy_task_graph
 from passage_jax.run.spec import DEFAULTS as SPEC_DEFAULTS
 
 __all__ = [
     "HEADLINE_SCENES", "HEADLINE_SEEDS", "MEMORY_LIMIT_GB", "STEPS", "CAMPAIGN_STEPS",
-    "drop_edges_into", "label_route", "build_shard", "build_cohort", "cohort_folder",
+    "drop_edges_into", "build_shard", "build_cohort", "cohort_folder",
     "fit_line", "project", "measure_command", "main",
 ]
 
@@ -124,34 +118,6 @@ def drop_edges_into(graph: scipy.sparse.csr_matrix, blocked: np.ndarray) -> scip
                                    shape=graph.shape)
 
 
-def label_route(graph, z, obstacles, start, goal, model: str, weight: float):
-    """Optimal (c*, route) from start to goal on a given SciPy graph of the task, with the
-    checks of ``cohort.solve_label`` (legal route, recost within ``LABEL_RTOL``)."""
-    h, w = z.shape
-    s, g = start[0] * w + start[1], goal[0] * w + goal[1]
-    dist, pred = scipy.sparse.csgraph.dijkstra(graph, directed=True, indices=s,
-                                               return_predecessors=True)
-    if not np.isfinite(dist[g]):
-        raise CohortError(f"goal {goal} is unreachable from {start} under {model}")
-    cells = [g]
-    while cells[-1] != s:
-        p = int(pred[cells[-1]])
-        if p < 0 or len(cells) > h * w:
-            raise CohortError("broken predecessor chain in the Dijkstra result")
-        cells.append(p)
-    cells.reverse()
-    route = np.array([(c // w, c % w) for c in cells], dtype=np.int32)
-    problem = route_problem(route, start, goal, obstacles)
-    if problem:
-        raise CohortError(f"Dijkstra route under {model} is not legal: {problem}")
-    c_star = float(dist[g])
-    c_route = route_cost(route, z, model, weight, CELL_SIZE_M)
-    if abs(c_route - c_star) > LABEL_RTOL * c_star:
-        raise CohortError(f"route cost {c_route!r} disagrees with Dijkstra distance {c_star!r} "
-                          f"under {model}")
-    return c_star, route
-
-
 def _crop(seed: int, n: int, split_ix: int, crop: int, order: list, loaded: dict) -> dict:
     key = order[crop % len(order)]
     z_raster, info = loaded[key]
@@ -178,20 +144,13 @@ def _scene(c: dict, rng, n: int, split: str, *, index: int, seed: int, coverage_
            min_sep: int, check: bool) -> dict:
     z = c["z"]
     for _ in range(_MAX_SCENE_TRIES):
-        start, goal = _place_markers(rng, n, min_sep)
-        if goal is None:
-            continue
-        target = float(rng.uniform(coverage_max / 3.0, coverage_max)) if coverage_max > 0 else 0.0
-        for _ in range(_MAX_OBSTACLE_TRIES):
-            obst, n_shapes = _draw_obstacles(rng, n, start, goal, target, coverage_max)
-            if connected(obst, start, goal):
-                break
-        else:
-            continue
-        break
+        placed = place_scene(rng, n, min_sep, coverage_max)
+        if placed is not None:
+            break
     else:
         raise CohortError(f"{c['key']}: no acceptable scene on the crop at ({c['row0']}, "
                           f"{c['col0']}) after {_MAX_SCENE_TRIES} tries")
+    start, goal, obst, obstacles = placed
     routes, c_star = {}, {}
     free = np.zeros_like(obst)
     for obj in OBJECTIVES:
@@ -199,7 +158,7 @@ def _scene(c: dict, rng, n: int, split: str, *, index: int, seed: int, coverage_
         for var in VARIANTS:
             blocked = obst if var == "obstacles" else free
             g = drop_edges_into(c["graphs"][obj], obst) if var == "obstacles" else c["graphs"][obj]
-            cs, route = label_route(g, z, blocked, start, goal, obj, wt)
+            cs, route = solve_label(z, blocked, start, goal, obj, wt, graph=g)
             if check:  # the shipped maker's own labelling, graph built afresh
                 cs2, route2 = solve_label(z, blocked, start, goal, obj, wt)
                 if cs2 != cs or not np.array_equal(route, route2):
@@ -207,33 +166,9 @@ def _scene(c: dict, rng, n: int, split: str, *, index: int, seed: int, coverage_
                                       f"cohort.solve_label ({cs!r} vs {cs2!r})")
             routes[(obj, var)] = route
             c_star[f"{obj}/{var}"] = cs
-    markers = np.zeros((n, n), np.float32)
-    markers[start] = DEFAULT_MARKERS["start"]
-    markers[goal] = DEFAULT_MARKERS["goal"]
-    tensor = np.stack([c["e"], markers, obst.astype(np.float32)], axis=-1)
-    sid = scene_id(split, index)
-    info, row0, col0 = c["info"], c["row0"], c["col0"]
-    metadata = {
-        "index": int(sid),
-        "resolution": n,
-        "split": split,
-        "calibration": dict(PASSAGE_CALIBRATION),
-        "solvers": {obj: {"weight": DEFAULT_WEIGHTS[obj], "solver": SOLVER, "heuristic": "none"}
-                    for obj in OBJECTIVES},
-        "markers": dict(DEFAULT_MARKERS),
-        "tile": crop_tile(info, row0, col0, n, n),
-        "crop": {"row0": row0, "col0": col0, "rows": n, "cols": n, "cell_size_m": CELL_SIZE_M},
-        "obstacles": {"coverage": float(obst.mean()), "target": round(target, 6),
-                      "n_shapes": n_shapes},
-        "source": {"raster": c["key"], "package": info["package"], "version": info["version"],
-                   "member": info["member"], "native_cell_m": info["native_cell_m"],
-                   "native_cell_yx_m": info["native_cell_yx_m"],
-                   "bundle_sha256": info["bundle_sha256"], "fixture": True,
-                   "generator": f"{GENERATOR} (bench/campaign.py)", "seed": seed},
-        "c_star": c_star,
-        "tensor_channels": ["elevation_normalised", "markers", "obstacles"],
-    }
-    return {"id": sid, "tensor": tensor, "routes": routes, "metadata": metadata}
+    return scene_row(c["e"], obst, start, goal, routes, c_star, split=split, index=index,
+                     key=c["key"], info=c["info"], crop=(c["row0"], c["col0"]),
+                     obstacles=obstacles, seed=seed, generator=f"{GENERATOR} (bench/campaign.py)")
 
 
 def build_shard(folder, shard: int, first: int, count: int, *, n: int, split: str, seed: int,

@@ -11,29 +11,19 @@ analysis without ``--force``).
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
+from cli.launch import positive_int
 from passage_jax.evaluate.analyze import AnalyzeError, MissingDependency, StagingExists, analyze_notebooks
 
 __all__ = ["register", "main"]
 
 
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
-    return v
-
-
 def register(parser) -> None:
     parser.add_argument("--dataset-path", required=True,
                         help="dataset root, or 'shipped' for the cohort inside the package")
-    parser.add_argument("--resolution", required=True, type=_positive_int, nargs="+", metavar="N",
+    parser.add_argument("--resolution", required=True, type=positive_int, nargs="+", metavar="N",
                         help="resolution(s) to analyse (folders <N>x<N>)")
     parser.add_argument("--staging-root", required=True, type=Path, metavar="OUT",
                         help="folder that receives <N>x<N>/<notebook>.ipynb and analysis_manifest.json")
@@ -41,9 +31,9 @@ def register(parser) -> None:
                         help="run every notebook (kernel python3 of this interpreter) and keep its outputs")
     parser.add_argument("--split", default="test",
                         help="split the metrics notebooks run the planners on (default: %(default)s)")
-    parser.add_argument("--census-limit", type=_positive_int, default=None, metavar="K",
+    parser.add_argument("--census-limit", type=positive_int, default=None, metavar="K",
                         help="scenes per split read by the census (default: all)")
-    parser.add_argument("--classical-budget", type=_positive_int, default=None, metavar="B",
+    parser.add_argument("--classical-budget", type=positive_int, default=None, metavar="B",
                         help="tasks each planner runs on in the metrics notebooks "
                              "(default: the templates' own)")
     parser.add_argument("--force", action="store_true",

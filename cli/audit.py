@@ -9,7 +9,6 @@ nothing.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -36,23 +35,13 @@ def register(parser) -> None:
     parser.add_argument("--no-qualify", dest="qualify", action="store_false",
                         help="skip reference qualification (validation, census and summaries only)")
     budget = parser.add_mutually_exclusive_group()
-    budget.add_argument("--max-expansions", type=_positive_int, default=None, metavar="K",
+    budget.add_argument("--max-expansions", type=launch.positive_int, default=None, metavar="K",
                         help="expansion budget per task of the A* cross-check (default: "
                              f"{DEFAULT_EXPANSIONS_PER_CELL} x N*N at resolution N); a task "
                              "whose solve runs out is censored, not failed")
     budget.add_argument("--unbounded", action="store_true",
                         help="no expansion budget: every A* cross-check runs to the end")
     launch.add_flags(parser)
-
-
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
-    return v
 
 
 def _fmt3(s, digits=3, pct=False):

@@ -125,10 +125,7 @@ def _tmp(path: Path) -> Path:
 
 
 @contextlib.contextmanager
-def atomic_file(path):
-    """An open binary file at a temporary name beside ``path``; when the block ends
-    without an error it is flushed, fsynced and moved onto ``path``, otherwise removed.
-    For files written piece by piece (too large to build in memory)."""
+def _atomic_open(path):
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _tmp(path)
@@ -143,20 +140,17 @@ def atomic_file(path):
             tmp.unlink()
 
 
+def atomic_file(path):
+    """An open binary file at a temporary name beside ``path`` (a context manager); when
+    the block ends without an error it is flushed, fsynced and moved onto ``path``,
+    otherwise removed. For files written piece by piece (too large to build in memory)."""
+    return _atomic_open(path)
+
+
 def atomic_write_bytes(path, data: bytes) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _tmp(path)
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return path
+    with _atomic_open(path) as f:
+        f.write(data)
+    return Path(path)
 
 
 def atomic_write_text(path, text: str) -> Path:
@@ -301,13 +295,6 @@ class NpzMember:
             a = np.fromfile(f, self.dtype, n * row // max(self.dtype.itemsize, 1))
         return a.reshape((n, *self.shape[1:]))
 
-    def read(self) -> np.ndarray:
-        """The whole array."""
-        if self._whole is not None:
-            return self._whole
-        if not self.shape:
-            raise ValueError(f"{self.path}: a 0-d array has no rows; read it with np.load")
-        return self.rows(0, len(self))
 
 
 def read_document(path, error=ValueError, label: str = "", yaml_allowed: bool = False):

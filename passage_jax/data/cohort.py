@@ -67,7 +67,8 @@ __all__ = [
     "CohortError", "ProgressCallback", "DEFAULT_WEIGHTS", "CELL_SIZE_M", "SOLVER",
     "GENERATOR", "LABEL_RTOL", "SHIPPED_ROOT", "SHIPPED_SEED", "SHIPPED_SPLITS", "SHIPPED_SCENES",
     "eligible_rasters", "crop_tile", "superellipse_mask", "connected", "solve_label", "scene_id",
-    "make_scene", "make_cohort", "build_shipped_cohort", "make_geo_splits", "GEO_SPLIT_ROOTS",
+    "make_scene", "place_scene", "scene_row", "make_cohort", "build_shipped_cohort", "make_geo_splits",
+    "GEO_SPLIT_ROOTS",
 ]
 
 _MAX_SCENE_TRIES = 200
@@ -214,16 +215,21 @@ def _graph(z: np.ndarray, obstacles: np.ndarray, model: str, weight: float):
         raise CohortError(f"{e} under {model}") from None
 
 
-def solve_label(z: np.ndarray, obstacles: np.ndarray, start, goal, model: str, weight: float):
+def solve_label(z: np.ndarray, obstacles: np.ndarray, start, goal, model: str, weight: float, *,
+                graph=None):
     """Optimal (cost, route) from start to goal with ``scipy.sparse.csgraph.dijkstra``.
 
     The route is rebuilt from the predecessor array and recosted with
     ``passage_jax.graph.route_cost``; the two costs must agree to ``LABEL_RTOL``.
+    ``graph``: the task's SciPy graph when the caller already has it (else it is built
+    with :func:`passage_jax.reference.csgraph.scipy_task_graph`).
     """
     h, w = z.shape
     s, g = start[0] * w + start[1], goal[0] * w + goal[1]
-    dist, pred = scipy.sparse.csgraph.dijkstra(_graph(z, obstacles, model, weight), directed=True,
-                                               indices=s, return_predecessors=True)
+    if graph is None:
+        graph = _graph(z, obstacles, model, weight)
+    dist, pred = scipy.sparse.csgraph.dijkstra(graph, directed=True, indices=s,
+                                               return_predecessors=True)
     if not np.isfinite(dist[g]):
         raise CohortError(f"goal {goal} is unreachable from {start} under {model}")
     cells = [g]
@@ -254,6 +260,25 @@ def scene_id(split: str, i: int) -> str:
     return f"{SPLITS.index(split) * 100_000_000 + i:010d}"
 
 
+def place_scene(rng: np.random.Generator, n: int, min_sep: int, coverage_max: float):
+    """One try at a scene's start, goal and obstacles on an N x N crop: markers at least
+    ``min_sep`` apart, a coverage target in ``[coverage_max / 3, coverage_max]`` and
+    superellipse obstacles keeping the goal reachable (up to ``_MAX_OBSTACLE_TRIES``
+    draws). Returns ``(start, goal, obstacles, facts)`` (facts: target, n_shapes,
+    superellipse_exponents), or None when this try found no acceptable placement."""
+    start, goal = _place_markers(rng, n, min_sep)
+    if goal is None:
+        return None
+    target = float(rng.uniform(coverage_max / 3.0, coverage_max)) if coverage_max > 0 else 0.0
+    for _ in range(_MAX_OBSTACLE_TRIES):
+        exponents: list = []
+        obst, n_shapes = _draw_obstacles(rng, n, start, goal, target, coverage_max, exponents)
+        if connected(obst, start, goal):
+            return start, goal, obst, {"target": target, "n_shapes": n_shapes,
+                                       "superellipse_exponents": exponents}
+    return None
+
+
 def make_scene(rng: np.random.Generator, key: str, z_raster: np.ndarray, info: dict, n: int,
                split: str, *, index: int, seed: int, coverage_max: float, min_sep: int) -> dict:
     """One scene row (``writer.write_split`` format) cut from raster ``key``: scene
@@ -269,21 +294,13 @@ def make_scene(rng: np.random.Generator, key: str, z_raster: np.ndarray, info: d
         z = elevation_metres(e, PASSAGE_CALIBRATION)  # what a reader reconstructs
         if not z.max() > z.min():
             continue  # flat crop: no terrain to plan over
-        start, goal = _place_markers(rng, n, min_sep)
-        if goal is None:
-            continue
-        target = float(rng.uniform(coverage_max / 3.0, coverage_max)) if coverage_max > 0 else 0.0
-        for _ in range(_MAX_OBSTACLE_TRIES):
-            exponents: list = []
-            obst, n_shapes = _draw_obstacles(rng, n, start, goal, target, coverage_max, exponents)
-            if connected(obst, start, goal):
-                break
-        else:
-            continue
-        break
+        placed = place_scene(rng, n, min_sep, coverage_max)
+        if placed is not None:
+            break
     else:
         raise CohortError(f"{key}: no acceptable {n}x{n} scene after {_MAX_SCENE_TRIES} tries")
 
+    start, goal, obst, obstacles = placed
     routes, c_star = {}, {}
     free = np.zeros_like(obst)
     for obj in OBJECTIVES:
@@ -293,11 +310,24 @@ def make_scene(rng: np.random.Generator, key: str, z_raster: np.ndarray, info: d
             routes[(obj, var)] = route
             c_star[f"{obj}/{var}"] = c
 
+    return scene_row(e, obst, start, goal, routes, c_star, split=split, index=i, key=key,
+                     info=info, crop=(row0, col0), obstacles=obstacles, seed=seed)
+
+
+def scene_row(e, obst, start, goal, routes: dict, c_star: dict, *, split: str, index: int,
+              key: str, info: dict, crop: tuple, obstacles: dict, seed: int,
+              generator: str = GENERATOR) -> dict:
+    """One scene row (``writer.write_split`` format): the input tensor from the normalised
+    elevation ``e``, the obstacles and the markers, the six labelled ``routes`` and the
+    metadata (``crop`` = (row0, col0) on raster ``key``; ``obstacles`` holds the coverage
+    target, the number of shapes and their super-ellipse exponents)."""
+    n = e.shape[0]
+    row0, col0 = crop
     markers = np.zeros((n, n), np.float32)
     markers[start] = DEFAULT_MARKERS["start"]
     markers[goal] = DEFAULT_MARKERS["goal"]
     tensor = np.stack([e, markers, obst.astype(np.float32)], axis=-1)
-    sid = scene_id(split, i)
+    sid = scene_id(split, index)
     metadata = {
         "index": int(sid),
         "resolution": n,
@@ -308,13 +338,14 @@ def make_scene(rng: np.random.Generator, key: str, z_raster: np.ndarray, info: d
         "markers": dict(DEFAULT_MARKERS),
         "tile": crop_tile(info, row0, col0, n, n),
         "crop": {"row0": row0, "col0": col0, "rows": n, "cols": n, "cell_size_m": CELL_SIZE_M},
-        "obstacles": {"coverage": float(obst.mean()), "target": round(target, 6),
-                      "n_shapes": n_shapes, "superellipse_exponents": exponents},
+        "obstacles": {"coverage": float(obst.mean()), "target": round(obstacles["target"], 6),
+                      "n_shapes": obstacles["n_shapes"],
+                      "superellipse_exponents": obstacles["superellipse_exponents"]},
         "source": {"raster": key, "package": info["package"], "version": info["version"],
                    "member": info["member"], "native_cell_m": info["native_cell_m"],
                    "native_cell_yx_m": info["native_cell_yx_m"],
                    "bundle_sha256": info["bundle_sha256"], "fixture": True,
-                   "generator": GENERATOR, "seed": seed},
+                   "generator": generator, "seed": seed},
         "c_star": c_star,
         "tensor_channels": ["elevation_normalised", "markers", "obstacles"],
     }

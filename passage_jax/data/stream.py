@@ -142,9 +142,11 @@ class TaskStream(collections.abc.Sequence):
 
     def _restart(self) -> None:
         src = self._source
+        # the ids were checked across the split folders when the stream was opened; a re-read
+        # checks each task against its stub (id, file, row, input hash) instead
         self._reader = _task_iter(src["root"], src["resolution"], src["split"], src["objective"],
                                   src["variant"], n_samples=len(self), weight=src["weight"],
-                                  workers=src["workers"])
+                                  workers=src["workers"], check_ids=False)
         self._next = 0
         self.reads += 1
 
@@ -188,8 +190,10 @@ class TaskStream(collections.abc.Sequence):
         return list(out.items())
 
 
-def _task_iter(root, resolution, split, objective, variant, *, n_samples, weight, workers):
-    for scene in iter_scenes(root, resolution, split, n_samples, workers):
+def _task_iter(root, resolution, split, objective, variant, *, n_samples, weight, workers,
+               check_ids: bool = True):
+    for scene in iter_scenes(root, resolution, split, n_samples, workers,
+                             check_unique_ids=check_ids):
         check_weight(scene, objective, weight)
         yield scene.task(objective, variant)
 

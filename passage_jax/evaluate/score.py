@@ -55,7 +55,6 @@ from passage_jax.protocol.records import (
     code_hash,
     input_hash,
     package_versions,
-    read_requests,
     references_identity,
     unpack_routes,
 )
@@ -144,14 +143,6 @@ def seed_folders(path) -> list[Path]:
 
 def read_json(path) -> dict:
     return read_document(path, ScoreError)
-
-
-def read_run_requests(path) -> list[dict]:
-    """The run's ``requests.jsonl`` records (ScoreError when a line is not JSON)."""
-    try:
-        return read_requests(path)
-    except ValueError as e:
-        raise ScoreError(str(e)) from None
 
 
 def load_npz(path) -> dict:

@@ -130,11 +130,6 @@ def open_admitted_tasks(spec: RunSpec, root: Path, on_chunk=None, chunk: int | N
     return tasks
 
 
-def load_admitted_tasks(spec: RunSpec, root: Path) -> list:
-    """Every task of the spec in memory (small runs and tests; a run streams them)."""
-    return list(open_admitted_tasks(spec, root))
-
-
 def shard_identity(tasks: TaskStream) -> list:
     return [{"path": f, "name": Path(f).name, "sha256": sha256_file(f), "rows_used": n}
             for f, n in tasks.shard_rows()]
@@ -238,14 +233,6 @@ def _qualify_share(qualifier: _Qualifier, tasks: TaskStream) -> tuple:
 
 def _describe(e: Exception) -> str:
     return str(e) if isinstance(e, AdmissionError) else f"{type(e).__name__}: {e}"
-
-
-def qualify_references(spec: RunSpec, tasks) -> References:
-    """Qualify each task's reference (tasks in memory, one batch); AdmissionError naming
-    the first scene that fails."""
-    q = _Qualifier(spec)
-    q(0, list(tasks))
-    return q.finish()
 
 
 def _solver_routes(tasks) -> list:
