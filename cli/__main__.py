@@ -3,16 +3,24 @@
 Each command lives in its own module ``cli/<name>.py`` exposing
 ``register(parser)`` (add arguments) and ``main(args) -> int`` (exit status).
 Modules are imported only when their command runs, so ``--help`` is instant.
+
+Every command runs inside one error boundary (:func:`failure_line`): whatever escapes
+it, a full disk, a folder that is a file, a malformed input the command did not
+expect, becomes one line ``<command>: <what failed>`` on standard error and a
+non-zero exit, never a traceback (``--debug`` or ``PASSAGE_JAX_DEBUG=1`` shows it).
 """
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
+import os
 import sys
 
 from passage_jax import __version__
 
-__all__ = ["COMMANDS", "build_parser", "main"]
+__all__ = ["COMMANDS", "build_parser", "main", "failure_line", "EXIT_ERROR", "EXIT_INTERNAL",
+           "DEBUG_ENV"]
 
 #: command -> (module, one-line help). Order is the order of --help.
 COMMANDS = {
@@ -31,17 +39,82 @@ COMMANDS = {
     "doctor": ("cli.doctor", "installed versions against the declared ranges, JAX backend, float64"),
 }
 
+#: exit status of a failure the input or the environment caused (named in one line)
+EXIT_ERROR = 2
+#: exit status of an error inside the evaluator itself (``EX_SOFTWARE``)
+EXIT_INTERNAL = 70
+#: set to 1 to let a failing command end with its traceback
+DEBUG_ENV = "PASSAGE_JAX_DEBUG"
+_MAX_LINE = 600
+#: commands that compile nothing (no persistent compilation cache is set up for them)
+NO_COMPILE = frozenset({"init-spec", "doctor"})
+
 
 def build_parser(load: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m cli", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"passage_jax {__version__}")
+    _debug_flag(parser)
     sub = parser.add_subparsers(dest="command", metavar="<command>")
     sub.required = True
     for name, (module, help_) in COMMANDS.items():
         p = sub.add_parser(name, help=help_, description=help_)
+        _debug_flag(p)
         if name == load:
             importlib.import_module(module).register(p)
     return parser
+
+
+def _persistent_cache() -> None:
+    """JAX's persistent compilation cache for this command and the processes it starts
+    (supervised workers, notebook kernels): :mod:`passage_jax.compilation`."""
+    from passage_jax.compilation import enable_persistent_cache  # noqa: PLC0415 (loads JAX)
+
+    enable_persistent_cache(environ=True)
+
+
+def _debug_flag(p) -> None:
+    p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                   help=f"end a failure with its traceback (also: {DEBUG_ENV}=1)")
+
+
+def _is_library_error(e: BaseException) -> bool:
+    """An error the evaluator raises on purpose (its own classes, or the standard ones it
+    uses to name bad input), as opposed to a bug."""
+    mod = type(e).__module__ or ""
+    return (mod.split(".")[0] in ("passage_jax", "cli")
+            or isinstance(e, (OSError, ValueError, MemoryError, RecursionError, UnicodeError)))
+
+
+def _one_line(text: str) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= _MAX_LINE else text[:_MAX_LINE - 3] + "..."
+
+
+def _os_error(e: OSError) -> str:
+    what = e.strerror or str(e)
+    if e.errno == errno.ENOSPC:
+        what = "no space left on device"
+    elif e.errno == errno.EDQUOT:
+        what = "disk quota exceeded"
+    names = [n for n in (e.filename, getattr(e, "filename2", None)) if n is not None]
+    where = " -> ".join(str(os.fsdecode(n)) for n in names) or "(the file was not named)"
+    code = f" [{errno.errorcode.get(e.errno, e.errno)}]" if e.errno is not None else ""
+    return f"{where}: {what}{code}; nothing incomplete was accepted as a result"
+
+
+def failure_line(command: str, e: BaseException) -> tuple[str, int]:
+    """The one line and exit status that report ``e`` escaping ``command``."""
+    if isinstance(e, OSError) and not type(e).__module__.startswith("passage_jax"):
+        return _one_line(f"{command}: {_os_error(e)}"), EXIT_ERROR
+    if isinstance(e, MemoryError):
+        return _one_line(f"{command}: out of memory{': ' + str(e) if str(e) else ''}"), EXIT_ERROR
+    if isinstance(e, RecursionError):
+        return _one_line(f"{command}: an input is nested too deeply to read ({e})"), EXIT_ERROR
+    text = str(e) or type(e).__name__
+    if _is_library_error(e):
+        return _one_line(f"{command}: {text}"), EXIT_ERROR
+    return (_one_line(f"{command}: internal error {type(e).__name__}: {text} (rerun with --debug "
+                      f"or {DEBUG_ENV}=1 for the traceback)"), EXIT_INTERNAL)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,11 +122,20 @@ def main(argv: list[str] | None = None) -> int:
     command = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(command if command in COMMANDS else None)
     args = parser.parse_args(argv)
-    module = importlib.import_module(COMMANDS[args.command][0])
+    debug = getattr(args, "debug", False) or os.environ.get(DEBUG_ENV, "") not in ("", "0")
     try:
+        if args.command not in NO_COMPILE:
+            _persistent_cache()
+        module = importlib.import_module(COMMANDS[args.command][0])
         return int(module.main(args) or 0)
     except KeyboardInterrupt:
         return 130
+    except Exception as e:  # the boundary: one named line, never a traceback
+        if debug:
+            raise
+        line, code = failure_line(args.command, e)
+        print(line, file=sys.stderr)
+        return code
 
 
 if __name__ == "__main__":

@@ -97,6 +97,7 @@ def jax_summary() -> dict:
 
 def collect(version_of=None) -> dict:
     """Everything ``doctor`` reports, as one JSON-ready dict."""
+    from passage_jax.compilation import cache_usage  # noqa: PLC0415 (CLI start-up)
     from passage_jax.protocol.records import package_versions  # noqa: PLC0415 (CLI start-up)
 
     checks = requirement_checks(version_of=version_of)
@@ -108,6 +109,7 @@ def collect(version_of=None) -> dict:
         "packages": package_versions(),
         "requirements": checks,
         "jax": jax_summary(),
+        "compilation_cache": cache_usage(),
         "ok": all(r["ok"] for r in checks),
     }
 
@@ -129,6 +131,11 @@ def _text(report: dict) -> str:
     lines += ["", f"JAX backend {j['backend']}, {j['device_count']} device(s):"]
     lines += [f"  {d['id']}: {d['platform']} {d['kind']}" for d in j["devices"]]
     lines.append(f"float64 on {j['backend']}: {'yes' if j['float64'] else 'NO'} ({j['float64_detail']})")
+    c = report["compilation_cache"]
+    lines.append(f"compilation cache {c['path']}: " + (
+        "switched off (PASSAGE_JAX_NO_COMPILE_CACHE)" if c["switched_off"] else
+        f"{c['entries']} entries, {c['bytes'] / 2**20:.1f} MiB" if c["exists"] else
+        "empty (made by the first command that compiles)"))
     lines.append("" if report["ok"] else "\nsome runtime dependencies are missing or out of range "
                  "(pip install -c constraints.txt -e . installs the tested versions)")
     return "\n".join(lines).rstrip() + "\n"

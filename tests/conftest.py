@@ -1,4 +1,6 @@
 import os
+import shutil
+import tempfile
 
 import pytest
 
@@ -14,7 +16,33 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
 # stated float32 tolerances, by tests/test_no_x64.py.
 # --------------------------------------------------------------------------- #
 
+# --------------------------------------------------------------------------- #
+# One persistent compilation cache for the whole session, the CLI subprocesses the
+# tests start included (they inherit the JAX_* settings from the environment): a
+# kernel one test compiled is not compiled again by another process. A fresh folder
+# per session unless PASSAGE_JAX_CACHE_DIR names one to keep.
+# --------------------------------------------------------------------------- #
+
+_SESSION_CACHE = None
+
+
+def _session_cache():
+    global _SESSION_CACHE
+    from passage_jax.compilation import CACHE_DIR_ENV, enable_persistent_cache  # noqa: PLC0415
+
+    if not os.environ.get(CACHE_DIR_ENV):
+        _SESSION_CACHE = tempfile.mkdtemp(prefix="passage_jax_test_cache_")
+        os.environ[CACHE_DIR_ENV] = _SESSION_CACHE
+    enable_persistent_cache(environ=True)
+
+
+def pytest_unconfigure(config):
+    if _SESSION_CACHE:
+        shutil.rmtree(_SESSION_CACHE, ignore_errors=True)
+
+
 def pytest_configure(config):
+    _session_cache()
     config.addinivalue_line(
         "markers", "needs_float64(reason): checks float64-only behaviour; skipped under "
                    "PASSAGE_JAX_NO_X64=1 with the reason")

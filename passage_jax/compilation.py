@@ -1,0 +1,206 @@
+"""Compilation: the persistent compilation cache and counting what compiles.
+
+**Persistent cache.** JAX can keep compiled executables on disk and reuse them in
+the next process (``jax_compilation_cache_dir``). Every ``python -m cli`` command
+switches it on (:func:`enable_persistent_cache`) in a per-user folder,
+``$PASSAGE_JAX_CACHE_DIR``, else ``$XDG_CACHE_HOME/passage_jax/jax``, else
+``~/.cache/passage_jax/jax``; ``PASSAGE_JAX_NO_COMPILE_CACHE=1`` switches it off.
+The library itself never changes JAX's global configuration on import: a script or
+a notebook opts in with one call, ``passage_jax.compilation.enable_persistent_cache()``.
+The cache is bounded (:data:`MAX_CACHE_BYTES`, least recently used entries evicted),
+and with a bound JAX guards the folder with a file lock, so the processes of a
+multi-process launch (and concurrent commands) share one folder safely.
+
+**Counting.** :func:`compile_stats` reads JAX's own monitoring events: every
+executable JAX builds or fetches from the cache (``backend_compile``), the cache hits
+among them, and the seconds spent (tracing, lowering, compiling). A
+:class:`CompileCounter` gives the numbers for one block of code; ``score`` and
+``run`` record them in their files, so a change that compiles once per chunk shows
+in the outputs.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+from pathlib import Path
+
+__all__ = ["CACHE_DIR_ENV", "NO_CACHE_ENV", "MAX_CACHE_BYTES", "MIN_COMPILE_SECS",
+           "default_cache_dir", "enable_persistent_cache", "persistent_cache_dir", "cache_usage",
+           "CompileStats", "CompileCounter", "compile_stats"]
+
+CACHE_DIR_ENV = "PASSAGE_JAX_CACHE_DIR"
+NO_CACHE_ENV = "PASSAGE_JAX_NO_COMPILE_CACHE"
+#: bound of the cache folder (entries beyond it are evicted, least recently used first)
+MAX_CACHE_BYTES = 4 << 30
+#: executables that compile faster than this are not worth a disk entry
+MIN_COMPILE_SECS = 0.05
+
+_BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
+_TRACE = "/jax/core/compile/jaxpr_trace_duration"
+_LOWER = "/jax/core/compile/jaxpr_to_mlir_module_duration"
+_CACHE_HIT = "/jax/compilation_cache/cache_hits"
+_CACHE_MISS = "/jax/compilation_cache/cache_misses"
+
+
+def default_cache_dir() -> Path:
+    """The per-user cache folder (``$PASSAGE_JAX_CACHE_DIR``, else the XDG cache home)."""
+    env = os.environ.get(CACHE_DIR_ENV)
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base).expanduser() / "passage_jax" / "jax"
+
+
+def _switched_off() -> bool:
+    return os.environ.get(NO_CACHE_ENV, "") not in ("", "0")
+
+
+def enable_persistent_cache(path=None, *, max_bytes: int = MAX_CACHE_BYTES,
+                            min_compile_secs: float = MIN_COMPILE_SECS,
+                            environ: bool = False) -> Path | None:
+    """Switch JAX's persistent compilation cache on in ``path`` (default
+    :func:`default_cache_dir`); returns the folder, or None when
+    ``PASSAGE_JAX_NO_COMPILE_CACHE`` is set or the folder cannot be made (the cache
+    is an optimisation: without it everything still works, compiling anew).
+
+    Call it before the first computation: JAX reads these settings when it first
+    compiles. With ``environ`` the same settings are also put in ``os.environ``
+    (``JAX_COMPILATION_CACHE_DIR`` ...), for the processes this one starts.
+    """
+    if _switched_off():
+        return None
+    import jax  # noqa: PLC0415 (the cache is opt-in; importing this module does not load JAX)
+
+    folder = Path(path).expanduser() if path is not None else default_cache_dir()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        if not os.access(folder, os.W_OK):
+            return None
+    except OSError:
+        return None
+    jax.config.update("jax_compilation_cache_dir", str(folder))
+    jax.config.update("jax_compilation_cache_max_size", int(max_bytes))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_secs))
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    if environ:
+        os.environ.update({"JAX_COMPILATION_CACHE_DIR": str(folder),
+                           "JAX_COMPILATION_CACHE_MAX_SIZE": str(int(max_bytes)),
+                           "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": str(float(min_compile_secs)),
+                           "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"})
+    _listen()
+    return folder
+
+
+def persistent_cache_dir() -> Path | None:
+    """The folder JAX's persistent cache uses in this process, or None when it is off."""
+    import jax  # noqa: PLC0415 (see enable_persistent_cache)
+
+    d = jax.config.jax_compilation_cache_dir
+    return Path(d) if d else None
+
+
+def cache_usage(path=None) -> dict:
+    """Entries and bytes in a cache folder (default :func:`default_cache_dir`)."""
+    folder = Path(path) if path is not None else default_cache_dir()
+    n = size = 0
+    if folder.is_dir():
+        for p in folder.iterdir():
+            if p.is_file() and p.name.endswith("-cache"):
+                n += 1
+                size += p.stat().st_size
+    return {"path": str(folder), "exists": folder.is_dir(), "entries": n, "bytes": size,
+            "switched_off": _switched_off()}
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileStats:
+    """Executables built or fetched (``compilations``), how many of those came from the
+    persistent cache (``cache_hits``), and the seconds spent compiling (fetches
+    included), lowering and tracing."""
+
+    compilations: int = 0
+    cache_hits: int = 0
+    cache_misses: int = 0
+    compile_s: float = 0.0
+    lower_s: float = 0.0
+    trace_s: float = 0.0
+    traces: int = 0
+
+    def __sub__(self, other: CompileStats) -> CompileStats:
+        return CompileStats(**{f.name: getattr(self, f.name) - getattr(other, f.name)
+                               for f in dataclasses.fields(self)})
+
+    @property
+    def compiled(self) -> int:
+        """Executables compiled anew (not fetched from the persistent cache)."""
+        return self.compilations - self.cache_hits
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d.update(compiled=self.compiled, compile_s=round(self.compile_s, 3),
+                 lower_s=round(self.lower_s, 3), trace_s=round(self.trace_s, 3))
+        return d
+
+
+_lock = threading.Lock()
+_totals = {f.name: 0 for f in dataclasses.fields(CompileStats)}
+_listening = False
+
+
+def _on_duration(event: str, secs: float, **_kw) -> None:
+    key = {_BACKEND_COMPILE: ("compilations", "compile_s"), _LOWER: (None, "lower_s"),
+           _TRACE: ("traces", "trace_s")}.get(event)
+    if key is None:
+        return
+    with _lock:
+        if key[0]:
+            _totals[key[0]] += 1
+        _totals[key[1]] += float(secs)
+
+
+def _on_event(event: str, **_kw) -> None:
+    key = {_CACHE_HIT: "cache_hits", _CACHE_MISS: "cache_misses"}.get(event)
+    if key is not None:
+        with _lock:
+            _totals[key] += 1
+
+
+def _listen() -> None:
+    global _listening
+    with _lock:
+        if _listening:
+            return
+        _listening = True
+    import jax.monitoring as mon  # noqa: PLC0415 (see enable_persistent_cache)
+
+    mon.register_event_duration_secs_listener(_on_duration)
+    mon.register_event_listener(_on_event)
+
+
+def compile_stats() -> CompileStats:
+    """What this process compiled since counting began (the first call of this module's
+    functions that loads JAX)."""
+    _listen()
+    with _lock:
+        return CompileStats(**_totals)
+
+
+class CompileCounter:
+    """The :class:`CompileStats` of a block::
+
+        with CompileCounter() as c:
+            ...
+        c.stats.compilations
+    """
+
+    def __init__(self):
+        self._start = None
+        self.stats = CompileStats()
+
+    def __enter__(self) -> CompileCounter:
+        self._start = compile_stats()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stats = compile_stats() - self._start
