@@ -2,11 +2,12 @@
 
 Each fault planner of ``tests/fault_planners.py`` (hang forever, sleep past the
 deadline, ``os._exit``, SIGSEGV, memory exhaustion, a 100,000-cell looping route,
-2**40 as a coordinate, an exception) runs in its own supervised executor on three
-shipped 64x64 test tasks; it misbehaves on the middle one only, so the table
+2**40 as a coordinate, an exception, child processes (plain, in their own session,
+a double-forked daemon) left behind by a hang) runs in its own supervised executor
+on three shipped 64x64 test tasks; it misbehaves on the middle one only, so the table
 shows the fault's status between two ``ok`` tasks served after it (by a fresh
 worker where the fault killed one). Exits 1 when any status differs from the
-expected one.
+expected one, or when a process a planner started outlives its executor.
 
     python bench/faults.py                  # every fault
     python bench/faults.py --fault hang     # one (repeatable)
@@ -15,7 +16,10 @@ expected one.
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -37,7 +41,26 @@ SETTINGS = {
     "loop": (5000, {}),
     "huge": (5000, {}),
     "raise": (5000, {}),
+    "orphans": (200, {"children": ["plain", "session", "daemon"], "then": "hang"}),
 }
+
+
+def _survivors(pid_dir: str) -> list:
+    """The pids listed in ``pid_dir/*.pids`` that still run (not gone, not zombies)."""
+    left = []
+    for name in sorted(os.listdir(pid_dir)):
+        if not name.endswith(".pids"):
+            continue
+        with open(os.path.join(pid_dir, name)) as f:
+            for pid in map(int, f.read().split()):
+                try:
+                    with open(f"/proc/{pid}/stat") as g:
+                        state = g.read().rsplit(")", 1)[1].split()[0]
+                except OSError:
+                    continue
+                if state != "Z":
+                    left.append(pid)
+    return left
 
 
 def main(argv=None) -> int:
@@ -56,6 +79,9 @@ def main(argv=None) -> int:
         wall, kw = SETTINGS[fault]
         budget = BudgetSpec(wall_time_ms=wall)
         ids = [tasks[1].id]
+        pid_dir = tempfile.mkdtemp(prefix="faults-") if factory == "make_spawner" else None
+        if pid_dir:
+            kw = {**kw, "pid_dir": pid_dir}
         with SupervisedExecutor(f"fault_planners:{factory}", kwargs={"ids": ids, **kw},
                                 grace_ms=args.grace_ms,
                                 memory_mb=args.memory_mb if fault == "memory" else None) as ex:
@@ -68,6 +94,13 @@ def main(argv=None) -> int:
                                                            if rec["route_len"] else "")
                 print(f"{fault:>7} {t.id:>11} {rec['status']:>14} {want:>14} {rec['latency_ms']:>11.1f} "
                       f"{rec['worker']['index']:>7}  {'' if ok else 'UNEXPECTED '}{str(detail)[:90]}")
+        if pid_dir:
+            time.sleep(0.2)
+            left = _survivors(pid_dir)
+            shutil.rmtree(pid_dir, ignore_errors=True)
+            bad += len(left)
+            print(f"{fault:>7} {'':>11} {'':>14} {'':>14} {'':>11} {'':>7}  "
+                  f"{'UNEXPECTED ' + str(left) + ' still running' if left else 'no process left behind'}")
     print(f"{bad} unexpected outcome(s); {time.monotonic() - t_all:.1f} s")
     return 1 if bad else 0
 

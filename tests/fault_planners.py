@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
 from passage_jax.planners.bfs import BFSPlanner
 
 __all__ = ["make_hang", "make_sleeper", "make_exit", "make_segv", "make_hog", "make_looper",
-           "make_huge", "make_raiser", "make_mixed", "make_flax", "looping_route", "LOOP_CELLS", "FAULTS"]
+           "make_huge", "make_raiser", "make_mixed", "make_flax", "make_spawner", "start_child",
+           "looping_route", "LOOP_CELLS", "FAULTS", "CHILD_KINDS"]
 
 #: Length of the looping route of :func:`make_looper`.
 LOOP_CELLS = 100_000
@@ -121,6 +125,52 @@ def make_raiser(ids=None):
     return _wrap(fault, ids)
 
 
+#: What :func:`start_child` can start.
+CHILD_KINDS = ("plain", "session", "daemon", "hog")
+_SLEEP = "import time; time.sleep(600)"
+# a double fork: the middle process starts the grandchild in its own session and exits
+_DAEMON = ("import subprocess, sys; p = subprocess.Popen([sys.executable, '-I', '-S', '-c', sys.argv[1]], "
+           "start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, "
+           "stderr=subprocess.DEVNULL); print(p.pid, flush=True)")
+
+
+def start_child(kind: str, child_mb: int = 0) -> list:
+    """Starts one process of ``kind`` and returns the pids it left running:
+    ``plain`` a sleeping child; ``session`` the same with ``start_new_session=True``;
+    ``daemon`` a double-forked sleeper in its own session whose parent has exited;
+    ``hog`` a child that touches ``child_mb`` MiB of memory and holds it, sleeping."""
+    py = [sys.executable, "-I", "-S", "-c"]
+    quiet = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    if kind == "daemon":
+        out = subprocess.run(py + [_DAEMON, _SLEEP], capture_output=True, text=True, check=True, timeout=60)
+        return [int(out.stdout.split()[0])]
+    if kind == "hog":
+        src = f"b = bytearray({int(child_mb)} << 20); b[::4096] = b'x' * len(b[::4096]); {_SLEEP}"
+        return [subprocess.Popen(py + [src], **quiet).pid]
+    if kind not in ("plain", "session"):
+        raise ValueError(f"child kind {kind!r} is not one of {CHILD_KINDS}")
+    return [subprocess.Popen(py + [_SLEEP], start_new_session=kind == "session", **quiet).pid]
+
+
+def make_spawner(ids=None, *, pid_dir: str, children=("plain",), then: str = "hang", child_mb: int = 0):
+    """Starts processes (``children``: kinds of :func:`start_child`), writes their
+    pids, one a line, to ``<pid_dir>/<sample_id>.pids``, then ``then``: ``hang``
+    (sleeps forever), ``exit`` (``os._exit(3)``) or ``return`` (the BFS route; the
+    processes live on)."""
+    def fault(request, inner):
+        pids = [pid for kind in children for pid in start_child(kind, child_mb)]
+        path = Path(pid_dir) / f"{request.sample_id}.pids"
+        path.with_suffix(".tmp").write_text("".join(f"{p}\n" for p in pids))
+        path.with_suffix(".tmp").replace(path)
+        if then == "exit":
+            os._exit(3)
+        if then == "return":
+            return inner.plan(request)
+        while True:
+            time.sleep(0.05)
+    return _wrap(fault, ids)
+
+
 #: fault name -> (factory name, status every faulty request must get under supervised execution)
 FAULTS = {
     "hang": ("make_hang", "timeout"),
@@ -131,6 +181,7 @@ FAULTS = {
     "loop": ("make_looper", "ok"),
     "huge": ("make_huge", "invalid_path"),
     "raise": ("make_raiser", "runtime_error"),
+    "orphans": ("make_spawner", "timeout"),
 }
 
 

@@ -17,13 +17,33 @@ per worker) while the parent owns the timer and the deadline:
   the next request;
 * the worker dies (segfault, ``os._exit``, killed by the OS): ``runtime_error``
   naming the exit code or signal;
-* the worker's resident memory (``/proc/<pid>/status`` VmRSS, polled every
-  10 ms while a request runs and checked when its reply arrives) passes
-  ``worker_memory_mb``: ``oom``, the worker is killed; a ``MemoryError`` (or an
+* the resident memory of the worker and of the processes it started
+  (``/proc/<pid>/status`` VmRSS, summed; polled every 10 ms while a request
+  runs and checked when its reply arrives) passes ``worker_memory_mb``:
+  ``oom``, the worker is killed; a ``MemoryError`` (or an
   XLA out-of-memory error) raised in the planner is ``oom`` as in-process;
 * each fresh worker first runs ``worker_warmup`` untimed warm-up requests on a
   synthetic scene that cannot be in a roster (or on ``warmup_tasks``); they are
   counted in :attr:`SupervisedExecutor.stats`, never recorded as tasks.
+
+Processes a planner starts die with its worker. Each worker runs in its own
+session and process group (``setsid``), is the child subreaper of everything
+it starts (Linux ``PR_SET_CHILD_SUBREAPER``: an orphaned grandchild, such as a
+double-forked daemon, is re-parented to the worker, not to init) and marks
+its environment with ``PASSAGE_JAX_WORKER=<token>``, which every program the
+planner starts inherits. Whenever a worker is killed (timeout, memory cap),
+found dead (crash) or stopped (executor close, interpreter exit), the parent
+first collects from ``/proc`` every process that descends from the worker,
+shares its session or process group, or carries its token, including
+``start_new_session=True`` children and daemons; it freezes them with
+SIGSTOP (collecting again until nothing new appears) and then kills them all
+with SIGKILL. A small watchdog process per worker (outside its session) does
+the same sweep when the worker disappears without the parent, e.g. when the
+run itself is SIGKILLed. The memory cap counts the resident memory of the
+worker and of every process it started. A process that leaves the worker's
+tree, session and group and clears its environment (or replaces it with one
+without the token) is not found; an adopted orphan that exits stays a zombie
+of its worker until the worker ends.
 
 Every record of a supervised request carries ``worker`` (pid, worker index,
 timed requests served, warm-up requests run, whether it replaced a lost
@@ -34,9 +54,12 @@ from __future__ import annotations
 import atexit
 import contextlib
 import copy
+import inspect
 import multiprocessing
 import os
+import secrets
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -57,7 +80,8 @@ from passage_jax.run.timing import call_planner, execute, finish_record
 
 __all__ = ["Executor", "InProcessExecutor", "SupervisedExecutor", "PlannerBuildError", "open_executor",
            "IN_PROCESS_TIMER", "SUPERVISED_TIMER", "warmup_task", "WORKER_START_TIMEOUT_S",
-           "WARMUP_MIN_WAIT_S", "RSS_POLL_S", "task_payload", "task_from_payload"]
+           "WARMUP_MIN_WAIT_S", "RSS_POLL_S", "TREE_POLL_S", "WORKER_TOKEN_ENV", "task_payload",
+           "task_from_payload", "worker_processes", "kill_worker_processes"]
 
 #: The in-process timing boundary (manifest ``timing.timer``).
 IN_PROCESS_TIMER = ("time.monotonic; covers input preparation, planning, device sync, route "
@@ -75,7 +99,13 @@ WORKER_START_TIMEOUT_S = 600.0
 WARMUP_MIN_WAIT_S = 60.0
 #: Interval of the resident-memory watch while a request runs.
 RSS_POLL_S = 0.01
+#: Interval at which the list of processes a worker started is refreshed for the memory cap.
+TREE_POLL_S = 0.1
+#: Environment variable a worker sets to its token; every program the planner starts inherits it.
+WORKER_TOKEN_ENV = "PASSAGE_JAX_WORKER"
 _IDLE_POLL_S = 0.25
+_SWEEP_ROUNDS = 50
+_WATCH_POLL_S = 0.1
 
 
 class PlannerBuildError(RuntimeError):
@@ -194,6 +224,160 @@ def warmup_task(like, index: int = 0) -> Task:
 
 
 # --------------------------------------------------------------------------- #
+# the processes a worker started
+# --------------------------------------------------------------------------- #
+# Only os, signal and time (and the constants above) in the next five functions:
+# the watchdog runs their source in a bare interpreter (``python -I -S``).
+
+def _proc_table() -> dict:
+    """pid -> (state, ppid, process group, session) of every process in ``/proc``
+    ({} where there is no ``/proc``)."""
+    table = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return table
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                data = f.read()
+            rest = data[data.rindex(b")") + 2:].split()
+            table[int(name)] = (rest[0].decode(), int(rest[1]), int(rest[2]), int(rest[3]))
+        except (OSError, ValueError, IndexError):
+            continue
+    return table
+
+
+def _has_token(pid: int, marker: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return marker in f.read().split(b"\0")
+    except OSError:
+        return False
+
+
+def _tree_members(root: int, token, root_alive: bool) -> set:
+    """The live processes of worker ``root``: its descendants, the members of its
+    session and process group, and every process whose environment carries
+    ``token``; ``root`` itself when ``root_alive`` (started and not yet reaped)."""
+    table = _proc_table()
+    entry = table.get(root)
+    found = set()
+    if root_alive or entry is None or entry[0] == "Z":  # else the pid is another process's now
+        found.update(p for p, (_, _, pgrp, sid) in table.items() if p != root and root in (pgrp, sid))
+    if token:
+        marker = f"{WORKER_TOKEN_ENV}={token}".encode()
+        found.update(p for p in table if p != root and p not in found and _has_token(p, marker))
+    kids = {}
+    for p, (_, ppid, _, _) in table.items():
+        kids.setdefault(ppid, []).append(p)
+    stack = list(found) + ([root] if root_alive else [])
+    while stack:
+        for c in kids.get(stack.pop(), ()):
+            if c != root and c not in found:
+                found.add(c)
+                stack.append(c)
+    if root_alive:
+        found.add(root)
+    found.discard(os.getpid())
+    return {p for p in found if p in table and table[p][0] != "Z"}
+
+
+def _kill_tree(root: int, token, root_alive: bool, spare_root: bool = False) -> set:
+    """Freeze every process of worker ``root`` (:func:`_tree_members`) with SIGSTOP,
+    collecting again until no new one appears, then SIGKILL them all; ``spare_root``:
+    leave the worker itself running. Returns the pids signalled."""
+    stopped = set()
+    for _ in range(_SWEEP_ROUNDS):
+        new = _tree_members(root, token, root_alive) - stopped
+        if spare_root:
+            new.discard(root)
+        if not new:
+            break
+        for p in new:
+            try:
+                os.kill(p, signal.SIGSTOP)
+            except OSError:
+                pass
+        stopped |= new
+    for p in stopped:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except OSError:
+            pass
+    return stopped
+
+
+def _watch(worker_pid: int, token) -> None:
+    """The watchdog's loop: once the worker is gone (this process is re-parented),
+    kill whatever it left behind."""
+    while os.getppid() == worker_pid:
+        time.sleep(_WATCH_POLL_S)
+    _kill_tree(worker_pid, token, False)
+
+
+def _watchdog_source() -> str | None:
+    """The watchdog program (``argv``: worker pid, token), or None when the source
+    of its functions is not available."""
+    try:
+        body = "\n\n".join(inspect.getsource(f) for f in (_proc_table, _has_token, _tree_members,
+                                                         _kill_tree, _watch))
+    except (OSError, TypeError):
+        return None
+    head = (f"import os, signal, sys, time\nWORKER_TOKEN_ENV = {WORKER_TOKEN_ENV!r}\n"
+            f"_SWEEP_ROUNDS = {_SWEEP_ROUNDS!r}\n_WATCH_POLL_S = {_WATCH_POLL_S!r}\n\n")
+    return head + body + "\n\n_watch(int(sys.argv[1]), sys.argv[2])\n"
+
+
+def _children(pid: int) -> list:
+    out = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out.extend(int(x) for x in f.read().split())
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def worker_processes(pid: int) -> list:
+    """The descendants of process ``pid`` (``/proc/<pid>/task/*/children``, or a
+    ``/proc`` scan where the kernel has no children files); [] without ``/proc``."""
+    if os.path.exists(f"/proc/{pid}/task/{pid}/children"):
+        step = _children
+    else:
+        kids: dict = {}
+        for p, (_, ppid, _, _) in _proc_table().items():
+            kids.setdefault(ppid, []).append(p)
+
+        def step(p):
+            return kids.get(p, [])
+    out, seen, stack = [], {pid}, [pid]
+    while stack:
+        for c in step(stack.pop()):
+            if c not in seen:
+                seen.add(c)
+                out.append(c)
+                stack.append(c)
+    return out
+
+
+def kill_worker_processes(pid: int, token: str | None, alive: bool, spare_worker: bool = False) -> set:
+    """Kill every process worker ``pid`` started: its descendants (a worker is the
+    child subreaper of its tree), its session and process group, and every process
+    whose environment has ``PASSAGE_JAX_WORKER=<token>``; all are frozen (SIGSTOP)
+    before any is killed (SIGKILL). ``alive``: the worker is started and not yet
+    reaped (then it is killed too unless ``spare_worker``). Returns the pids signalled."""
+    return _kill_tree(pid, token, alive, spare_root=spare_worker)
+
+
+# --------------------------------------------------------------------------- #
 # the worker process
 # --------------------------------------------------------------------------- #
 
@@ -205,6 +389,52 @@ def _die_with_parent():
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except Exception:  # noqa: BLE001  (not Linux: the worker still exits on EOF)
         pass
+
+
+_WATCHDOG: list = []
+
+
+def _pid_exists(pid) -> bool:
+    """Whether process ``pid`` exists (True for None: nothing to check)."""
+    if pid is None:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def _isolate(token: str | None) -> int | None:
+    """Worker start-up: its own session and process group, the child subreaper of
+    everything it starts (Linux), ``PASSAGE_JAX_WORKER=<token>`` in its environment
+    and the watchdog (outside the session, without the token). Returns the
+    watchdog's pid (None when it could not start)."""
+    with contextlib.suppress(OSError):
+        os.setsid()
+    try:
+        import ctypes  # noqa: PLC0415 (worker start-up, Linux only)
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
+    except Exception:  # noqa: BLE001  (not Linux: the session, group and token remain)
+        pass
+    if not token:
+        return None
+    os.environ[WORKER_TOKEN_ENV] = token
+    src = _watchdog_source()
+    if src is None:
+        return None
+    env = {k: v for k, v in os.environ.items() if k != WORKER_TOKEN_ENV}
+    try:
+        proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", src, str(os.getpid()), token], env=env,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+    except OSError:
+        return None
+    _WATCHDOG.append(proc)
+    return proc.pid
 
 
 def _resolve_device(desc):
@@ -221,6 +451,9 @@ def _resolve_device(desc):
 def _worker_main(conn, config: dict) -> None:
     """Worker loop: build the planner once, then answer requests until told to stop."""
     _die_with_parent()
+    if not _pid_exists(config.get("parent_pid")):
+        os._exit(1)  # the parent died before the death signal was armed
+    watchdog = _isolate(config.get("token"))
     sys.path[:] = list(config["sys_path"])
     try:
         device = _resolve_device(config["device"])
@@ -230,7 +463,7 @@ def _worker_main(conn, config: dict) -> None:
         text = "".join(traceback.format_exception_only(type(e), e)).strip()[-2000:]
         conn.send(("build_error", f"{type(e).__name__}: {text}"))
         return
-    conn.send(("ready", {"pid": os.getpid(), "name": getattr(planner, "name", None)}))
+    conn.send(("ready", {"pid": os.getpid(), "name": getattr(planner, "name", None), "watchdog": watchdog}))
     while True:
         try:
             msg = conn.recv()
@@ -291,31 +524,67 @@ def _kill_live_workers():  # runs before multiprocessing joins its children at e
 
 class _Worker:
     def __init__(self, ctx, config: dict, index: int):
+        self.token = f"{os.getpid()}-{index}-{secrets.token_hex(8)}"
         self.conn, child = ctx.Pipe(duplex=True)
-        self.proc = ctx.Process(target=_worker_main, args=(child, config), name=f"passage-worker-{index}")
+        self.proc = ctx.Process(target=_worker_main, args=(child, dict(config, token=self.token)),
+                                name=f"passage-worker-{index}")
         self.index = index
         self.requests = 0
         self.warmup = 0
         self.warmed = False  # warm-up done (or given up)
+        self.watchdog: int | None = None
+        self.swept: set = set()  # pids of the worker's own processes killed with it
+        self._done = False
+        self._tree: list = []
+        self._tree_t = -1.0
         self.proc.start()
         child.close()
         self.pid = self.proc.pid
         _LIVE.add(self)
 
+    def processes(self) -> list:
+        """The processes the worker started (not its watchdog), refreshed every
+        :data:`TREE_POLL_S`."""
+        now = time.monotonic()
+        if now - self._tree_t >= TREE_POLL_S:
+            self._tree = [p for p in worker_processes(self.pid) if p != self.watchdog]
+            self._tree_t = now
+        return self._tree
+
     def kill(self):
-        if self.proc.exitcode is None:
+        """Kill the worker and every process it started (once; later calls do nothing)."""
+        if self._done:
+            return
+        alive = self.proc.exitcode is None
+        signalled = kill_worker_processes(self.pid, self.token, alive)
+        if alive:
             with contextlib.suppress(OSError):
-                os.kill(self.pid, signal.SIGKILL)
+                os.killpg(self.pid, signal.SIGKILL)
         self.proc.join(5.0)
+        self.swept = signalled - {self.pid, self.watchdog}
+        self._done = True
         with contextlib.suppress(OSError):
             self.conn.close()
         _LIVE.discard(self)
 
     def stop(self):
+        """Kill the processes the worker started, let the worker exit, then sweep again."""
+        if self._done:
+            return
+        if self.proc.exitcode is None:
+            kill_worker_processes(self.pid, self.token, True, spare_worker=True)
         with contextlib.suppress(OSError, ValueError):
             self.conn.send(("stop",))
         self.proc.join(2.0)
         self.kill()
+
+    def killed_note(self, died: bool = False) -> str:
+        """What :meth:`kill` did to the worker's own processes, for the record's error."""
+        n = len(self.swept)
+        if not n:
+            return ""
+        what = f"the {n} process{'es' if n > 1 else ''} it started"
+        return f"; {what} killed (SIGKILL)" if died else f", with {what}"
 
 
 class SupervisedExecutor:
@@ -341,7 +610,7 @@ class SupervisedExecutor:
         self.warmup = int(warmup)
         self.warmup_tasks = list(warmup_tasks) if warmup_tasks else None
         self._config = {"inference": inference, "inference_format": inference_format,
-                        "kwargs": dict(kwargs or {}), "sys_path": list(sys.path),
+                        "kwargs": dict(kwargs or {}), "sys_path": list(sys.path), "parent_pid": os.getpid(),
                         "device": None if device is None else (device.platform, int(device.id))}
         self._ctx = multiprocessing.get_context("spawn")
         self._worker: _Worker | None = None
@@ -365,6 +634,7 @@ class SupervisedExecutor:
         kind, value = self._await(w, t0 + WORKER_START_TIMEOUT_S, req_id=None)
         if kind == "msg" and value[0] == "ready":
             self.planner_name = value[1].get("name")
+            w.watchdog = value[1].get("watchdog")
             self._worker = w
             self.stats["worker_start_ms"].append(round((time.monotonic() - t0) * 1000.0, 3))
             return w
@@ -416,8 +686,14 @@ class SupervisedExecutor:
         if not self.memory_mb:
             return None
         rss = _rss_mb(w.pid)
-        if rss is not None and rss > self.memory_mb:
-            return f"worker resident memory {rss:.0f} MiB passed worker_memory_mb={self.memory_mb}"
+        if rss is None:
+            return None
+        kids = [m for m in (_rss_mb(p) for p in w.processes()) if m is not None]
+        total = rss + sum(kids)
+        if total > self.memory_mb:
+            who = f" (the worker and {len(kids)} process{'es' if len(kids) > 1 else ''} it started)" \
+                if kids else ""
+            return f"worker resident memory {total:.0f} MiB{who} passed worker_memory_mb={self.memory_mb}"
         return None
 
     def _ready_worker(self, like, budget: BudgetSpec) -> _Worker:
@@ -484,23 +760,23 @@ class SupervisedExecutor:
             else:
                 outcome = {"result": None, "snap": (ROUTE_FORMAT_CODE["none"], None, None, None),
                            "sync_arrays": 0, "returned": False}
+                w.kill()  # now: a killed request takes no more CPU, nor do the processes it started
                 if kind == "timeout":
                     grace_ms = self.grace_s * 1000.0
                     outcome.update(status="timeout", error_type="WorkerTimeout",
                                    error=f"no reply within budget.wall_time_ms={budget.wall_time_ms:g} + "
-                                         f"worker_grace_ms={grace_ms:g}; worker {w.pid} killed (SIGKILL)")
+                                         f"worker_grace_ms={grace_ms:g}; worker {w.pid} killed (SIGKILL)"
+                                         f"{w.killed_note()}")
                     lost = "timeouts_killed"
                 elif kind == "oom":
                     outcome.update(status="oom", error_type="WorkerMemoryLimit",
-                                   error=f"{value}; worker {w.pid} killed (SIGKILL)")
+                                   error=f"{value}; worker {w.pid} killed (SIGKILL){w.killed_note()}")
                     lost = "oom_kills"
                 else:
                     outcome.update(status="runtime_error", error_type="WorkerDied",
-                                   error=f"worker process {w.pid} died during the request ({value})")
+                                   error=f"worker process {w.pid} died during the request ({value})"
+                                         f"{w.killed_note(died=True)}")
                     lost = "crashes"
-                if lost != "crashes":  # stop it now: a killed request takes no more CPU
-                    with contextlib.suppress(OSError):
-                        os.kill(w.pid, signal.SIGKILL)
             rec, snap = finish_record(task, budget, outcome, t0, t_ret)
             rec["worker"] = info
             if lost:
