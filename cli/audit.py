@@ -3,9 +3,10 @@
 The audit itself is :func:`passage_jax.data.audit_dataset`; this command parses the
 arguments, prints its tables, writes the JSON and sets the exit status: 0 when
 every scene validates and qualifies, 1 when any scene fails either, 2 when the
-layout itself is wrong (missing root, resolution or split folder). A reference
-task censored at its solve budget is reported (table, stderr, JSON) but fails
-nothing.
+layout itself is wrong (missing root, resolution or split folder) or the
+``--json`` file already exists (it is replaced only with ``--force``). A
+reference task censored at its solve budget is reported (table, stderr, JSON)
+but fails nothing.
 """
 from __future__ import annotations
 
@@ -30,7 +31,9 @@ def register(parser) -> None:
     parser.add_argument("--split", nargs="+", default=None, metavar="S",
                         help="split(s) to audit (aliases val, calib accepted; default: all present)")
     parser.add_argument("--json", type=Path, default=None, metavar="OUT",
-                        help="also write the facts as JSON (atomically)")
+                        help="also write the facts as JSON (atomically); an existing file is "
+                             "refused unless --force")
+    parser.add_argument("--force", action="store_true", help="replace an existing --json file")
     parser.add_argument("--workers", type=int, default=4, help="decode threads (default: %(default)s)")
     parser.add_argument("--no-qualify", dest="qualify", action="store_false",
                         help="skip reference qualification (validation, census and summaries only)")
@@ -105,8 +108,24 @@ def print_report(report: dict, console) -> None:
         console.print(f)
 
 
+def _json_problem(path: Path | None, force: bool) -> str | None:
+    """Why the ``--json`` file cannot be written, or None: a folder is never replaced,
+    an existing file only with ``force``."""
+    if path is None:
+        return None
+    if path.is_dir():
+        return f"audit: --json {path} is a folder; name a file"
+    if (path.exists() or path.is_symlink()) and not force:
+        return f"audit: {path} exists; choose a new file (or pass --force to replace it)"
+    return None
+
+
 def main(args) -> int:
     console = Console(width=None if sys.stdout.isatty() else 120)
+    taken = _json_problem(args.json, args.force)
+    if taken:
+        print(taken, file=sys.stderr)
+        return 2
     code = launch.join(args, "audit")
     if code is not None:
         return code
@@ -128,6 +147,10 @@ def main(args) -> int:
         return 1 if failing or unqualified else 0
     print_report(report, console)
     if args.json is not None:
+        taken = _json_problem(args.json, args.force)  # the file may have appeared meanwhile
+        if taken:
+            print(taken, file=sys.stderr)
+            return 2
         atomic_write_json(args.json, report)
         console.print(f"wrote {args.json}")
     for e in failing:

@@ -3,13 +3,18 @@
 The work is :func:`passage_jax.data.cohort.make_cohort` (one split) or, with
 ``--shipped``, :func:`passage_jax.data.cohort.build_shipped_cohort` (the cohort
 shipped inside the package); this command parses the arguments and shows progress.
+
+Every folder the command would write is checked before anything is written: a
+split folder that is not empty (with ``--shipped``: a dataset root that is not
+empty), or an ``--out`` that is a file, is refused by name, so a refused command
+leaves nothing behind and a completed one never wrote into data that was there.
 """
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
-from rich.console import Console
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -20,6 +25,7 @@ from rich.progress import (
 )
 
 from passage_jax.data.cohort import (
+    GEO_SPLIT_ROOTS,
     SHIPPED_ROOT,
     SHIPPED_SEED,
     CohortError,
@@ -28,6 +34,7 @@ from passage_jax.data.cohort import (
     make_cohort,
     make_geo_splits,
 )
+from passage_jax.data.scene import canonical_split
 from passage_jax.data.terrain import RASTERS, TerrainError
 
 #: Arguments one split needs (``--shipped`` fixes them itself).
@@ -59,6 +66,13 @@ def register(parser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
+class _Err:
+    """Messages to stderr, one plain line each (never wrapped, no markup)."""
+
+    def print(self, message: str) -> None:
+        print(message, file=sys.stderr)
+
+
 class _Bars:
     """A rich progress bar per ``<N>x<N> <split>`` label: the ``progress`` callback."""
 
@@ -77,13 +91,53 @@ def _progress_bar(enabled: bool) -> Progress:
                     TimeElapsedColumn(), TimeRemainingColumn(), disable=not enabled)
 
 
-def _shipped(args, err: Console) -> int:
+def _entries(folder: Path) -> list[str]:
+    """Names in ``folder`` (none if it does not exist); a file in its place is refused."""
+    if not folder.exists() and not folder.is_symlink():
+        return []
+    if not folder.is_dir():
+        raise CohortError(f"{folder} exists and is not a folder; refusing to write a cohort there")
+    return sorted(p.name for p in folder.iterdir())
+
+
+def _refuse_taken(folder: Path) -> None:
+    """CohortError naming ``folder`` if it already holds anything."""
+    names = _entries(folder)
+    if any(n.endswith(".parquet") for n in names):
+        raise CohortError(f"{folder} already holds shards; refusing to overwrite")
+    if names:
+        shown = names[:5] + (["..."] if len(names) > 5 else [])
+        raise CohortError(f"{folder} is not empty (it holds {', '.join(shown)}); refusing to "
+                          f"write into it")
+
+
+def _split_target(root, resolution: int, split: str) -> Path:
+    return Path(root) / f"{resolution}x{resolution}" / canonical_split(split)
+
+
+def _check_targets(args) -> None:
+    """Refuse, before anything is written, every folder this command would write into
+    that already holds something (CohortError or ValueError naming it)."""
+    if args.shipped:
+        root = SHIPPED_ROOT if args.out is None else Path(args.out)
+        _refuse_taken(root)
+        return
+    _entries(Path(args.out))  # a file named --out is refused
+    if args.geo_holdout is not None:
+        for name in GEO_SPLIT_ROOTS:
+            _refuse_taken(_split_target(Path(args.out) / name, args.resolution, args.split))
+    else:
+        _refuse_taken(_split_target(args.out, args.resolution, args.split))
+
+
+def _shipped(args, err: _Err) -> int:
     out = SHIPPED_ROOT if args.out is None else args.out
     seed = SHIPPED_SEED if args.seed is None else args.seed
     command = "python -m cli make-cohort --shipped" + (
         "" if args.out is None else f" --out {args.out}") + (
         "" if args.seed is None else f" --seed {args.seed}")
     try:
+        _check_targets(args)
         with _progress_bar(not args.no_progress) as bar:
             manifest = build_shipped_cohort(out, seed, progress=_Bars(bar), command=command)
     except (CohortError, TerrainError, FileExistsError, ValueError) as e:
@@ -94,8 +148,9 @@ def _shipped(args, err: Console) -> int:
     return 0
 
 
-def _geo(args, err: Console, t0: float) -> int:
+def _geo(args, err: _Err, t0: float) -> int:
     try:
+        _check_targets(args)
         with _progress_bar(not args.no_progress) as bar:
             res = make_geo_splits(args.out, args.resolution, args.n_scenes, args.geo_holdout,
                                   seed=0 if args.seed is None else args.seed, split=args.split,
@@ -112,7 +167,7 @@ def _geo(args, err: Console, t0: float) -> int:
 
 
 def main(args) -> int:
-    err = Console(stderr=True)
+    err = _Err()
     if args.shipped:
         return _shipped(args, err)
     missing = ["--" + a.replace("_", "-") for a in _SPLIT_ARGS if getattr(args, a) is None]
@@ -128,6 +183,7 @@ def main(args) -> int:
     if args.geo_holdout is not None:
         return _geo(args, err, t0)
     try:
+        _check_targets(args)
         for key, why in eligible_rasters(args.resolution, args.rasters)[1].items():
             err.print(f"skipping raster {key} at this resolution: {why}")
         with _progress_bar(not args.no_progress) as bar:

@@ -17,7 +17,7 @@ N = 8
 def _audit(tmp_path, *extra):
     out = tmp_path / "audit.json"
     rc = cli_main(["audit", "--dataset-path", str(tmp_path / "data"), "--resolution", str(N),
-                   "--json", str(out), "--workers", "2", "--no-qualify", *extra])
+                   "--json", str(out), "--force", "--workers", "2", "--no-qualify", *extra])
     report = json.loads(out.read_text()) if out.exists() else None
     return rc, report
 

@@ -189,7 +189,7 @@ def test_cli_budget_options(tmp_path, scenes, capsys):
     rep = json.loads(out.read_text())
     err = capsys.readouterr().err
     assert rep["summary"]["n_censored"] == 12 and "12 reference task(s) censored" in err
-    assert cli_main([*base, "--json", str(out), "--unbounded"]) == 0
+    assert cli_main([*base, "--json", str(out), "--force", "--unbounded"]) == 0
     rep = json.loads(out.read_text())
     assert rep["summary"]["n_censored"] == 0
     assert rep["summary"]["reference_budget"]["mode"] == "unbounded"

@@ -27,11 +27,11 @@ from __future__ import annotations
 import threading
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from passage_jax import cluster
 from passage_jax.data.reader import (
+    READ_ERRORS,
     dataset_root,
     id_places,
     present_splits,
@@ -149,7 +149,7 @@ def _row_offsets(root, n: int, split: str) -> tuple[dict, int]:
         offsets[str(path)] = total
         try:
             total += int(pq.ParquetFile(path).metadata.num_rows)
-        except (pa.ArrowException, OSError):
+        except READ_ERRORS:
             pass
     return offsets, total
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 import collections
 import concurrent.futures as cf
 import dataclasses
+import errno
 import math
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,21 +39,32 @@ __all__ = [
     "DEFAULT_N_SAMPLES", "READ_BATCH_ROWS", "SHIPPED", "RawRow", "RowReport", "dataset_root",
     "resolution_folder", "split_folder", "present_splits", "shard_files", "shipped_cohort_root",
     "iter_raw_rows", "id_places", "map_rows", "iter_scenes", "iter_scene_batches", "load_scenes",
-    "load_tasks", "check_weight", "scene_summary", "scan_split",
+    "load_tasks", "check_weight", "scene_summary", "scan_split", "path_problem", "READ_ERRORS",
 ]
 
 DEFAULT_N_SAMPLES = 1024
 #: Rows per pyarrow record batch read from a shard.
 READ_BATCH_ROWS = 16
+#: What reading or converting a shard's Arrow data can raise on a damaged or foreign
+#: file (a string column holding invalid UTF-8 raises UnicodeDecodeError on conversion).
+READ_ERRORS = (pa.ArrowException, OSError, ValueError, TypeError, NotImplementedError,
+                OverflowError, MemoryError)
+
+
+def _why(e: BaseException) -> str:
+    """An exception as one line."""
+    return " ".join(str(e).split()) or type(e).__name__
 
 
 @dataclasses.dataclass
 class RawRow:
-    """One undecoded shard row with its location."""
+    """One undecoded shard row with its location; ``problem`` says why a column of it
+    could not even be converted from Arrow (the row then fails, naming it)."""
 
     file: str
     row: int
     values: dict
+    problem: str | None = None
 
     @property
     def ref(self) -> RowRef:
@@ -88,18 +101,34 @@ def _split(split: str) -> str:
 SHIPPED = "shipped"
 
 
+def path_problem(path: Path) -> str:
+    """Why ``path`` is not a usable folder, as the end of a sentence naming it: "does
+    not exist", a dangling symbolic link, a symbolic link loop, the operating
+    system's reason, or "is not a directory"."""
+    try:
+        path.stat()
+    except FileNotFoundError:
+        if path.is_symlink():
+            return f"is a symbolic link to {os.readlink(path)}, which does not exist"
+        return "does not exist"
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return f"is a symbolic link loop and cannot be resolved ({e.strerror})"
+        return f"cannot be resolved ({e.strerror or _why(e)})"
+    return "is not a directory"
+
+
 def dataset_root(root) -> Path:
-    """The local dataset root; DataError if it does not exist (never a fallback).
-    ``"shipped"`` names :func:`shipped_cohort_root`."""
+    """The local dataset root; DataError if it is not a usable folder (never a fallback),
+    saying why (missing, a symbolic link loop, ...). ``"shipped"`` names
+    :func:`shipped_cohort_root`."""
     if root is None:
         raise DataError("no dataset root given")
     if str(root) == SHIPPED:
         return shipped_cohort_root()
     p = Path(root).expanduser()
-    if not p.exists():
-        raise DataError(f"dataset root {p} does not exist")
     if not p.is_dir():
-        raise DataError(f"dataset root {p} is not a directory")
+        raise DataError(f"dataset root {p} {path_problem(p)}")
     return p
 
 
@@ -108,7 +137,7 @@ def resolution_folder(root, resolution: int) -> Path:
     folder = dataset_root(root) / f"{r}x{r}"
     if not folder.is_dir():
         have = sorted(p.name for p in dataset_root(root).iterdir() if p.is_dir())
-        raise DataError(f"resolution folder {folder} does not exist (the root holds {have})")
+        raise DataError(f"resolution folder {folder} {path_problem(folder)} (the root holds {have})")
     return folder
 
 
@@ -117,21 +146,36 @@ def split_folder(root, resolution: int, split: str) -> Path:
     s = _split(split)
     folder = resolution_folder(root, resolution) / s
     if not folder.is_dir():
-        raise DataError(f"split folder {folder} does not exist "
-                        f"(present: {present_splits(root, resolution)})")
+        raise DataError(f"split folder {folder} {path_problem(folder)} "
+                        f"(present: {_split_dirs(folder.parent)})")
     return folder
 
 
-def present_splits(root, resolution: int) -> list[str]:
-    """Canonical split folders present under ``<root>/<N>x<N>``, in SPEC order."""
-    folder = resolution_folder(root, resolution)
+def _split_dirs(folder: Path) -> list[str]:
     return [s for s in SPLITS if (folder / s).is_dir()]
 
 
+def present_splits(root, resolution: int) -> list[str]:
+    """Canonical split folders present under ``<root>/<N>x<N>``, in SPEC order. An entry
+    named like a split that is not a usable folder (a file, a dangling or looping
+    symbolic link) is a DataError naming it, never left out."""
+    folder = resolution_folder(root, resolution)
+    for s in SPLITS:
+        p = folder / s
+        if not p.is_dir() and (p.is_symlink() or p.exists()):
+            raise DataError(f"split folder {p} {path_problem(p)}")
+    return _split_dirs(folder)
+
+
 def shard_files(root, resolution: int, split: str) -> list[Path]:
-    """The split's ``*.parquet`` shards in sorted file-name order; DataError if none."""
+    """The split's ``*.parquet`` entries in sorted file-name order; DataError if none.
+
+    Every entry is listed, also one that is not a readable file (a folder, a dangling
+    or looping symbolic link): it fails when it is opened, naming it, rather than
+    being left out.
+    """
     folder = split_folder(root, resolution, split)
-    files = sorted((p for p in folder.glob("*.parquet") if p.is_file()), key=lambda p: p.name)
+    files = sorted(folder.glob("*.parquet"), key=lambda p: p.name)
     if not files:
         raise DataError(f"split folder {folder} holds no *.parquet shards")
     return files
@@ -144,16 +188,50 @@ def shard_files(root, resolution: int, split: str) -> list[Path]:
 def _open(path: Path) -> pq.ParquetFile:
     try:
         return pq.ParquetFile(path)
-    except (pa.ArrowException, OSError) as e:
-        raise DataError(f"{path}: not a readable Parquet file: {' '.join(str(e).split())}") from None
+    except READ_ERRORS as e:
+        raise DataError(f"{path}: not a readable Parquet file: {_why(e)}") from None
+
+
+def _column_values(array) -> list:
+    """An Arrow column as Python values; an element that does not convert is None."""
+    try:
+        return array.to_pylist()
+    except READ_ERRORS:
+        out = []
+        for i in range(len(array)):
+            try:
+                out.append(array[i].as_py())
+            except READ_ERRORS:
+                out.append(None)
+        return out
+
+
+def _batch_rows(batch, path, first: int) -> list[RawRow]:
+    """The rows of one record batch; a row with a column that does not convert from
+    Arrow carries the ``problem`` instead of failing the whole batch."""
+    try:
+        return [RawRow(str(path), first + i, v) for i, v in enumerate(batch.to_pylist())]
+    except READ_ERRORS:
+        pass
+    rows = []
+    for i in range(batch.num_rows):
+        values, problem = {}, None
+        for name in batch.schema.names:
+            try:
+                values[name] = batch.column(name)[i].as_py()
+            except READ_ERRORS as e:
+                values[name] = None
+                problem = problem or f"column {name} cannot be read: {type(e).__name__}: {_why(e)}"
+        rows.append(RawRow(str(path), first + i, values, problem))
+    return rows
 
 
 def _shard_rows(pf: pq.ParquetFile, path) -> Iterator[RawRow]:
     """The required columns of an open shard, row by row in file order."""
     row = 0
     for batch in pf.iter_batches(batch_size=READ_BATCH_ROWS, columns=list(REQUIRED_COLUMNS)):
-        for values in batch.to_pylist():
-            yield RawRow(str(path), row, values)
+        for raw in _batch_rows(batch, path, row):
+            yield raw
             row += 1
 
 
@@ -179,9 +257,8 @@ def iter_raw_rows(root, resolution: int, split: str, n_samples=None) -> Iterator
                 count += 1
                 if n_samples is not None and count >= n_samples:
                     return
-        except (pa.ArrowException, OSError) as e:
-            why = " ".join(str(e).split())
-            raise DataError(f"{path} row {row}: cannot read the shard: {why}") from None
+        except READ_ERRORS as e:
+            raise DataError(f"{path} row {row}: cannot read the shard: {_why(e)}") from None
 
 
 def id_places(root, resolution: int, splits=None) -> dict[str, list[tuple[str, str, int]]]:
@@ -197,8 +274,8 @@ def id_places(root, resolution: int, splits=None) -> dict[str, list[tuple[str, s
                 pf = pq.ParquetFile(path)
                 if "id" not in pf.schema_arrow.names:
                     continue
-                ids = pf.read(columns=["id"]).column("id").to_pylist()
-            except (pa.ArrowException, OSError):
+                ids = _column_values(pf.read(columns=["id"]).column("id"))
+            except READ_ERRORS:
                 continue
             for i, sid in enumerate(ids):
                 if isinstance(sid, str):
@@ -227,6 +304,8 @@ def _in_order(rows):
 def _validate_raw(raw, resolution: int, split: str) -> Scene:
     if isinstance(raw, _ReadFailure):
         raise raw.error
+    if raw.problem is not None:
+        raise DataError(f"{raw.ref}: {raw.problem}")
     return validate_row(raw.values, resolution, split, raw.file, raw.row)
 
 
@@ -389,18 +468,17 @@ def _file_rows(path: Path, resolution: int, split: str):
     """RawRows of one shard, or RowReports for rows that cannot even be read."""
     try:
         pf = pq.ParquetFile(path)
-    except (pa.ArrowException, OSError) as e:
-        why = " ".join(str(e).split())
+    except READ_ERRORS as e:
         yield RowReport(None, resolution, split, str(path), -1, False,
-                        f"{path}: not a readable Parquet file: {why}")
+                        f"{path}: not a readable Parquet file: {_why(e)}")
         return
     names = pf.schema_arrow.names
     missing = [c for c in REQUIRED_COLUMNS if c not in names]
     if missing:
         try:
-            ids = (pf.read(columns=["id"]).column("id").to_pylist() if "id" in names
+            ids = (_column_values(pf.read(columns=["id"]).column("id")) if "id" in names
                    else [None] * pf.metadata.num_rows)
-        except (pa.ArrowException, OSError):
+        except READ_ERRORS:
             ids = [None] * pf.metadata.num_rows
         for i, sid in enumerate(ids):
             ref = RowRef(str(path), i, sid)
@@ -412,11 +490,11 @@ def _file_rows(path: Path, resolution: int, split: str):
         for raw in _shard_rows(pf, path):
             yield raw
             row = raw.row + 1
-    except (pa.ArrowException, OSError) as e:
-        why = " ".join(str(e).split())
+    except READ_ERRORS as e:
+        why = _why(e)
         try:  # name the scenes that could not be read, if the id column still reads
-            ids = pf.read(columns=["id"]).column("id").to_pylist()[row:]
-        except (pa.ArrowException, OSError):
+            ids = _column_values(pf.read(columns=["id"]).column("id"))[row:]
+        except READ_ERRORS:
             ids = [None]
         for i, sid in enumerate(ids, start=row):
             yield RowReport(sid, resolution, split, str(path), i, False,
@@ -444,6 +522,9 @@ def scan_split(root, resolution: int, split: str, on_scene=scene_summary, worker
             return item
         ref = item.ref
         sid = item.values.get("id")
+        if item.problem is not None:
+            return RowReport(sid, resolution, split, item.file, item.row, False,
+                             f"{ref}: {item.problem}")
         try:
             scene = validate_row(item.values, resolution, split, item.file, item.row)
         except DataError as e:

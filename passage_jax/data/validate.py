@@ -8,18 +8,25 @@ repaired or replaced.
 Order of the checks (the first failing one is reported):
 
 1. ``id``: a string of exactly 10 ASCII digits;
-2. ``metadata``: JSON object with ``index``, ``resolution`` (= N), ``split``
-   (= the split folder, aliases allowed), ``calibration {min, max}`` and
+2. ``metadata``: JSON text of at most :data:`MAX_METADATA_BYTES` bytes nested at
+   most :data:`MAX_METADATA_DEPTH` deep (both checked before it is parsed), an
+   object with ``index``, ``resolution`` (= N), ``split`` (= the split folder,
+   aliases allowed), ``calibration {min, max}`` and
    ``solvers {elevation|slope_uphill|energy: {weight, solver, heuristic}}``;
-   optional ``markers`` and ``tile`` are checked when present;
-3. ``tensor``: one Zstandard frame of exactly N*N*3 float32 (declared and actual
-   size), all values finite, ``e`` in [0, 1], obstacles in {0, 1};
+   optional ``markers`` and ``tile`` are checked when present, and ``crop``,
+   ``obstacles`` and ``source`` must be objects when present;
+3. ``tensor``: exactly one Zstandard frame of exactly N*N*3 float32 and nothing
+   after it (declared and actual size, checked before decompressing), all values
+   finite, ``e`` in [0, 1], obstacles in {0, 1};
 4. markers: only 0/+1/-1, exactly one +1 and one -1; the sign convention from
    ``metadata.markers`` or else detected from the released routes; neither marker
    on an obstacle;
 5. the six released routes, in column order (objectives × free, obstacles): in
    bounds, 8-connected, no repeated consecutive cell, start → goal, and an
-   ``*_obstacles`` route never on an obstacle.
+   ``*_obstacles`` route never on an obstacle; a route holds at most N*N cells.
+
+Anything else that goes wrong while a row is checked is still reported as a
+:class:`DataError` naming the row, never as another exception.
 
 Two checks need more than one row and are made by the reader after the row
 itself validated: ids are unique within a resolution
@@ -41,17 +48,27 @@ from passage_jax.data.scene import DEFAULT_MARKERS, ROUTE_COLUMNS, Scene, canoni
 from passage_jax.graph import OBJECTIVES, route_problem
 
 __all__ = [
-    "REQUIRED_COLUMNS", "REQUIRED_METADATA", "SOLVER_KEYS", "FLIPPED_MARKERS", "DataError", "RowRef",
-    "check_id", "parse_metadata", "decode_checked", "marker_cells", "detect_marker_convention",
+    "REQUIRED_COLUMNS", "REQUIRED_METADATA", "OBJECT_METADATA", "SOLVER_KEYS", "FLIPPED_MARKERS",
+    "MAX_METADATA_BYTES", "MAX_METADATA_DEPTH", "DataError", "RowRef", "check_id", "json_depth",
+    "parse_metadata", "decode_checked", "marker_cells", "detect_marker_convention",
     "route_array", "validate_row", "duplicate_id_problem", "marker_convention", "convention_problem",
 ]
 
 #: Columns every shard must have (extra columns such as ``image_astar_*`` are ignored).
 REQUIRED_COLUMNS = ("id", "tensor", *ROUTE_COLUMNS.values(), "metadata")
 REQUIRED_METADATA = ("index", "resolution", "split", "calibration", "solvers")
+#: Optional metadata keys that must hold a JSON object (or null) when present.
+OBJECT_METADATA = ("crop", "obstacles", "source")
+#: Largest ``metadata`` text accepted, in UTF-8 bytes (checked before parsing).
+MAX_METADATA_BYTES = 1 << 20
+#: Deepest nesting of arrays and objects accepted in ``metadata`` (checked before parsing).
+MAX_METADATA_DEPTH = 64
 SOLVER_KEYS = ("weight", "solver", "heuristic")
 FLIPPED_MARKERS = {"start": -1, "goal": 1}
 _ID_RE = re.compile(r"[0-9]{10}")
+_JSON_SPECIAL = re.compile(r'[\[\]{}"\\]')
+#: Characters of a value's repr kept in a message.
+_SHOW = 120
 
 
 class DataError(ValueError):
@@ -67,8 +84,18 @@ class RowRef:
     id: Any = None
 
     def __str__(self) -> str:
-        sid = self.id if isinstance(self.id, str) else repr(self.id)
+        plain = isinstance(self.id, str) and len(self.id) <= 64 and self.id.isprintable()
+        sid = self.id if plain else _short(self.id)
         return f"{self.file} row {self.row} scene {sid}"
+
+
+def _short(value) -> str:
+    """``repr(value)``, cut to a few dozen characters for a one-line message."""
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):  # e.g. an int over the digit limit
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= _SHOW else f"{text[:_SHOW]}... ({len(text)} characters)"
 
 
 def _fail(ref: RowRef, msg: str) -> DataError:
@@ -76,7 +103,12 @@ def _fail(ref: RowRef, msg: str) -> DataError:
 
 
 def _is_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return False
+    try:
+        return math.isfinite(float(v))
+    except OverflowError:  # an integer beyond float range
+        return False
 
 
 def _is_int(v) -> bool:
@@ -87,46 +119,120 @@ def _is_int(v) -> bool:
 # metadata
 # --------------------------------------------------------------------------- #
 
-def parse_metadata(raw, resolution: int, split: str, ref: RowRef) -> dict:
-    """Parse and check the ``metadata`` JSON string; returns the dict."""
+def json_depth(text: str, limit: int) -> int:
+    """Deepest nesting of arrays and objects in JSON ``text``, found by scanning the
+    brackets outside strings (no recursion, no parsing); the scan stops as soon as
+    the depth passes ``limit`` and returns that depth."""
+    depth = deepest = 0
+    in_string, escaped = False, -1
+    for m in _JSON_SPECIAL.finditer(text):
+        i = m.start()
+        if i == escaped:
+            continue
+        c = text[i]
+        if in_string:
+            if c == "\\":
+                escaped = i + 1
+            elif c == '"':
+                in_string = False
+        elif c == '"':
+            in_string = True
+        elif c in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if depth > limit:
+                    break
+        elif c in "]}":
+            depth -= 1
+    return deepest
+
+
+def _metadata_text(raw, ref: RowRef) -> str:
+    """The ``metadata`` column value as text within the size and depth bounds."""
     if raw is None:
         raise _fail(ref, "metadata is null")
     if isinstance(raw, (bytes, bytearray)):
+        if len(raw) > MAX_METADATA_BYTES:
+            raise _fail(ref, f"metadata is {len(raw)} bytes, more than the {MAX_METADATA_BYTES} "
+                             f"allowed")
         try:
             raw = bytes(raw).decode("utf-8")
         except UnicodeDecodeError as e:
             raise _fail(ref, f"metadata is not UTF-8 text: {e}") from None
     if not isinstance(raw, str):
         raise _fail(ref, f"metadata must be a JSON string, got {type(raw).__name__}")
+    if len(raw) * 4 > MAX_METADATA_BYTES:  # a character is at most 4 UTF-8 bytes
+        size = len(raw.encode("utf-8", "surrogatepass"))
+        if size > MAX_METADATA_BYTES:
+            raise _fail(ref, f"metadata is {size} bytes, more than the {MAX_METADATA_BYTES} allowed")
+    depth = json_depth(raw, MAX_METADATA_DEPTH)
+    if depth > MAX_METADATA_DEPTH:
+        raise _fail(ref, f"metadata is nested more than {MAX_METADATA_DEPTH} levels deep")
+    return raw
+
+
+def _load_json(raw: str, ref: RowRef):
     try:
-        md = json.loads(raw)
+        return json.loads(raw)
     except json.JSONDecodeError as e:
         raise _fail(ref, f"metadata is not valid JSON: {e}") from None
+    except RecursionError:
+        raise _fail(ref, "metadata is nested too deeply to parse") from None
+    except ValueError as e:  # e.g. an integer literal over Python's digit limit
+        raise _fail(ref, f"metadata cannot be parsed: {' '.join(str(e).split())}") from None
+
+
+def parse_metadata(raw, resolution: int, split: str, ref: RowRef) -> dict:
+    """Parse and check the ``metadata`` JSON string; returns the dict."""
+    md = _load_json(_metadata_text(raw, ref), ref)
     if not isinstance(md, dict):
         raise _fail(ref, f"metadata must be a JSON object, got {type(md).__name__}")
     missing = [k for k in REQUIRED_METADATA if k not in md]
     if missing:
         raise _fail(ref, f"metadata lacks required key(s) {missing}")
     if not _is_int(md["index"]):
-        raise _fail(ref, f"metadata.index must be an integer, got {md['index']!r}")
+        raise _fail(ref, f"metadata.index must be an integer, got {_short(md['index'])}")
     if not _is_int(md["resolution"]) or md["resolution"] != resolution:
-        raise _fail(ref, f"metadata.resolution is {md['resolution']!r}, but the shard lies in "
+        raise _fail(ref, f"metadata.resolution is {_short(md['resolution'])}, but the shard lies in "
                          f"the {resolution}x{resolution} folder")
     try:
         md_split = canonical_split(md["split"]) if isinstance(md["split"], str) else None
     except ValueError:
         md_split = None
     if md_split != split:
-        raise _fail(ref, f"metadata.split is {md['split']!r}, but the shard lies in the "
+        raise _fail(ref, f"metadata.split is {_short(md['split'])}, but the shard lies in the "
                          f"{split!r} split folder")
-    cal = md["calibration"]
+    _check_calibration(md["calibration"], ref)
+    _check_solvers(md["solvers"], ref)
+    if "markers" in md:
+        m = md["markers"]
+        pair = (m.get("start"), m.get("goal")) if isinstance(m, dict) else None
+        if pair not in ((1, -1), (-1, 1)) or any(isinstance(v, bool) for v in pair):
+            raise _fail(ref, f"metadata.markers must hold start and goal as +1/-1 of opposite "
+                             f"signs (e.g. {DEFAULT_MARKERS}), got {_short(m)}")
+    if md.get("tile") is not None:
+        _check_tile(md["tile"], ref)
+    for key in OBJECT_METADATA:
+        if md.get(key) is not None and not isinstance(md[key], dict):
+            raise _fail(ref, f"metadata.{key} must be an object, got {type(md[key]).__name__} "
+                             f"{_short(md[key])}")
+    return md
+
+
+def _check_calibration(cal, ref: RowRef) -> None:
     if not isinstance(cal, dict) or not {"min", "max"} <= set(cal):
-        raise _fail(ref, f"metadata.calibration must be {{min, max}}, got {cal!r}")
-    if not (_is_number(cal["min"]) and _is_number(cal["max"])) or not cal["max"] > cal["min"]:
-        raise _fail(ref, f"metadata.calibration needs finite numbers with max > min, got {cal!r}")
-    solvers = md["solvers"]
+        raise _fail(ref, f"metadata.calibration must be {{min, max}}, got {_short(cal)}")
+    lo, hi = cal["min"], cal["max"]
+    if not (_is_number(lo) and _is_number(hi)) or not hi > lo:
+        raise _fail(ref, f"metadata.calibration needs finite numbers with max > min, got {_short(cal)}")
+    if not math.isfinite(float(hi) - float(lo)):
+        raise _fail(ref, f"metadata.calibration range max - min overflows, got {_short(cal)}")
+
+
+def _check_solvers(solvers, ref: RowRef) -> None:
     if not isinstance(solvers, dict):
-        raise _fail(ref, f"metadata.solvers must be an object, got {solvers!r}")
+        raise _fail(ref, f"metadata.solvers must be an object, got {_short(solvers)}")
     for obj in OBJECTIVES:
         s = solvers.get(obj)
         if not isinstance(s, dict):
@@ -136,34 +242,26 @@ def parse_metadata(raw, resolution: int, split: str, ref: RowRef) -> dict:
             raise _fail(ref, f"metadata.solvers.{obj} lacks key(s) {miss}")
         w = s["weight"]
         if not _is_number(w) or w < 0:
-            raise _fail(ref, f"metadata.solvers.{obj}.weight must be a finite number >= 0, got {w!r}")
-    if "markers" in md:
-        m = md["markers"]
-        pair = (m.get("start"), m.get("goal")) if isinstance(m, dict) else None
-        if pair not in ((1, -1), (-1, 1)) or any(isinstance(v, bool) for v in pair):
-            raise _fail(ref, f"metadata.markers must hold start and goal as +1/-1 of opposite "
-                             f"signs (e.g. {DEFAULT_MARKERS}), got {m!r}")
-    if md.get("tile") is not None:
-        _check_tile(md["tile"], ref)
-    return md
+            raise _fail(ref, f"metadata.solvers.{obj}.weight must be a finite number >= 0, "
+                             f"got {_short(w)}")
 
 
 def _check_tile(tile, ref: RowRef) -> None:
     if not isinstance(tile, dict):
-        raise _fail(ref, f"metadata.tile must be an object, got {tile!r}")
+        raise _fail(ref, f"metadata.tile must be an object, got {_short(tile)}")
     for key, bound in (("lat", 90), ("lon", 180)):
         v = tile.get(key)
         if not _is_number(v) or abs(v) > bound:
-            raise _fail(ref, f"metadata.tile.{key} must be a coordinate, got {v!r}")
+            raise _fail(ref, f"metadata.tile.{key} must be a coordinate, got {_short(v)}")
     tiles = tile.get("tiles")
     if tiles is None:
         return
     if not isinstance(tiles, list):
-        raise _fail(ref, f"metadata.tile.tiles must be a list of [lat, lon], got {tiles!r}")
+        raise _fail(ref, f"metadata.tile.tiles must be a list of [lat, lon], got {_short(tiles)}")
     for j, p in enumerate(tiles):
         if (not isinstance(p, list) or len(p) != 2 or not all(_is_number(x) for x in p)
                 or abs(p[0]) > 90 or abs(p[1]) > 180):
-            raise _fail(ref, f"metadata.tile.tiles[{j}] must be [lat, lon], got {p!r}")
+            raise _fail(ref, f"metadata.tile.tiles[{j}] must be [lat, lon], got {_short(p)}")
 
 
 # --------------------------------------------------------------------------- #
@@ -245,12 +343,16 @@ def detect_marker_convention(plus, minus, routes: dict, ref: RowRef) -> dict:
 # routes
 # --------------------------------------------------------------------------- #
 
-def route_array(value, column: str, ref: RowRef) -> np.ndarray:
-    """A released route cell list as an (L, 2) int64 array (no rounding, no repair)."""
+def route_array(value, column: str, ref: RowRef, max_cells: int | None = None) -> np.ndarray:
+    """A released route cell list as an (L, 2) int64 array (no rounding, no repair);
+    a route of more than ``max_cells`` cells is refused before it is converted."""
     if value is None:
         raise _fail(ref, f"route {column} is null")
     try:
         cells = list(value)
+        if max_cells is not None and len(cells) > max_cells:
+            raise ValueError(f"it holds {len(cells)} cells, more than the {max_cells} cells of "
+                             f"the grid")
         if any(c is None for c in cells):
             raise ValueError("a cell is null")
         rows = [list(c) for c in cells]
@@ -258,17 +360,20 @@ def route_array(value, column: str, ref: RowRef) -> np.ndarray:
             raise ValueError("every cell must be [row, col]")
         if any(not _is_int(x) for c in rows for x in c):
             bad = next(x for c in rows for x in c if not _is_int(x))
-            raise ValueError(f"coordinates must be integers, found {bad!r}")
+            raise ValueError(f"coordinates must be integers, found {_short(bad)}")
         a = np.array(rows, dtype=np.int64).reshape(len(rows), 2)
     except (TypeError, ValueError) as e:
         raise _fail(ref, f"route {column} is malformed: {e}") from None
     return a
 
 
-def _route_from_any(value, column: str, ref: RowRef) -> np.ndarray:
+def _route_from_any(value, column: str, ref: RowRef, max_cells: int) -> np.ndarray:
     if isinstance(value, np.ndarray) and value.ndim == 2 and value.dtype.kind in "iu":
+        if len(value) > max_cells:
+            raise _fail(ref, f"route {column} is malformed: it holds {len(value)} cells, more than "
+                             f"the {max_cells} cells of the grid")
         return value.astype(np.int64)
-    return route_array(value, column, ref)
+    return route_array(value, column, ref, max_cells)
 
 
 # --------------------------------------------------------------------------- #
@@ -277,9 +382,9 @@ def _route_from_any(value, column: str, ref: RowRef) -> np.ndarray:
 
 def check_id(value, ref: RowRef) -> str:
     if not isinstance(value, str):
-        raise _fail(ref, f"id must be a string, got {type(value).__name__} {value!r}")
+        raise _fail(ref, f"id must be a string, got {type(value).__name__} {_short(value)}")
     if not _ID_RE.fullmatch(value):
-        raise _fail(ref, f"id {value!r} is not a 10-digit zero-padded string")
+        raise _fail(ref, f"id {_short(value)} is not a 10-digit zero-padded string")
     return value
 
 
@@ -289,10 +394,23 @@ def validate_row(row: dict, resolution: int, split: str, file: str = "<memory>",
 
     ``row`` maps column names to Python values as pyarrow gives them (``id`` str,
     ``tensor`` bytes, route columns lists of ``[row, col]``, ``metadata`` JSON str).
-    Raises :class:`DataError` naming ``file``, ``row_index`` and the scene id.
+    Raises :class:`DataError` naming ``file``, ``row_index`` and the scene id, for
+    every problem of the row (an unexpected failure of a check included).
     """
     split = canonical_split(split)
     ref = RowRef(str(file), int(row_index), row.get("id"))
+    try:
+        return _validated(row, resolution, split, file, row_index, ref)
+    except DataError:
+        raise
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError, OverflowError,
+            RecursionError, MemoryError) as e:
+        why = " ".join(str(e).split())[:200]
+        raise _fail(ref, f"the row cannot be checked: {type(e).__name__}: {why}") from None
+
+
+def _validated(row: dict, resolution: int, split: str, file, row_index: int, ref: RowRef) -> Scene:
+    """The checks of :func:`validate_row`, in order."""
     missing = [c for c in REQUIRED_COLUMNS if c not in row]
     if missing:
         raise _fail(ref, f"missing column(s) {missing}")
@@ -300,7 +418,8 @@ def validate_row(row: dict, resolution: int, split: str, file: str = "<memory>",
     md = parse_metadata(row["metadata"], resolution, split, ref)
     t = decode_checked(row["tensor"], resolution, ref)
     plus, minus = marker_cells(t[..., 1], ref)
-    routes = {key: _route_from_any(row[col], col, ref) for key, col in ROUTE_COLUMNS.items()}
+    cells = resolution * resolution
+    routes = {key: _route_from_any(row[col], col, ref, cells) for key, col in ROUTE_COLUMNS.items()}
     if "markers" in md:
         conv = {"start": int(md["markers"]["start"]), "goal": int(md["markers"]["goal"])}
     else:
