@@ -8,13 +8,15 @@ from cli import launch
 
 def register(p):
     p.add_argument("--run", required=True,
-                   help="run folder (with seed-<seed>/ subfolders) or one seed folder")
+                   help="finished run folder (the seeds its run.json declares are scored) or one "
+                        "seed folder")
     p.add_argument("--force", action="store_true",
                    help="score again a folder that is already scored (outputs are replaced "
                         "atomically)")
     p.add_argument("--dataset-path", default=None,
                    help="dataset root to reload the scenes from when the run's recorded root "
-                        "moved (its shard and input hashes must match the run's)")
+                        "moved (its shard and input hashes must match the run's); \"shipped\" "
+                        "names the cohort shipped in the package")
     p.add_argument("--chunk", type=launch.positive_int, default=None, metavar="K",
                    help="scenes read and scored together (default: a budget of grid cells, 1,024 "
                         "scenes at 64x64, 64 at 256x256); a multi-process launch shares out whole "

@@ -46,6 +46,10 @@ def main(args) -> int:
     if not args.score and args.holdout is None:
         print("trust: give --score at least once, or --holdout with --random-split", file=sys.stderr)
         return 2
+    if args.output is not None and Path(args.output).is_dir():
+        print(f"trust: {args.output} is a folder; --output names the JSON file to write (a folder "
+              f"is never replaced, with or without --force)", file=sys.stderr)
+        return 2
     if args.output is not None and Path(args.output).exists() and not args.force:
         print(f"trust: {args.output} exists; choose a new file (or pass --force to replace it)",
               file=sys.stderr)

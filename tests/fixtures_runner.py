@@ -169,3 +169,30 @@ class LegacyPlanner:
         self.seen_keys = sorted(scene)
         fields = {k: scene[k] for k in scene if k != "remaining_wall_ms"}
         return BFSPlanner().plan(PlanRequest(**fields)).path
+
+
+def edited_copy(src, dest, edit):
+    """Copy a scored run, edit each seed's manifest with ``edit(manifest)``, carry the
+    edited method name and references identity into the run records (``run.json``,
+    ``run_started.json``, which ``score`` checks every seed against), and score it again."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    from passage_jax.evaluate import score_run
+
+    dest = Path(dest)
+    shutil.copytree(src, dest)
+    for seed in dest.glob("seed-*"):
+        m = json.loads((seed / "manifest.json").read_text())
+        edit(m)
+        (seed / "manifest.json").write_text(json.dumps(m))
+    first = json.loads(next(dest.glob("seed-*")).joinpath("manifest.json").read_text())
+    for name in ("run.json", "run_started.json"):
+        rec = json.loads((dest / name).read_text())
+        rec["method_name"] = first["method_name"]
+        if "identity" in rec:
+            rec["identity"]["references"]["identity"] = first["references"]["identity"]
+        (dest / name).write_text(json.dumps(rec))
+    score_run(dest, force=True)
+    return dest

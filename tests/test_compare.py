@@ -6,6 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
+import fixtures_runner as F
 import numpy as np
 import pytest
 from test_score_support import N_SAMPLES, runs, spec_dict
@@ -27,15 +28,7 @@ def load(p):
         return {k: z[k] for k in z.files}
 
 
-def edited_copy(src: Path, dest: Path, edit) -> Path:
-    """Copy a scored run, edit each seed's manifest, and score it again."""
-    shutil.copytree(src, dest)
-    for seed in dest.glob("seed-*"):
-        m = json.loads((seed / "manifest.json").read_text())
-        edit(m)
-        (seed / "manifest.json").write_text(json.dumps(m))
-    score_run(dest, force=True)
-    return dest
+edited_copy = F.edited_copy
 
 
 def test_contrasts_match_plain_numpy(R, tmp_path):

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 from pathlib import Path
 
+import fixtures_runner as F
 import jax
 import numpy as np
 import pytest
 from test_score_support import runs
 
 from cli import trust as trust_cli
-from passage_jax.evaluate.score import score_run
 from passage_jax.trust import (
     TrustError,
     boundary_delta,
@@ -180,14 +179,7 @@ def metrics(run: Path, seed: int) -> dict:
     return json.loads((run / f"seed-{seed}" / "metrics.json").read_text())
 
 
-def edited_copy(src: Path, dest: Path, edit) -> Path:
-    shutil.copytree(src, dest)
-    for seed in dest.glob("seed-*"):
-        m = json.loads((seed / "manifest.json").read_text())
-        edit(m)
-        (seed / "manifest.json").write_text(json.dumps(m))
-    score_run(dest, force=True)
-    return dest
+edited_copy = F.edited_copy
 
 
 def test_cli_json_matches_numpy_on_scored_runs(R, capsys, tmp_path):

@@ -341,6 +341,9 @@ def write_attribution_report(score_dirs, output, names=None, force: bool = False
     """Write the attribution table of ``score_dirs`` as Markdown to ``output``
     (refused when it exists unless ``force``); returns the table."""
     output = Path(output)
+    if output.is_dir():
+        raise AttributionError(f"{output} is a folder; --output names the report file to write "
+                               f"(a folder is never replaced, with or without --force)")
     if output.exists() and not force:
         raise AttributionExists(f"{output} exists; choose a new report name")
     table = attribution_table(score_dirs, names)

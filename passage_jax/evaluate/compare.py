@@ -43,8 +43,15 @@ import numpy as np
 
 from passage_jax.contract import DEFAULT_SEEDS, DIRECTIONS, METRIC_SPEC, PRIMARY_METRICS, UNPLACED
 from passage_jax.evaluate.attribution import AttributionError, attribution_rows, run_entry
-from passage_jax.evaluate.score import STRATIFIERS, ScoreError, load_score, seed_folders, timing_profile
-from passage_jax.fileio import atomic_write_json, jsonable, read_document, sha256_file, utc_now
+from passage_jax.evaluate.score import (
+    STRATIFIERS,
+    ScoreError,
+    load_score,
+    read_doc,
+    seed_folders,
+    timing_profile,
+)
+from passage_jax.fileio import atomic_write_json, jsonable, sha256_file, utc_now
 from passage_jax.stats import (
     RosterError,
     block_census,
@@ -59,7 +66,8 @@ from passage_jax.stats.compare import FAMILY_ALPHA
 
 __all__ = ["RosterMismatch", "bound_roster", "split_role_of", "PrecisionMismatch",
            "check_precision", "reference_precision",
-           "compare_runs", "CompareError", "OutputExists", "InvalidResamples", "LimitsDiffer",
+           "compare_runs", "CompareError", "OutputExists", "OutputIsFolder", "InvalidResamples",
+           "LimitsDiffer",
            "RosterHashMissing", "bin_index",
            "blocks_for", "check_identity", "latency_contrast", "contrast", "COMPARE_FORMAT",
            "ODD_FORMAT", "DEFAULT_RESAMPLES", "ESTIMATE_KEYS", "attribution_of", "NoncanonicalPairing",
@@ -77,6 +85,10 @@ class CompareError(RuntimeError):
 
 class OutputExists(CompareError, FileExistsError):
     """The comparison file already exists (replacing it must be asked for)."""
+
+
+class OutputIsFolder(CompareError):
+    """The comparison's output path is an existing folder (``force`` replaces a file only)."""
 
 
 class InvalidResamples(CompareError, ValueError):
@@ -129,7 +141,7 @@ def read_test_evidence(path) -> dict:
     unavailable).
     """
     p = Path(path)
-    doc = read_document(p, TestEvidenceError, "test evidence")
+    doc = read_doc(p, TestEvidenceError, "test evidence")
     where = f"test evidence {p}"
     if not isinstance(doc, dict):
         raise TestEvidenceError(f"{where}: expected a JSON object with {list(EVIDENCE_KEYS)}, "
@@ -613,7 +625,7 @@ def latency_contrast(RA, RB, labels, blocks, boot, available) -> dict:
 
 def read_odd_spec(path) -> dict:
     p = Path(path)
-    data = read_document(p, CompareError, "odd spec", yaml_allowed=True)
+    data = read_doc(p, CompareError, "odd spec", yaml_allowed=True)
     where = f"odd spec {p}"
     if not isinstance(data, dict) or "stratifiers" not in data:
         raise CompareError(f"{where}: expected a mapping with 'stratifiers'")
@@ -742,6 +754,9 @@ def compare_runs(a, b, output, *, n_resamples: int = DEFAULT_RESAMPLES, alpha: f
     p-values came from. Both need the three default seeds on both runs and known blocks
     (:class:`TestEvidenceError` otherwise)."""
     output = Path(output)
+    if output.is_dir():
+        raise OutputIsFolder(f"{output} is a folder; --output names the comparison file to write "
+                             f"(a folder is never replaced, with or without --force)")
     if output.exists() and not force:
         raise OutputExists(f"{output} exists; choose a new file")
     if isinstance(n_resamples, bool) or not isinstance(n_resamples, int) or n_resamples < 1:

@@ -42,12 +42,12 @@ from passage_jax.evaluate.score import (
     open_run_tasks,
     read_json,
 )
-from passage_jax.fileio import atomic_write_bytes, atomic_write_text, read_document
-from passage_jax.protocol.records import PathsReader, unpack_routes
+from passage_jax.fileio import atomic_write_bytes, atomic_write_text
+from passage_jax.protocol.records import PathsReader, RecordFileError, unpack_routes
 
 __all__ = ["write_report", "render_markdown", "print_metrics_table", "metrics_rows",
-           "components_section",
-           "route_figure", "regret_figure", "ReportError"]
+           "components_section", "read_comparison",
+           "route_figure", "regret_figure", "ReportError", "ReportExists", "COMPARE_FIELDS"]
 
 
 def _pyplot():
@@ -491,23 +491,123 @@ def regret_figure(cmp: dict, path: Path) -> Path:
     return _save_figure(fig, path)
 
 
-def write_report(compare_json, output, n_route_tasks: int = 4, force: bool = False) -> dict:
-    compare_json, output = Path(compare_json), Path(output)
-    cmp = read_document(compare_json, ReportError)
+# --------------------------------------------------------------------------- #
+# reading the comparison file
+# --------------------------------------------------------------------------- #
+
+#: top-level fields of a comparison file that the report reads, and their JSON types
+COMPARE_FIELDS = {"runs": dict, "identity": dict, "pairs": list, "seed_mean": bool, "blocks": dict,
+                  "bootstrap": dict, "methods": dict, "contrasts": dict,
+                  "valid_route_denominators": dict, "geometry_both_valid": dict,
+                  "latency_contrast": dict, "procedure_limits": dict, "created_utc": str}
+_JSON_TYPE = {dict: "an object", list: "a list", bool: "true or false", str: "a string", int: "an integer"}
+
+
+class _Fields(dict):
+    """A JSON object of a comparison file that names its dotted path when a field it is
+    asked for is missing; the last field read is kept (``trail``) for other errors."""
+
+    def __init__(self, data: dict, path: str, where: str, trail: list):
+        super().__init__({k: _fields(v, _join(path, k), where, trail) for k, v in data.items()})
+        self._path, self._where, self._trail = path, where, trail
+
+    def __missing__(self, key):
+        raise ReportError(f"{self._where}: field {_join(self._path, key)!r} is missing")
+
+    def __getitem__(self, key):
+        self._trail[:] = [_join(self._path, key)]
+        return super().__getitem__(key)
+
+    def get(self, key, default=None):
+        self._trail[:] = [_join(self._path, key)]
+        return super().get(key, default)
+
+
+def _join(path: str, key) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
+def _fields(v, path: str, where: str, trail: list):
+    if isinstance(v, dict):
+        return _Fields(v, path, where, trail)
+    if isinstance(v, list):
+        return [_fields(x, f"{path}[{i}]", where, trail) for i, x in enumerate(v)]
+    return v
+
+
+def _need(doc: dict, key: str, kind, where: str, path: str = ""):
+    name = _join(path, key)
+    if key not in doc:
+        raise ReportError(f"{where}: field {name!r} is missing")
+    v = doc[key]
+    ok = (isinstance(v, int) and not isinstance(v, bool)) if kind is int else isinstance(v, kind)
+    if not ok:
+        raise ReportError(f"{where}: field {name!r} must be {_JSON_TYPE[kind]}, got "
+                          f"{type(v).__name__}")
+    return v
+
+
+def read_comparison(path) -> dict:
+    """The comparison file written by ``compare``, checked: a JSON object of format
+    :data:`~passage_jax.evaluate.compare.COMPARE_FORMAT` with the fields the report reads
+    (:data:`COMPARE_FIELDS`, the runs and the seed pairs) of their types; :class:`ReportError`
+    naming the file and field otherwise. Missing nested fields are named when read."""
+    path = Path(path)
+    where = str(path)
+    cmp = read_json(path, ReportError)
     if cmp.get("format") != COMPARE_FORMAT:
-        raise ReportError(f"{compare_json}: not a {COMPARE_FORMAT} file")
+        raise ReportError(f"{where}: not a {COMPARE_FORMAT} file (format {cmp.get('format')!r})")
+    for k, kind in COMPARE_FIELDS.items():
+        _need(cmp, k, kind, where)
+    for side in ("A", "B"):
+        run = _need(cmp["runs"], side, dict, where, "runs")
+        for k, kind in (("path", str), ("method_name", str), ("seeds", list), ("folders", dict)):
+            _need(run, k, kind, where, f"runs.{side}")
+        _need(_need(cmp["methods"], side, dict, where, "methods"), "per_seed", dict, where,
+              f"methods.{side}")
+    if not cmp["pairs"]:
+        raise ReportError(f"{where}: field 'pairs' is empty")
+    for i, pair in enumerate(cmp["pairs"]):
+        if not isinstance(pair, dict):
+            raise ReportError(f"{where}: field 'pairs[{i}]' must be an object, got {type(pair).__name__}")
+        _need(pair, "label", str, where, f"pairs[{i}]")
+        for k in ("seed_a", "seed_b"):
+            _need(pair, k, int, where, f"pairs[{i}]")
+    return _fields(cmp, "", where, [])
+
+
+def _refuse_folders(paths) -> None:
+    folders = [p for p in paths if p.is_dir()]
+    if folders:
+        raise ReportError(f"{folders[0]} is a folder; the report's files must be new or existing "
+                          f"files (a folder is never replaced, with or without --force)")
+
+
+def write_report(compare_json, output, n_route_tasks: int = 4, force: bool = False) -> dict:
+    """Write the Markdown report of the comparison file ``compare_json`` to ``output`` and its
+    figures beside it; returns their paths. A malformed comparison file (not JSON, not an
+    object, a field missing or of the wrong type) raises :class:`ReportError` naming the file
+    and the field; existing outputs are replaced only with ``force`` (never a folder)."""
+    compare_json, output = Path(compare_json), Path(output)
+    cmp = read_comparison(compare_json)
+    trail = cmp._trail
     stem = output.stem
     figs = {"routes": output.with_name(f"{stem}_routes.png"),
             "regret": output.with_name(f"{stem}_regret.png")}
+    _refuse_folders([output, *figs.values()])
     existing = [p for p in [output, *figs.values()] if p.exists()]
     if existing and not force:
         raise ReportExists(f"{existing[0]} exists; choose a new report name")
     output.parent.mkdir(parents=True, exist_ok=True)
     try:
+        md = render_markdown(cmp, {k: v.name for k, v in figs.items()})
         route_figure(cmp, figs["routes"], n_route_tasks)
         regret_figure(cmp, figs["regret"])
-    except ScoreError as e:
+    except (ScoreError, RecordFileError) as e:
         raise ReportError(str(e)) from None
-    md = render_markdown(cmp, {k: v.name for k, v in figs.items()})
+    except (KeyError, TypeError, AttributeError, IndexError, ValueError) as e:
+        near = f" near field {trail[0]!r}" if trail else ""
+        raise ReportError(f"{compare_json}: malformed comparison file{near}: {type(e).__name__}: "
+                          f"{e}") from None
     atomic_write_text(output, md)
     return {"report": str(output), **{k: str(v) for k, v in figs.items()}}

@@ -23,8 +23,11 @@ only (numbers, bools, fixed-width unicode); they load with ``allow_pickle=False`
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import zipfile
+import zlib
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -42,7 +45,8 @@ __all__ = [
     "PATHS_FORMAT", "REFERENCES_FORMAT", "RUN_FORMAT", "REQUESTS_FORMAT", "RECORD_KEYS",
     "ROUTE_FORMATS", "ROUTE_FORMAT_CODE", "snapshot_route", "PathsWriter", "PathsReader", "load_paths",
     "route_of", "pack_routes", "unpack_routes", "read_requests", "input_hash",
-    "references_identity", "code_hash", "package_versions",
+    "references_identity", "code_hash", "package_versions", "RecordFileError", "npz_errors",
+    "NPZ_READ_ERRORS", "open_npz",
 ]
 
 PATHS_FORMAT = "passage-jax-paths-v1"
@@ -58,6 +62,31 @@ ROUTE_FORMATS = {
 }
 ROUTE_FORMAT_CODE = {v: k for k, v in ROUTE_FORMATS.items()}
 _I32 = np.iinfo(np.int32)
+
+
+class RecordFileError(ValueError):
+    """A persisted record file cannot be read: not a zip archive, truncated, a member
+    missing or torn, or its structure inconsistent (the message names the file, and the
+    member when known)."""
+
+
+#: what reading a damaged ``.npz`` raises (numpy, zipfile, zlib)
+NPZ_READ_ERRORS = (zipfile.BadZipFile, ValueError, EOFError, KeyError, zlib.error)
+
+
+@contextlib.contextmanager
+def npz_errors(path, member: str | None = None, error=RecordFileError):
+    """Turn a damaged ``.npz`` read inside the block into ``error`` naming ``path`` (and
+    ``member``); a :class:`RecordFileError` raised inside passes unchanged."""
+    try:
+        yield
+    except RecordFileError:
+        raise
+    except NPZ_READ_ERRORS as e:
+        what = f"{path} (member {member!r})" if member else f"{path}"
+        text = str(e).strip() or type(e).__name__
+        raise error(f"{what}: cannot be read, the file is truncated or corrupt "
+                    f"({type(e).__name__}: {text})") from None
 
 
 RUN_FORMAT = "passage-jax-run-v1"
@@ -253,19 +282,57 @@ _INDEX_KEYS = ("format", "record_index", "route_format", "offsets", "raw_offsets
 
 
 def _check_paths(path, d: dict, n_cells: int, n_raw: int) -> None:
+    missing = [k for k in _INDEX_KEYS if k not in d]
+    if missing:
+        raise RecordFileError(f"{path}: missing arrays {missing}")
     if str(d.get("format")) != PATHS_FORMAT:
-        raise ValueError(f"{path}: not a {PATHS_FORMAT} file (format={d.get('format')!r})")
+        raise RecordFileError(f"{path}: not a {PATHS_FORMAT} file (format={d.get('format')!r})")
+    for k in _INDEX_KEYS[1:]:
+        if np.ndim(d[k]) != 1:
+            raise RecordFileError(f"{path}: member {k!r} is not one-dimensional")
     n = len(d["route_format"])
+    if len(d["record_index"]) != n or len(d["raw_shape"]) != n or len(d["raw_dtype"]) != n:
+        raise RecordFileError(f"{path}: the per-record arrays differ in length")
     if len(d["offsets"]) != n + 1 or d["offsets"][-1] != n_cells:
-        raise ValueError(f"{path}: offsets do not match coords")
+        raise RecordFileError(f"{path}: offsets do not match coords")
     if len(d["raw_offsets"]) != n + 1 or d["raw_offsets"][-1] != n_raw:
-        raise ValueError(f"{path}: raw_offsets do not match raw_values")
+        raise RecordFileError(f"{path}: raw_offsets do not match raw_values")
+    bad = [k for k in ("offsets", "raw_offsets") if n and (np.any(np.diff(d[k]) < 0) or d[k][0] != 0)]
+    if bad:
+        raise RecordFileError(f"{path}: member {bad[0]!r} does not rise from 0")
+    unknown = sorted(set(np.asarray(d["route_format"]).tolist()) - set(ROUTE_FORMATS))
+    if unknown:
+        raise RecordFileError(f"{path}: member 'route_format' holds unknown code(s) {unknown}")
+
+
+def open_npz(path, error=RecordFileError):
+    """``np.load(path, allow_pickle=False)`` of an ``.npz`` archive (a context manager);
+    a file that is not one, or is truncated or corrupt, raises ``error`` naming it."""
+    with npz_errors(path, error=error):
+        z = np.load(path, allow_pickle=False)
+    if not isinstance(z, np.lib.npyio.NpzFile):
+        raise error(f"{path}: not an .npz archive (it holds a single {type(z).__name__})")
+    return z
+
+
+def _read_npz(path) -> dict:
+    """Every member of an ``.npz`` (``allow_pickle=False``), a damaged file or member
+    raising :class:`RecordFileError` naming it."""
+    out = {}
+    with npz_errors(path), open_npz(path) as z:
+        for k in z.files:
+            with npz_errors(path, k):
+                out[k] = z[k]
+    return out
 
 
 def load_paths(path) -> dict:
-    """Read ``paths.npz`` (``allow_pickle=False``) and check its structure."""
-    with np.load(path, allow_pickle=False) as z:
-        d = {k: z[k] for k in z.files}
+    """Read ``paths.npz`` (``allow_pickle=False``) and check its structure
+    (:class:`RecordFileError` naming the file and member otherwise)."""
+    d = _read_npz(path)
+    for k in ("coords", "raw_values"):
+        if k not in d:
+            raise RecordFileError(f"{path}: missing arrays {[k]}")
     _check_paths(path, d, len(d["coords"]), len(d["raw_values"]))
     return d
 
@@ -299,13 +366,18 @@ class PathsReader:
 
     def __init__(self, path):
         self.path = Path(path)
-        with np.load(self.path, allow_pickle=False) as z:
+        with npz_errors(self.path), open_npz(self.path) as z:
             missing = [k for k in (*_INDEX_KEYS, "coords", "raw_values") if k not in z.files]
             if missing:
-                raise KeyError(f"{self.path}: missing arrays {missing}")
-            self.index = {k: z[k] for k in _INDEX_KEYS}
-        self._coords = NpzMember(self.path, "coords")
-        self._raw = NpzMember(self.path, "raw_values")
+                raise RecordFileError(f"{self.path}: missing arrays {missing}")
+            self.index = {}
+            for k in _INDEX_KEYS:
+                with npz_errors(self.path, k):
+                    self.index[k] = z[k]
+        with npz_errors(self.path, "coords"):
+            self._coords = NpzMember(self.path, "coords")
+        with npz_errors(self.path, "raw_values"):
+            self._raw = NpzMember(self.path, "raw_values")
         _check_paths(self.path, self.index, len(self._coords), len(self._raw))
 
     def __len__(self) -> int:
@@ -331,11 +403,14 @@ class PathsReader:
         """:func:`route_of` for records ``[start, stop)``."""
         ix = self.index
         o, ro = ix["offsets"], ix["raw_offsets"]
-        cells = self._coords.rows(o[start], o[stop])
-        raw = self._raw.rows(ro[start], ro[stop])
-        return [_route(ix["route_format"][i], cells[o[i] - o[start]:o[i + 1] - o[start]],
-                       raw[ro[i] - ro[start]:ro[i + 1] - ro[start]], ix["raw_shape"][i])
-                for i in range(start, stop)]
+        with npz_errors(self.path, "coords"):
+            cells = self._coords.rows(o[start], o[stop])
+        with npz_errors(self.path, "raw_values"):
+            raw = self._raw.rows(ro[start], ro[stop])
+        with npz_errors(self.path, "raw_shape"):
+            return [_route(ix["route_format"][i], cells[o[i] - o[start]:o[i + 1] - o[start]],
+                           raw[ro[i] - ro[start]:ro[i + 1] - ro[start]], ix["raw_shape"][i])
+                    for i in range(start, stop)]
 
 
 def pack_routes(routes) -> tuple[np.ndarray, np.ndarray]:
