@@ -2,6 +2,10 @@
 print the table; with ``--against``, also run + score the baseline spec ``B`` on the
 same tasks, compare the two (paired block bootstrap) and write the report.
 
+Output folders are absolute and checked like a run's (:mod:`passage_jax.run.loop`): the
+default ``<results_root>/<method_name>-<time>`` never leaves ``results_root`` (a
+``method_name`` is a plain name), and no output lies inside the dataset root.
+
 The command composes the two rooms: :func:`passage_jax.run.run_spec` runs the spec,
 :func:`passage_jax.evaluate.score_run` scores the persisted routes and
 :func:`passage_jax.evaluate.sidecar` describes the result.
@@ -9,7 +13,6 @@ The command composes the two rooms: :func:`passage_jax.run.run_spec` runs the sp
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 
 def register(p):
@@ -34,10 +37,11 @@ def bench(spec, output=None, container_digest=None, progress=None, log=None) -> 
     from passage_jax.evaluate import default_output, score_run, sidecar  # noqa: PLC0415 (CLI start-up)
     from passage_jax.fileio import atomic_write_json  # noqa: PLC0415 (CLI start-up)
     from passage_jax.run import RunSpec, load_spec, run_spec  # noqa: PLC0415 (CLI start-up)
+    from passage_jax.run.loop import output_folder  # noqa: PLC0415 (CLI start-up)
 
     if not isinstance(spec, RunSpec):
         spec = load_spec(spec)
-    output = Path(output) if output is not None else default_output(spec)
+    output = output_folder(output if output is not None else default_output(spec))
     run_spec(spec, output, progress=progress, log=log)
     scores = score_run(output, log=log)
     side = sidecar(output, spec, scores, container_digest)
@@ -52,11 +56,12 @@ def against(spec, baseline, output=None, container_digest=None, progress=None, l
     component-attribution table when a run declares ``component_control``)."""
     from passage_jax.evaluate import compare_runs, default_output, write_report  # noqa: PLC0415 (CLI start-up)
     from passage_jax.run import OutputFolderTaken, holds_run, load_spec  # noqa: PLC0415 (CLI start-up)
+    from passage_jax.run.loop import output_folder  # noqa: PLC0415 (CLI start-up)
 
     spec, baseline = load_spec(spec), load_spec(baseline)
     if spec.method_name == baseline.method_name:
         raise ValueError(f"the spec and the baseline share the method name {spec.method_name!r}")
-    output = Path(output) if output is not None else default_output(spec)
+    output = output_folder(output if output is not None else default_output(spec))
     why = holds_run(output)
     if why:
         raise OutputFolderTaken(why)

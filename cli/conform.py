@@ -11,11 +11,11 @@ def register(p):
 
 def main(args) -> int:
     # command start-up: the library loads only when the command runs (--help stays instant)
-    from passage_jax.run import AdmissionError, OutputFolderTaken, SpecError, conform, load_spec  # noqa: PLC0415 (CLI start-up)
+    from passage_jax.run import AdmissionError, RunError, SpecError, conform, load_spec  # noqa: PLC0415 (CLI start-up)
 
     try:
         receipt = conform(load_spec(args.spec), args.output)
-    except (SpecError, AdmissionError, OutputFolderTaken) as e:
+    except (SpecError, AdmissionError, RunError) as e:
         print(f"conform: {e}", file=sys.stderr)
         return 2
     for c in receipt["checks"]:

@@ -15,9 +15,13 @@ def main(args) -> int:
     from passage_jax.run.spec import STARTER_SPEC  # noqa: PLC0415 (CLI start-up)
 
     out = Path(args.out)
-    if out.exists():
+    if out.exists() or out.is_symlink():
         print(f"init-spec: {out} already exists; refusing to overwrite it", file=sys.stderr)
         return 2
-    atomic_write_text(out, STARTER_SPEC)
+    try:
+        atomic_write_text(out, STARTER_SPEC)
+    except OSError as e:
+        print(f"init-spec: cannot write {out}: {e.strerror or e}", file=sys.stderr)
+        return 2
     print(f"wrote {out}")
     return 0

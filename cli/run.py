@@ -65,8 +65,11 @@ def main(args) -> int:
         print(f"run: {e}{hint}", file=sys.stderr)
         return 2
     except ResumeError as e:
-        print(f"run --resume: {e}; to start over, run without --resume into a new --output folder",
-              file=sys.stderr)
+        if args.resume:
+            print(f"run --resume: {e}; to start over, run without --resume into a new --output "
+                  f"folder", file=sys.stderr)
+        else:
+            print(f"run: {e}", file=sys.stderr)
         return 2
     except (SpecError, AdmissionError, RunError) as e:
         print(f"run: {e}", file=sys.stderr)

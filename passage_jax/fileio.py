@@ -30,7 +30,8 @@ import yaml
 __all__ = [
     "utc_now", "sha256_file", "sha256_bytes", "check_sha256", "array_sha256", "jsonable", "to_json",
     "atomic_write_bytes", "atomic_write_text", "atomic_write_json", "atomic_write_npz",
-    "read_document", "planner_input_sha256", "atomic_file", "NpzStreamWriter", "NpzMember",
+    "read_document", "one_line", "planner_input_sha256", "atomic_file", "NpzStreamWriter", "NpzMember",
+    "naming_file",
 ]
 
 
@@ -125,19 +126,34 @@ def _tmp(path: Path) -> Path:
 
 
 @contextlib.contextmanager
+def naming_file(path):
+    """Re-raise an ``OSError`` raised inside the block without a file name (a write or
+    fsync that hit a full disk) as the same error naming ``path``."""
+    try:
+        yield
+    except OSError as e:
+        if e.filename is None and type(e).__module__ == "builtins":
+            raise type(e)(e.errno, e.strerror or str(e), str(path)) from e
+        raise
+
+
+@contextlib.contextmanager
 def _atomic_open(path):
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    with naming_file(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _tmp(path)
     try:
-        with open(tmp, "wb") as f:
+        with naming_file(path), open(tmp, "wb") as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        with naming_file(path):
+            os.replace(tmp, path)
     finally:
-        if tmp.exists():
-            tmp.unlink()
+        with contextlib.suppress(OSError):
+            if tmp.exists():
+                tmp.unlink()
 
 
 def atomic_file(path):
@@ -297,19 +313,72 @@ class NpzMember:
 
 
 
-def read_document(path, error=ValueError, label: str = "", yaml_allowed: bool = False):
+class _NoAliasLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses aliases (``*name``): a document of a few hundred
+    bytes cannot expand into gigabytes of nested copies ("billion laughs")."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(
+                None, None, f"YAML alias *{event.anchor} is refused (anchors and aliases are not "
+                f"allowed)", event.start_mark)
+        return super().compose_node(parent, index)
+
+
+def one_line(text, limit: int = 300) -> str:
+    """``text`` on one line (whitespace runs collapsed), cut to ``limit`` characters with
+    ``...``: what an error message may echo of a value or of a parser's report."""
+    t = " ".join(str(text).split())
+    return t if len(t) <= limit else t[:max(0, limit - 3)] + "..."
+
+
+def _read_capped(p: Path, where: str, error, max_bytes: int | None) -> bytes:
+    try:
+        with open(p, "rb") as f:
+            data = f.read() if max_bytes is None else f.read(max_bytes + 1)
+    except OSError as e:
+        raise error(f"{where}: cannot read: {e.strerror or e}") from None
+    if max_bytes is not None and len(data) > max_bytes:
+        raise error(f"{where}: larger than the {max_bytes:,}-byte limit for this document "
+                    f"({max_bytes / (1 << 20):g} MiB); refused unread")
+    return data
+
+
+def read_document(path, error=ValueError, label: str = "", yaml_allowed: bool = False,
+                  max_bytes: int | None = None):
     """Parse a JSON file (or, with ``yaml_allowed``, YAML unless the suffix is ``.json``).
 
-    A missing file or a parse failure raises ``error("<label> <path>: ...")``.
+    A missing or unreadable file, a file over ``max_bytes`` (when given), text that is not
+    UTF-8, a YAML alias (refused: :class:`_NoAliasLoader`), a document nested too deeply
+    or any parse failure raises ``error("<label> <path>: ...")``, on one line.
     """
     p = Path(path)
     where = f"{label} {p}" if label else str(p)
     if not p.is_file():
         raise error(f"{where}: file not found")
-    text = p.read_text()
+    data = _read_capped(p, where, error, max_bytes)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise error(f"{where}: not UTF-8 text ({e.reason} at byte {e.start}); a binary file?") from None
+    kind = "cannot parse" if yaml_allowed else "not JSON"
     try:
         if yaml_allowed and p.suffix.lower() != ".json":
-            return yaml.safe_load(text)
+            return yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 (a SafeLoader subclass)
         return json.loads(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as e:
-        raise error(f"{where}: {'cannot parse' if yaml_allowed else 'not JSON'}: {e}") from None
+    except RecursionError:
+        raise error(f"{where}: {kind}: nested too deeply") from None
+    except (yaml.YAMLError, ValueError) as e:
+        raise error(f"{where}: {kind}: {_parse_reason(e)}") from None
+
+
+def _parse_reason(e: Exception) -> str:
+    """A parser's report on one line: for YAML, what went wrong and where (line, column),
+    without the echoed source snippet."""
+    if isinstance(e, yaml.MarkedYAMLError) and e.problem:
+        what = "; ".join(x for x in (e.context, e.problem) if x)
+        mark = e.problem_mark or e.context_mark
+        at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        return one_line(what) + at
+    return one_line(e)

@@ -37,8 +37,15 @@ CONTAINER_ENV = "PASSAGE_CONTAINER_DIGEST"
 
 
 def default_output(spec, now=None) -> Path:
+    """A fresh folder ``<results_root>/<method_name>-<UTC timestamp>`` (``-2``, ``-3`` ...
+    when taken), as an absolute path (``results_root`` is resolved from the working
+    directory; ``method_name`` is a plain name, checked when the spec was loaded)."""
     now = now or _dt.datetime.now(_dt.timezone.utc)
-    base = Path(spec.results_root) / f"{spec.method_name}-{now.strftime('%Y%m%dT%H%M%SZ')}"
+    root = Path(os.path.abspath(spec.results_root))
+    base = root / f"{spec.method_name}-{now.strftime('%Y%m%dT%H%M%SZ')}"
+    if base.parent != root or str(spec.method_name).startswith("."):
+        raise ValueError(f"method_name {str(spec.method_name)[:200]!r} is not a plain name: the "
+                         f"results would not be a folder directly under results_root {root}")
     out, k = base, 1
     while out.exists():
         k += 1

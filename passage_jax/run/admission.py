@@ -20,6 +20,7 @@ import inspect
 import os
 import platform
 import re
+import stat
 import sys
 from pathlib import Path
 
@@ -34,7 +35,7 @@ from passage_jax.learned.guide import shipped_checkpoint
 from passage_jax.protocol.adapters import import_entry, is_factory
 from passage_jax.protocol.records import pack_routes, references_identity
 from passage_jax.reference import qualify_scenes, solve_tasks
-from passage_jax.run.spec import RunSpec
+from passage_jax.run.spec import SPEC_MAX_BYTES, RunSpec, shown
 
 __all__ = ["Admitted", "AdmissionError", "References", "admit", "hardware", "CHECKPOINT_KEY"]
 
@@ -280,16 +281,28 @@ def checkpoint_files(spec: RunSpec) -> dict:
                 name = key if len(vals) == 1 else f"{key}[{j}]"
                 if CHECKPOINT_KEY.search(key) and isinstance(v, str) and v.startswith("shipped:"):
                     v = _shipped_checkpoint(v, seed, name)
-                if CHECKPOINT_KEY.search(key):
-                    if not isinstance(v, str) or not Path(v).exists():
-                        raise AdmissionError(f"checkpoint: seed {seed}: inference_kwargs.{name}="
-                                             f"{v!r} is not an existing file")
-                if isinstance(v, str) and len(v) < 4096 and Path(v).is_file():
+                kind = _path_kind(v)
+                if CHECKPOINT_KEY.search(key) and kind is None:
+                    raise AdmissionError(f"checkpoint: seed {seed}: inference_kwargs.{name}="
+                                         f"{shown(v)} is not an existing file")
+                if kind == "file":
                     files[name] = {"path": str(Path(v).resolve()), "sha256": sha256_file(v)}
-                elif isinstance(v, str) and CHECKPOINT_KEY.search(key) and Path(v).is_dir():
+                elif CHECKPOINT_KEY.search(key) and kind == "dir":
                     files[name] = {"path": str(Path(v).resolve()), "sha256": _dir_sha256(Path(v))}
         out[str(seed)] = files
     return out
+
+
+def _path_kind(v) -> str | None:
+    """``"file"``, ``"dir"`` or ``"other"`` when ``v`` is a string naming an existing path,
+    else None (not a string, too long to be a path, a NUL byte, a path the OS refuses)."""
+    if not isinstance(v, str) or not v or len(v) >= 4096 or "\0" in v:
+        return None
+    try:
+        st = os.stat(v)
+    except (OSError, ValueError):
+        return None
+    return "file" if stat.S_ISREG(st.st_mode) else "dir" if stat.S_ISDIR(st.st_mode) else "other"
 
 
 def _shipped_checkpoint(v: str, seed, name: str) -> str:
@@ -298,7 +311,7 @@ def _shipped_checkpoint(v: str, seed, name: str) -> str:
     try:
         return str(shipped_checkpoint(v.split(":", 1)[1]))
     except (ValueError, FileNotFoundError) as e:
-        raise AdmissionError(f"checkpoint: seed {seed}: inference_kwargs.{name}={v!r}: {e}") from None
+        raise AdmissionError(f"checkpoint: seed {seed}: inference_kwargs.{name}={shown(v)}: {e}") from None
 
 
 def _dir_sha256(folder: Path) -> str:
@@ -314,7 +327,7 @@ def verify_runtime_bundle(path) -> dict | None:
     if path is None:
         return None
     p = Path(path)
-    data = read_document(p, AdmissionError, "runtime_bundle_manifest")
+    data = read_document(p, AdmissionError, "runtime_bundle_manifest", max_bytes=16 * SPEC_MAX_BYTES)
     if not isinstance(data, dict) or data.get("schema") != "passage-runtime-bundle-v1":
         raise AdmissionError(f"runtime_bundle_manifest {p}: schema must be 'passage-runtime-bundle-v1'")
     files = data.get("files")
@@ -324,13 +337,14 @@ def verify_runtime_bundle(path) -> dict | None:
     for i, f in enumerate(files):
         if not isinstance(f, dict) or set(f) != {"path", "sha256"}:
             raise AdmissionError(f"runtime_bundle_manifest {p}: files[{i}] must be {{path, sha256}}")
+        if not isinstance(f["path"], str) or _path_kind(str(p.parent / f["path"])) != "file":
+            raise AdmissionError(f"runtime_bundle_manifest {p}: files[{i}] {shown(f['path'])} is not "
+                                 f"a readable file")
         fp = (p.parent / f["path"]).resolve()
-        if not fp.is_file():
-            raise AdmissionError(f"runtime_bundle_manifest {p}: files[{i}] {f['path']} is not readable")
         got = sha256_file(fp)
         if got != str(f["sha256"]).lower():
-            raise AdmissionError(f"runtime_bundle_manifest {p}: files[{i}] {f['path']}: sha256 "
-                                 f"{got} != declared {f['sha256']}")
+            raise AdmissionError(f"runtime_bundle_manifest {p}: files[{i}] {shown(f['path'])}: sha256 "
+                                 f"{got} != declared {shown(f['sha256'])}")
         checked.append({"path": f["path"], "sha256": got})
     return {"manifest": str(p.resolve()), "manifest_sha256": sha256_file(p), "files": checked}
 

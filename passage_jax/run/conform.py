@@ -49,7 +49,7 @@ from passage_jax.protocol.contracts import (
 from passage_jax.protocol.records import code_hash, package_versions
 from passage_jax.protocol.requests import build_request
 from passage_jax.run import admission as adm
-from passage_jax.run.loop import spec_and_output
+from passage_jax.run.loop import create_folder, refuse_inside_dataset, spec_and_output
 from passage_jax.run.spec import RunSpec
 from passage_jax.run.timing import execute
 
@@ -103,11 +103,14 @@ def analytic_task(objective: str, weight: float, n: int = 9):
 
 
 def conform(spec: RunSpec | str, output, admitted: adm.Admitted | None = None) -> dict:
-    """Run the checks and write ``<output>/conformance.json``; returns the receipt."""
+    """Run the checks and write ``<output>/conformance.json``; returns the receipt. The
+    output folder is checked as a run's (:func:`passage_jax.run.loop.output_folder`, new
+    or empty, outside the dataset root) before anything runs."""
     spec, output = spec_and_output(spec, output)
     one = dataclasses.replace(spec, n_samples=1)
     if admitted is None:
         admitted = adm.admit(one)
+    refuse_inside_dataset(output, admitted.root)
     task = admitted.tasks[0]
     c_star = float(admitted.references.c_star[0])
     ref_route = admitted.references.routes[0]
@@ -261,6 +264,6 @@ def conform(spec: RunSpec | str, output, admitted: adm.Admitted | None = None) -
         "versions": package_versions(),
         "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    output.mkdir(parents=True, exist_ok=True)
+    create_folder(output)
     atomic_write_json(output / "conformance.json", receipt)
     return receipt

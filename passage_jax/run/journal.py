@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from passage_jax.fileio import atomic_write_bytes
+from passage_jax.fileio import atomic_write_bytes, naming_file
 
 __all__ = ["JOURNAL_NAME", "JOURNAL_HEADER", "JournalError", "JournalScan", "Journal",
            "encode_entry", "decode_entry", "scan_journal", "fsync_dir"]
@@ -208,16 +208,20 @@ class Journal:
         return cls(path, scan.count, fh), scan
 
     def append(self, line: str, snap: tuple) -> int:
-        """Append one record durably; returns its index in the journal."""
-        self._f.write(encode_entry(line, snap))
-        self._f.flush()
-        os.fsync(self._f.fileno())
+        """Append one record durably; returns its index in the journal. A write that fails
+        (a full disk) raises the ``OSError`` naming the journal; what it left is a torn
+        tail that ``run --resume`` drops."""
+        with naming_file(self.path):
+            self._f.write(encode_entry(line, snap))
+            self._f.flush()
+            os.fsync(self._f.fileno())
         self.n_entries += 1
         return self.n_entries - 1
 
     def close(self) -> None:
         if not self._f.closed:
-            self._f.close()
+            with naming_file(self.path):
+                self._f.close()
 
     def __enter__(self):
         return self

@@ -17,6 +17,16 @@ is renamed to ``seed-<seed>``. ``run_spec(..., resume=True)`` continues a killed
 run from what is durable: it checks the stored identities, keeps completed seeds
 (verified, and rebuilt from their journals when a file is torn) and every complete
 journal entry, and re-runs only what is missing.
+
+Output folders (:func:`output_folder`): the folder is made absolute before anything
+else (a planner that changes the working directory cannot move it; the run restores
+the working directory after the planner's construction and after each request, and
+records it), refused by name when the OS cannot make it a folder (a symbolic-link
+loop, a parent that is a file, ``/dev/null/x``), and refused when it is inside the
+dataset root (:func:`refuse_inside_dataset`). A new run that fails before its first
+durable record (a planner that cannot be built, admission refused) leaves the folder
+as it found it apart from its ``resolved_protocol`` records, so the same folder takes
+the corrected spec; once a record is journalled, everything is kept for ``--resume``.
 """
 from __future__ import annotations
 
@@ -38,6 +48,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from passage_jax.data.reader import SHIPPED, shipped_cohort_root
 from passage_jax.fileio import (
     atomic_file,
     atomic_write_json,
@@ -60,13 +71,21 @@ from passage_jax.protocol.records import (
 )
 from passage_jax.run import admission as adm
 from passage_jax.run.executors import PlannerBuildError, open_executor
-from passage_jax.run.journal import JOURNAL_NAME, Journal, JournalError, fsync_dir, scan_journal
+from passage_jax.run.journal import (
+    JOURNAL_HEADER,
+    JOURNAL_NAME,
+    Journal,
+    JournalError,
+    fsync_dir,
+    scan_journal,
+)
 from passage_jax.run.protocol_record import is_protocol_file, run_protocol, write_resolved_protocol
 from passage_jax.run.provenance import ProvenanceError, provenance
 from passage_jax.run.spec import RunSpec, load_spec
 
 __all__ = ["RunError", "OutputFolderTaken", "ResumeError", "run_spec", "run_seed", "passes",
            "holds_run", "spec_and_output", "references_arrays", "run_identity", "SERIES",
+           "output_folder", "create_folder", "remove_created", "refuse_inside_dataset",
            "RUN_STARTED", "RUN_STARTED_FORMAT", "SEED_STATE", "SEED_FILES"]
 
 SERIES = ("cold", "warmup", "warm")
@@ -98,13 +117,95 @@ def _is_run_entry(name: str) -> bool:
     return name.startswith(("seed-", ".seed-")) or name in ("run.json", RUN_STARTED)
 
 
-def holds_run(folder) -> str | None:
-    """Why ``folder`` cannot receive a new run (it exists and is not empty), or None."""
+def _os_problem(folder: Path) -> str | None:
+    """Why the OS cannot let ``folder`` be a folder (a symbolic-link loop, a parent that is
+    not a folder, a link to nothing), or None (it is a folder, a file, or can be created)."""
+    try:
+        os.stat(folder)
+    except FileNotFoundError:
+        if os.path.islink(folder):
+            return f"output folder {folder} is a symbolic link to a missing target"
+        return None
+    except OSError as e:
+        return f"output folder {folder} cannot be used: {e.strerror or e}"
+    except ValueError as e:  # an embedded NUL byte
+        return f"output folder {folder!r} cannot be used: {e}"
+    return None
+
+
+def output_folder(output) -> Path:
+    """``output`` as an absolute path (``os.path.abspath``: nothing a planner does to the
+    working directory moves it), after checking that the OS can let it be a folder:
+    :class:`RunError` naming the path and the OS reason otherwise (a symbolic-link loop,
+    a parent that is a file such as ``/dev/null/x``, a link to nothing, an empty path)."""
+    text = os.fspath(output)
+    if not isinstance(text, str) or not text.strip():
+        raise RunError(f"output folder {text!r}: an empty path names no folder")
+    folder = Path(os.path.abspath(text))
+    why = _os_problem(folder)
+    if why:
+        raise RunError(why)
+    return folder
+
+
+def create_folder(folder: Path) -> list[Path]:
+    """Create ``folder`` and its missing parents; returns the folders created (outermost
+    first). :class:`RunError` naming the folder and the OS reason when one cannot be made
+    (``/proc/x``, a read-only file system, a parent that is a file)."""
     folder = Path(folder)
+    missing = []
+    p = folder
+    while not (p.exists() or p.is_symlink()) and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    made = []
+    for p in reversed(missing):
+        try:
+            p.mkdir()
+        except FileExistsError:
+            continue
+        except OSError as e:
+            remove_created(made)
+            raise RunError(f"output folder {folder}: cannot create {p}: {e.strerror or e}") from None
+        made.append(p)
+    if not folder.is_dir():
+        why = _os_problem(folder) or f"output folder {folder} exists and is not a folder"
+        raise RunError(why)
+    return made
+
+
+def remove_created(made: list[Path]) -> None:
+    """Remove the folders of ``made`` (outermost first) that are empty, innermost first."""
+    for p in reversed(made):
+        with contextlib.suppress(OSError):
+            p.rmdir()
+
+
+def refuse_inside_dataset(output, root, what: str = "output folder") -> None:
+    """:class:`RunError` when ``output`` is the dataset root or inside it (symbolic links
+    followed): a run never writes into the data it and every later run read."""
+    if root is None:
+        return
+    out, data = os.path.realpath(output), os.path.realpath(root)
+    if out == data or out.startswith(data.rstrip(os.sep) + os.sep):
+        raise RunError(f"{what} {output} is inside the dataset root {root}; a run never writes "
+                       f"into the data it reads: choose a folder outside it")
+
+
+def holds_run(folder) -> str | None:
+    """Why ``folder`` cannot receive a new run (it exists and is not empty, or the OS
+    cannot let it be a folder), or None."""
+    folder = Path(folder)
+    why = _os_problem(folder)
+    if why:
+        return why
     if folder.exists() and not folder.is_dir():
         return f"{folder} exists and is not a folder"
     if folder.is_dir():  # the launch records of a dry run do not make a folder taken
-        entries = sorted(p.name for p in folder.iterdir() if not is_protocol_file(p.name))
+        try:
+            entries = sorted(p.name for p in folder.iterdir() if not is_protocol_file(p.name))
+        except OSError as e:
+            return f"output folder {folder} cannot be listed: {e.strerror or e}"
         if entries:
             what = "already holds a run" if any(_is_run_entry(e) for e in entries) else "is not empty"
             return f"output folder {folder} {what} ({', '.join(entries[:5])}); choose a new folder"
@@ -116,11 +217,22 @@ def spec_and_output(spec: RunSpec | str | os.PathLike, output) -> tuple[RunSpec,
     must be new or empty (:class:`OutputFolderTaken` otherwise)."""
     if not isinstance(spec, RunSpec):
         spec = load_spec(spec)
-    output = Path(output)
+    output = output_folder(output)
     why = holds_run(output)
     if why:
         raise OutputFolderTaken(why)
+    refuse_inside_dataset(output, _local_root(spec))
     return spec, output
+
+
+def _local_root(spec: RunSpec):
+    """The dataset root a spec's local ``dataset_path`` names (nothing is read or checked:
+    admission does that), None for a hub dataset (its root is known after admission)."""
+    if spec.dataset_path is None:
+        return None
+    if str(spec.dataset_path) == SHIPPED:
+        return shipped_cohort_root()
+    return Path(spec.dataset_path).expanduser()
 
 
 def passes(spec: RunSpec) -> list[tuple[str, int]]:
@@ -345,23 +457,63 @@ def run_seed(admitted: adm.Admitted, seed: int, folder: Path, progress=None,
         del scan
         atomic_write_json(state_path, state)
         if done < len(rows):
-            _execute_rows(admitted, seed, rows, journal, state, progress, planner, resumed)
+            _execute_rows(admitted, seed, rows, journal, state, progress, planner, resumed, log=log)
     finally:
         journal.close()
     return _finish_seed(admitted, seed, folder, state, code)
 
 
+def _cwd() -> str | None:
+    try:
+        return os.getcwd()
+    except OSError:
+        return None
+
+
+class _WorkingDirectory:
+    """The run's working directory, restored when a planner (in this process) changed it
+    during its construction or a request: the run's own paths are absolute, and the
+    planner's next call starts from the directory it was built in. Each change is logged
+    once per build and counted in the seed's build record."""
+
+    def __init__(self, seed, log):
+        self.path, self.seed, self.log = _cwd(), seed, log
+        self.changes, self.first = 0, None
+
+    def restore(self, when: str) -> None:
+        now = _cwd()  # None: the planner removed the directory it moved into
+        if self.path is None or now == self.path:
+            return
+        try:
+            os.chdir(self.path)
+        except OSError as e:
+            raise RunError(f"seed {self.seed}: the planner changed the working directory during "
+                           f"{when} and {self.path} cannot be restored: {e.strerror or e}") from None
+        self.changes += 1
+        if self.first is None:
+            self.first = {"during": when, "changed_to": now}
+            if self.log:
+                self.log(f"seed {self.seed}: the planner changed the working directory to {now} "
+                         f"during {when}; restored {self.path} (a planner must not change it)")
+
+    def record(self) -> dict:
+        return {"restored_to": self.path, "times": self.changes, **(self.first or {})}
+
+
 def _execute_rows(admitted, seed, rows, journal: Journal, state: dict, progress, planner,
-                  resumed: bool) -> None:
+                  resumed: bool, *, log=None) -> None:
     spec = admitted.spec
     done = journal.n_entries
     bar = None
     if progress is not None:
         bar = progress.add_task(f"{spec.method_name} seed {seed}", total=len(rows), completed=done)
+    cwd = _WorkingDirectory(seed, log)
     try:
         ex_ctx = open_executor(spec, seed, device=admitted.device, planner=planner)
     except PlannerBuildError as e:
         raise RunError(f"seed {seed}: {e}") from e
+    finally:
+        cwd.restore("the planner's construction")
     with ex_ctx as ex:
         state["builds"].append({"utc": utc_now(), "at_record": done,
                                 "construction_ms": ex.construction_ms,
@@ -372,7 +524,10 @@ def _execute_rows(admitted, seed, rows, journal: Journal, state: dict, progress,
         for i in range(done, len(rows)):
             series, rep, ti, _sid = rows[i]
             task = admitted.tasks[ti]  # the chunk holding it is read when first needed
-            rec, snap = ex.execute(task, spec.budget)
+            try:
+                rec, snap = ex.execute(task, spec.budget)
+            finally:
+                cwd.restore(f"request {i}")
             rec.update(record=i, seed=int(seed), series=series, repeat=rep, task_index=ti,
                        sample_id=task.id, resumed=first,
                        quality=series == "warm" and rep == spec.quality_repeat_index)
@@ -384,6 +539,8 @@ def _execute_rows(admitted, seed, rows, journal: Journal, state: dict, progress,
                     f"{spec.method_name} seed {seed} {series}#{rep}"))
         # what the executor saw (requests; for workers also starts, kills, crashes, warm-ups)
         state["builds"][-1]["executor_stats"] = dict(getattr(ex, "stats", {}) or {})
+        if cwd.changes:
+            state["builds"][-1]["working_directory_restored"] = cwd.record()
         atomic_write_json(journal.path.parent / SEED_STATE, state)
 
 
@@ -581,8 +738,10 @@ def _locked(output: Path):
         except BlockingIOError:
             raise ResumeError(f"{output}: another process is running this folder "
                               f"({_LOCK} is locked)") from None
-        yield
-        path.unlink(missing_ok=True)
+        try:
+            yield
+        finally:
+            path.unlink(missing_ok=True)
     finally:
         fh.close()
 
@@ -641,6 +800,10 @@ def run_spec(spec: RunSpec | str | os.PathLike, output, progress: bool | None = 
     and only the missing requests run. A folder holding a finished run is verified and
     left as it is; a missing or empty folder starts a new run.
 
+    ``output`` is made absolute and checked before admission (:func:`output_folder`,
+    :func:`refuse_inside_dataset`); a new run that fails before its first durable record
+    leaves only its ``resolved_protocol`` records behind (:func:`_undo_launch`).
+
     Every launch writes ``resolved_protocol.json`` (:mod:`passage_jax.run.protocol_record`).
     With ``dry_run=True`` the run is admitted and that record written, nothing else: no
     request runs and no seed folder is made; returns ``{"dry_run": True, ...}``.
@@ -649,23 +812,40 @@ def run_spec(spec: RunSpec | str | os.PathLike, output, progress: bool | None = 
         raise RunError("a dry run checks a new run; it cannot resume one")
     if not isinstance(spec, RunSpec):
         spec = load_spec(spec)
-    output = Path(output)
-    stored = None
-    if resume:
-        stored = _stored_run(output)
-        if stored is not None:
-            now_spec = json.loads(to_json(spec.to_dict()))
-            if stored.get("spec_sha256") != spec.sha256():
-                _refuse_differences(str(output / RUN_STARTED), "the spec",
-                                    {"spec": stored.get("spec")}, {"spec": now_spec})
-                raise ResumeError(f"{output / RUN_STARTED}: spec_sha256 {stored.get('spec_sha256')} "
-                                  f"differs from the spec's {spec.sha256()}")
-    else:
+    output = output_folder(output)
+    stored = _stored_run(output) if resume else None
+    if stored is not None:
+        _refuse_other_spec(output, stored, spec)
+    elif not resume:
         why = holds_run(output)
         if why:
             raise OutputFolderTaken(why)
+    refuse_inside_dataset(output, _local_root(spec))  # before admission: nothing is read
     if admitted is None:
         admitted = adm.admit(spec)
+    refuse_inside_dataset(output, admitted.root)
+    created = create_folder(output)
+    launch = {"new_run": stored is None, "wrote_started": False}
+    try:
+        return _launch(spec, output, admitted, stored, launch, progress=progress, log=log,
+                       dry_run=dry_run)
+    except BaseException:
+        _undo_launch(output, created, launch)
+        raise
+
+
+def _refuse_other_spec(output: Path, stored: dict, spec: RunSpec) -> None:
+    if stored.get("spec_sha256") != spec.sha256():
+        now_spec = json.loads(to_json(spec.to_dict()))
+        _refuse_differences(str(output / RUN_STARTED), "the spec",
+                            {"spec": stored.get("spec")}, {"spec": now_spec})
+        raise ResumeError(f"{output / RUN_STARTED}: spec_sha256 {stored.get('spec_sha256')} "
+                          f"differs from the spec's {spec.sha256()}")
+
+
+def _launch(spec: RunSpec, output: Path, admitted, stored, launch: dict, *, progress, log,
+            dry_run: bool) -> dict:
+    """The identity checks and the run itself, in ``output`` (absolute, checked, created)."""
     if progress is None:
         progress = os.isatty(2)
     code = code_hash()
@@ -677,7 +857,6 @@ def run_spec(spec: RunSpec | str | os.PathLike, output, progress: bool | None = 
     identity = run_identity(admitted, code, prov)
     if stored is not None:
         _refuse_differences(str(output / RUN_STARTED), "the run identity", stored["identity"], identity)
-    output.mkdir(parents=True, exist_ok=True)
     with _locked(output):
         record = write_resolved_protocol(
             spec, output, kind="dry_run" if dry_run else "resume" if stored is not None else "run",
@@ -699,10 +878,39 @@ def run_spec(spec: RunSpec | str | os.PathLike, output, progress: bool | None = 
         else:
             stored["resumes"].append({"utc": utc_now(), "hardware": adm.hardware()})
             _remove_temporaries(output)
+        launch["wrote_started"] = launch["new_run"]
         atomic_write_json(output / RUN_STARTED, stored)
         fsync_dir(output)
-        summary = _run_seeds(admitted, output, code, progress, log)
-    return summary
+        return _run_seeds(admitted, output, code, progress, log)
+
+
+def _holds_records(output: Path) -> bool:
+    """Whether a run folder holds a completed seed or a journal with any entry (what a
+    resume keeps)."""
+    for p in output.iterdir():
+        if p.name.startswith("seed-") and p.is_dir():
+            return True
+        if p.name.startswith(".seed-") and p.name.endswith(".partial"):
+            j = p / JOURNAL_NAME
+            if j.is_file() and j.stat().st_size > len(JOURNAL_HEADER):
+                return True
+    return False
+
+
+def _undo_launch(output: Path, created: list[Path], launch: dict) -> None:
+    """After a launch failed: a new run with no durable record leaves nothing of itself
+    (``run_started.json``, seed folders in progress, the lock) but its
+    ``resolved_protocol`` records; folders this launch created are removed when empty.
+    A folder holding records keeps everything (``--resume`` continues it)."""
+    with contextlib.suppress(OSError):
+        if launch["wrote_started"] and output.is_dir() and not _holds_records(output):
+            for p in output.iterdir():
+                if p.name.startswith(".seed-") and p.name.endswith(".partial") and p.is_dir():
+                    shutil.rmtree(p)
+                elif p.name in (RUN_STARTED, _LOCK) or p.name.startswith(f".{RUN_STARTED}.tmp-"):
+                    p.unlink()
+            fsync_dir(output)
+    remove_created(created)
 
 
 def _run_seeds(admitted, output: Path, code: dict, progress: bool, log) -> dict:

@@ -14,21 +14,29 @@ and the evaluator's source commit.
   derived roster, its parent.
 * ``evaluator_commit``: ``git rev-parse HEAD`` of the source checkout the package
   runs from, with a ``dirty`` flag; ``null`` when the package is not a git checkout.
+
+Both files are read bounded: the calibration decisions at most
+:data:`passage_jax.run.spec.SPEC_MAX_BYTES` (no YAML aliases), a roster at most
+:data:`ROSTER_MAX_BYTES`; a larger file is refused unread, naming it.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 from pathlib import Path
 
 from passage_jax.fileio import read_document
+from passage_jax.run.spec import SPEC_MAX_BYTES
 from passage_jax.stats.roster import RosterError, read_roster
 
 __all__ = ["ProvenanceError", "provenance", "canonical_json_sha256", "evaluator_commit",
-           "roster_record", "UNDECLARED"]
+           "roster_record", "UNDECLARED", "ROSTER_MAX_BYTES"]
 
 UNDECLARED = "undeclared"
+#: the largest roster file read, in bytes (about 900,000 task records)
+ROSTER_MAX_BYTES = 64 << 20
 
 
 class ProvenanceError(RuntimeError):
@@ -45,7 +53,8 @@ def canonical_json_sha256(obj) -> str:
 def _calibration(path) -> dict | None:
     if path is None:
         return None
-    doc = read_document(path, ProvenanceError, "calibration decisions", yaml_allowed=True)
+    doc = read_document(path, ProvenanceError, "calibration decisions", yaml_allowed=True,
+                        max_bytes=SPEC_MAX_BYTES)
     if not isinstance(doc, dict) or not doc:
         raise ProvenanceError(f"calibration decisions {path}: must be a non-empty mapping of "
                               f"the decisions frozen on calibration")
@@ -60,6 +69,13 @@ def roster_record(path, sha256, sample_ids) -> dict | None:
     """The roster a run is bound to, read sealed and checked against ``sample_ids``."""
     if path is None:
         return None
+    try:
+        size = os.stat(path).st_size
+    except OSError as e:
+        raise ProvenanceError(f"roster {path}: cannot read: {e.strerror or e}") from None
+    if size > ROSTER_MAX_BYTES:
+        raise ProvenanceError(f"roster {path}: {size:,} bytes, larger than the "
+                              f"{ROSTER_MAX_BYTES:,}-byte limit for a roster; refused unread")
     try:
         r = read_roster(path, sha256=sha256)
     except (RosterError, OSError) as e:

@@ -2,6 +2,12 @@
 
 A spec is a YAML or JSON mapping. Unknown keys are refused, required keys must
 be present, and every value is type-checked with an error naming the key.
+
+A spec file is read bounded: at most :data:`SPEC_MAX_BYTES`, UTF-8 text, no YAML
+aliases (:func:`passage_jax.fileio.read_document`); an error echoes at most
+:data:`ECHO_LIMIT` characters of a value (:func:`shown`). ``method_name`` becomes part
+of output paths (``bench`` writes ``<results_root>/<method_name>-<time>``), so it must
+be a plain name (:func:`check_plain_name`).
 """
 from __future__ import annotations
 
@@ -14,13 +20,23 @@ from typing import Any
 
 from passage_jax.contract import DEFAULT_SEEDS
 from passage_jax.data.scene import canonical_split
-from passage_jax.fileio import read_document, sha256_bytes
+from passage_jax.fileio import one_line, read_document, sha256_bytes
 from passage_jax.graph.spec import OBJECTIVES, VARIANTS
 from passage_jax.protocol.adapters import INFERENCE_FORMATS
 from passage_jax.protocol.contracts import BudgetSpec, ProtocolError
 
 __all__ = ["RunSpec", "SpecError", "parse_spec", "load_spec", "REQUIRED", "DEFAULTS", "KNOWN",
-           "STARTER_SPEC", "REFERENCE_POLICIES", "EXECUTIONS"]
+           "STARTER_SPEC", "REFERENCE_POLICIES", "EXECUTIONS", "SPEC_MAX_BYTES", "ECHO_LIMIT",
+           "PLAIN_NAME", "MAX_NAME_LENGTH", "shown", "check_plain_name"]
+
+#: the largest spec file (and calibration-decisions file) read, in bytes
+SPEC_MAX_BYTES = 1 << 20
+#: the most characters of a value an error message echoes
+ECHO_LIMIT = 200
+#: the longest plain name (``method_name``)
+MAX_NAME_LENGTH = 128
+#: a plain name: ASCII letters, digits, ``.``, ``_`` and ``-``, not starting with ``.``
+PLAIN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 
 REFERENCE_POLICIES = ("released_labels", "independent_analytic_reference")
 #: How requests are executed: in the run's own process, or in a supervised worker process.
@@ -84,6 +100,29 @@ class SpecError(ValueError):
 
 def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
+
+
+def shown(value, limit: int = ECHO_LIMIT) -> str:
+    """``repr(value)`` as an error message echoes it: at most ``limit`` characters, cut
+    with ``...`` (a huge value is never copied into a message)."""
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 (a value whose repr fails is still named)
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[:max(0, limit - 3)] + "..."
+
+
+def check_plain_name(value, key: str, where: str) -> str:
+    """``value`` when it is a plain name usable as one path component (ASCII letters,
+    digits, ``._-``, not starting with ``.``, at most :data:`MAX_NAME_LENGTH`
+    characters); :class:`SpecError` naming ``key`` otherwise."""
+    if not isinstance(value, str) or not value:
+        raise SpecError(f"{where}: {key}: must be a non-empty plain name (got {shown(value)})")
+    if len(value) > MAX_NAME_LENGTH or not PLAIN_NAME.fullmatch(value):
+        raise SpecError(f"{where}: {key}: must be a plain name: ASCII letters, digits, '.', '_' and "
+                        f"'-', not starting with '.', at most {MAX_NAME_LENGTH} characters; it names "
+                        f"output folders, so no '/', '..' or absolute path (got {shown(value)})")
+    return value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,26 +199,29 @@ def parse_spec(data: Any, source: str = "<dict>") -> RunSpec:
         raise SpecError(f"{where}: the top level must be a mapping of keys, got {type(data).__name__}")
     unknown = sorted(set(map(str, data)) - set(KNOWN))
     if unknown:
-        raise SpecError(f"{where}: unknown key(s) {unknown}; known keys: {sorted(KNOWN)}")
+        more = f", ... ({len(unknown) - 5} more)" if len(unknown) > 5 else ""
+        raise SpecError(f"{where}: unknown key(s) [{', '.join(shown(k, 60) for k in unknown[:5])}{more}]; "
+                        f"known keys: {sorted(KNOWN)}")
     missing = [k for k in REQUIRED if data.get(k) is None]
     if missing:
         raise SpecError(f"{where}: missing required key(s) {missing}")
     d = {k: data.get(k, DEFAULTS.get(k)) for k in KNOWN}
 
     def fail(key, msg):
-        raise SpecError(f"{where}: {key}: {msg} (got {d[key]!r})")
+        raise SpecError(f"{where}: {key}: {msg} (got {shown(d[key])})")
 
-    for key in ("method_name", "inference"):
-        if not isinstance(d[key], str) or not d[key].strip():
-            fail(key, "must be a non-empty string")
+    check_plain_name(d["method_name"], "method_name", where)
+    if not isinstance(d["inference"], str) or not d["inference"].strip():
+        fail("inference", "must be a non-empty string")
     if not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*", d["inference"]):
         fail("inference", "must look like 'package.module:attr'")
     for key in ("family", "architecture", "dataset_path", "dataset_repo", "reference_cohort_id",
                 "runtime_bundle_manifest", "device"):
         if d[key] is not None and not isinstance(d[key], str):
             fail(key, "must be a string or null")
-    if not isinstance(d["results_root"], str):
-        fail("results_root", "must be a string")
+    if not isinstance(d["results_root"], str) or not d["results_root"].strip() \
+            or "\0" in d["results_root"]:
+        fail("results_root", "must be a non-empty path (the folder bench writes under)")
     if d["inference_format"] not in INFERENCE_FORMATS:
         fail("inference_format", f"must be one of {list(INFERENCE_FORMATS)}")
     if not isinstance(d["inference_kwargs"] or {}, dict):
@@ -197,7 +239,7 @@ def parse_spec(data: Any, source: str = "<dict>") -> RunSpec:
     try:
         d["split"] = canonical_split(str(d["split"]))
     except ValueError as e:
-        fail("split", str(e))
+        fail("split", one_line(e, ECHO_LIMIT))
     if d["task_variant"] not in VARIANTS:
         fail("task_variant", f"must be one of {list(VARIANTS)}")
     if d["n_samples"] is not None and (not _is_int(d["n_samples"]) or d["n_samples"] <= 0):
@@ -216,7 +258,7 @@ def parse_spec(data: Any, source: str = "<dict>") -> RunSpec:
         try:
             s = int(k)
         except (TypeError, ValueError):
-            fail("inference_kwargs_by_seed", f"key {k!r} is not a seed")
+            fail("inference_kwargs_by_seed", f"key {shown(k)} is not a seed")
         if s not in d["seeds"]:
             fail("inference_kwargs_by_seed", f"seed {s} is not one of seeds {list(d['seeds'])}")
         if not isinstance(v, dict):
@@ -247,8 +289,8 @@ def parse_spec(data: Any, source: str = "<dict>") -> RunSpec:
         fail("quality_repeat_index", f"must be an integer in [0, latency_repeats={d['latency_repeats']})")
     try:
         d["budget"] = BudgetSpec.from_dict(d["budget"] or {})
-    except (ProtocolError, TypeError) as e:
-        raise SpecError(f"{where}: budget: {e}") from None
+    except (ProtocolError, TypeError, ValueError) as e:
+        raise SpecError(f"{where}: budget: {one_line(e, 2 * ECHO_LIMIT)}") from None
     rme = d["reference_max_expansions"]
     if rme is not None and (not _is_int(rme) or rme <= 0):
         fail("reference_max_expansions", "must be a positive integer or null")
@@ -272,9 +314,24 @@ def parse_spec(data: Any, source: str = "<dict>") -> RunSpec:
             if name in kw and declared is not None and kw[name] is not None \
                     and _num(kw[name]) > declared:
                 raise SpecError(
-                    f"{where}: inference_kwargs {name}={kw[name]!r} (seed {seed}) exceeds "
+                    f"{where}: inference_kwargs {name}={shown(kw[name])} (seed {seed}) exceeds "
                     f"budget.{name}={declared!r}; a planner may not use more than the declared budget")
-    return RunSpec(source=source, **d)
+    spec = RunSpec(source=source, **d)
+    _check_plain_values(spec, where)
+    return spec
+
+
+def _check_plain_values(spec: RunSpec, where: str) -> None:
+    """Every value must be plain JSON (what the spec hash, ``run_started.json`` and the
+    manifests hold): SpecError naming the first key that is not (a YAML date, binary
+    value or set, a mapping with keys of mixed types ...)."""
+    for key, value in spec.to_dict().items():
+        try:
+            json.dumps(value, sort_keys=True)
+        except (TypeError, ValueError, RecursionError) as e:
+            raise SpecError(f"{where}: {key}: must hold plain JSON values (strings, numbers, "
+                            f"booleans, null, lists and mappings with string keys): "
+                            f"{one_line(e, ECHO_LIMIT)}") from None
 
 
 def _check_execution(d, fail):
@@ -342,15 +399,18 @@ def _check_component_control(cc, where):
     if cc is None:
         return None
     if not isinstance(cc, dict):
-        raise SpecError(f"{where}: component_control must be a mapping or null")
-    bad = sorted(set(cc) - set(COMPONENT_KEYS))
+        raise SpecError(f"{where}: component_control must be a mapping or null (got {shown(cc)})")
+    bad = sorted(set(map(str, cc)) - set(COMPONENT_KEYS))
     if bad:
-        raise SpecError(f"{where}: component_control: unknown key(s) {bad}; known: {list(COMPONENT_KEYS)}")
+        raise SpecError(f"{where}: component_control: unknown key(s) {shown(bad)}; "
+                        f"known: {list(COMPONENT_KEYS)}")
     v, g = cc.get("variant"), cc.get("guide")
     if v not in COMPONENT_VARIANTS:
-        raise SpecError(f"{where}: component_control.variant {v!r} is not one of {list(COMPONENT_VARIANTS)}")
+        raise SpecError(f"{where}: component_control.variant {shown(v)} is not one of "
+                        f"{list(COMPONENT_VARIANTS)}")
     if g not in COMPONENT_GUIDES:
-        raise SpecError(f"{where}: component_control.guide {g!r} is not one of {list(COMPONENT_GUIDES)}")
+        raise SpecError(f"{where}: component_control.guide {shown(g)} is not one of "
+                        f"{list(COMPONENT_GUIDES)}")
     pl = cc.get("primary_learned", False)
     if not isinstance(pl, bool):
         raise SpecError(f"{where}: component_control.primary_learned must be true or false")
@@ -367,8 +427,9 @@ def _check_component_control(cc, where):
 
 
 def load_spec(path) -> RunSpec:
-    """Read a YAML or JSON spec file and validate it."""
-    data = read_document(path, SpecError, "spec", yaml_allowed=True)
+    """Read a YAML or JSON spec file (at most :data:`SPEC_MAX_BYTES`, no YAML aliases) and
+    validate it."""
+    data = read_document(path, SpecError, "spec", yaml_allowed=True, max_bytes=SPEC_MAX_BYTES)
     return parse_spec(data, str(Path(path)))
 
 
@@ -378,7 +439,7 @@ STARTER_SPEC = """\
 #   python -m cli run     --spec THIS_FILE --output outputs/run-a
 # Unknown keys are refused. Relative paths are resolved from the working directory.
 
-method_name: bounded_astar          # your method's name (required)
+method_name: bounded_astar          # your method's name (required; letters, digits, ._- only)
 family: classical                   # free text: classical, learned, ...
 architecture: astar                 # free text
 # The planner: 'package.module:attr'. A class, or a function named make_*, is a
