@@ -2,17 +2,22 @@
 
 The work is :func:`passage_jax.learned.train.train` and
 :func:`passage_jax.learned.train.write_checkpoint`; this command reads the config,
-shows progress and prints the held-out metrics.
+checks the output target before any training (an existing checkpoint is replaced
+only with ``--force``; the package's shipped checkpoint folder never), shows
+progress and prints the held-out metrics.
 """
 from __future__ import annotations
 
+import dataclasses
+import sys
 from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from passage_jax.fileio import read_document
-from passage_jax.learned.train import TrainConfig, train, write_checkpoint
+from passage_jax.learned.checkpoint import check_checkpoint_target
+from passage_jax.learned.train import CONFIG_MAX_BYTES, TrainConfig, train, write_checkpoint
 
 
 def register(parser) -> None:
@@ -20,33 +25,59 @@ def register(parser) -> None:
     parser.add_argument("--out", type=Path, required=True,
                         help="checkpoint folder (params.msgpack + checkpoint.json), or a .json path "
                              "(its parameters go to <stem>.msgpack beside it)")
-    parser.add_argument("--seed", type=int, default=None, help="override the config's seed")
+    parser.add_argument("--seed", type=int, default=None, help="override the config's seed (>= 0)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace an existing checkpoint at --out (never one of the package's "
+                             "shipped checkpoints)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _config(args) -> TrainConfig:
+    """The config file's :class:`TrainConfig` (read bounded: at most
+    :data:`~passage_jax.learned.train.CONFIG_MAX_BYTES`, no YAML aliases), with
+    ``--seed`` applied; an empty document means every default."""
+    doc = read_document(args.config, label="train config", yaml_allowed=True,
+                        max_bytes=CONFIG_MAX_BYTES)
+    config = TrainConfig.from_dict({} if doc is None else doc, source=args.config)
+    if args.seed is not None:
+        try:
+            config = dataclasses.replace(config, seed=args.seed)
+        except ValueError as e:
+            raise ValueError(f"--seed {args.seed}: {e}") from None
+    return config
+
+
+def _progress_bar(console, disable: bool):
+    """A rich progress display and the ``progress`` callback :func:`train` takes."""
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn(), TextColumn("{task.fields[info]}"), console=console,
+                   disable=disable)
+    tasks: dict = {}
+
+    def progress(phase, done, total, info):
+        if phase not in tasks:
+            tasks[phase] = bar.add_task(phase, total=total, info="")
+        text = ""
+        if info.get("success_rate") is not None:
+            text = (f"loss {info['loss']:.4f}  success {info['success_rate']:.2f}  "
+                    f"regret median {info['regret_median']:.3g}")
+        bar.update(tasks[phase], completed=done, **({"info": text} if text else {}))
+
+    return bar, progress
 
 
 def main(args) -> int:
     console = Console(stderr=True)
     try:
-        doc = read_document(args.config, label="train config", yaml_allowed=True)
-        config = TrainConfig.from_dict(doc or {})
+        config = _config(args)
+        check_checkpoint_target(args.out, overwrite=args.force)
     except (OSError, ValueError) as e:
-        console.print(f"[red]error:[/red] {e}")
+        print(f"train: {e}", file=sys.stderr)
         return 2
-    tasks: dict = {}
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), TextColumn("{task.fields[info]}"), console=console,
-                  disable=args.no_progress) as bar:
-        def progress(phase, done, total, info):
-            if phase not in tasks:
-                tasks[phase] = bar.add_task(phase, total=total, info="")
-            text = ""
-            if info.get("success_rate") is not None:
-                text = (f"loss {info['loss']:.4f}  success {info['success_rate']:.2f}  "
-                        f"regret median {info['regret_median']:.3g}")
-            bar.update(tasks[phase], completed=done, **({"info": text} if text else {}))
-
-        result = train(config, seed=args.seed, progress=progress)
-    path = write_checkpoint(result, args.out)
+    bar, progress = _progress_bar(console, args.no_progress)
+    with bar:
+        result = train(config, progress=progress)
+    path = write_checkpoint(result, args.out, overwrite=args.force)
     for h in result.history:
         loss = "   -  " if h["loss"] is None else f"{h['loss']:.4f}"
         console.print(f"step {h['step']:>6}  loss {loss}  success {h['success_rate']:.3f}  "

@@ -14,11 +14,19 @@ A checkpoint is two files side by side:
 ``checkpoint.json``; it refuses a parameter file whose sha256 differs from the
 recorded one, or that does not decode to the recorded module's parameter tree,
 naming the file. Both files are written atomically.
+
+:func:`save_checkpoint` (and :func:`check_checkpoint_target`, which it calls first)
+refuses, naming the file or folder: a target that already holds either file unless
+``overwrite=True``; a folder target that is a file, a ``.msgpack`` target, a target
+whose folder cannot be created or written; and, even with ``overwrite``, any target
+inside the package's shipped checkpoint folder (:data:`SHIPPED_CHECKPOINT_DIR`, whose
+files' sha256 the configs record).
 """
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 import flax.serialization
@@ -35,10 +43,14 @@ from passage_jax.fileio import (
 )
 from passage_jax.learned.model import N_FEATURES, module_config, module_from_config
 
-__all__ = ["CHECKPOINT_FORMAT", "CheckpointError", "Checkpoint", "save_checkpoint",
-           "resolve_checkpoint", "load_checkpoint"]
+__all__ = ["CHECKPOINT_FORMAT", "SHIPPED_CHECKPOINT_DIR", "CheckpointError", "Checkpoint",
+           "checkpoint_files", "check_checkpoint_target", "save_checkpoint", "resolve_checkpoint",
+           "load_checkpoint"]
 
 CHECKPOINT_FORMAT = "passage_jax.value_field/1"
+#: The package's shipped checkpoints: configs record their sha256, so nothing writes here.
+SHIPPED_CHECKPOINT_DIR = Path(__file__).resolve().parent / "checkpoints"
+_SHIPPED_PARTS = ("passage_jax", "learned", "checkpoints")
 
 
 class CheckpointError(ValueError):
@@ -57,16 +69,76 @@ class Checkpoint:
     path: Path
 
 
-def save_checkpoint(path, module, params, metadata: dict | None = None) -> Path:
+def checkpoint_files(path) -> tuple[Path, Path]:
+    """The (metadata JSON, parameter file) pair a checkpoint at ``path`` is written as:
+    ``<stem>.json`` and ``<stem>.msgpack`` for a ``.json`` path, else ``checkpoint.json``
+    and ``params.msgpack`` inside the folder ``path``."""
+    path = Path(path)
+    if path.suffix == ".json":
+        return path, path.with_suffix(".msgpack")
+    return path / "checkpoint.json", path / "params.msgpack"
+
+
+def _inside_shipped(folder: Path) -> bool:
+    """Whether ``folder`` is, or lies inside, a shipped checkpoint folder (the installed
+    package's, or a source checkout's ``passage_jax/learned/checkpoints``)."""
+    real = folder.resolve()
+    for f in (real, *real.parents):
+        if f == SHIPPED_CHECKPOINT_DIR or f.parts[-3:] == _SHIPPED_PARTS:
+            return True
+    return False
+
+
+def _check_folder(folder: Path) -> None:
+    """Refuse a checkpoint folder that is a file, sits under a file, or cannot be written
+    (the nearest existing folder above it is the one checked)."""
+    for f in (folder, *folder.parents):
+        if not f.exists():
+            continue
+        if not f.is_dir():
+            what = "is a file" if f == folder else f"lies under {f}, which is a file"
+            raise CheckpointError(f"checkpoint folder {folder} {what}, not a folder")
+        if not os.access(f, os.W_OK | os.X_OK):
+            what = "is not writable" if f == folder else f"cannot be created: {f} is not writable"
+            raise CheckpointError(f"checkpoint folder {folder} {what}")
+        return
+
+
+def check_checkpoint_target(path, *, overwrite: bool = False) -> tuple[Path, Path]:
+    """Check that a checkpoint can be written at ``path`` (see :func:`checkpoint_files`)
+    before any work is done; returns the (metadata JSON, parameter file) pair.
+
+    Raises :class:`CheckpointError` naming the file or folder when ``path`` ends in
+    ``.msgpack``, lies inside :data:`SHIPPED_CHECKPOINT_DIR` (even with ``overwrite``),
+    its folder is a file or not writable, either file is a folder, or either file
+    exists and ``overwrite`` is false."""
+    if Path(path).suffix == ".msgpack":
+        raise CheckpointError(f"checkpoint path {path} ends in .msgpack: give the metadata .json path "
+                              "(its parameters go to <stem>.msgpack beside it) or a folder")
+    json_path, params_path = checkpoint_files(path)
+    folder = json_path.parent
+    if _inside_shipped(folder):
+        raise CheckpointError(f"checkpoint {json_path} is inside the package's shipped checkpoint "
+                              f"folder {SHIPPED_CHECKPOINT_DIR} (configs record those files' sha256); "
+                              "write it elsewhere")
+    _check_folder(folder)
+    for p in (json_path, params_path):
+        if p.is_dir():
+            raise CheckpointError(f"checkpoint file {p} is a folder")
+        if (p.exists() or p.is_symlink()) and not overwrite:
+            raise CheckpointError(f"checkpoint file {p} already exists; refusing to replace it "
+                                  "(train --force, or overwrite=True, replaces it)")
+    return json_path, params_path
+
+
+def save_checkpoint(path, module, params, metadata: dict | None = None, *,
+                    overwrite: bool = False) -> Path:
     """Write ``params`` next to the metadata JSON ``path`` (``<stem>.msgpack``; a
     folder ``path`` gets ``params.msgpack`` and ``checkpoint.json``). Returns the
-    JSON path; its ``params_sha256`` is the parameter file's sha256."""
-    path = Path(path)
-    if path.suffix != ".json":
-        json_path, params_path = path / "checkpoint.json", path / "params.msgpack"
-    else:
-        json_path = path
-        params_path = path.with_suffix(".msgpack")
+    JSON path; its ``params_sha256`` is the parameter file's sha256. The target is
+    checked first by :func:`check_checkpoint_target` (an existing checkpoint is
+    replaced only with ``overwrite=True``)."""
+    json_path, params_path = check_checkpoint_target(path, overwrite=overwrite)
     host = jax.tree_util.tree_map(lambda a: np.asarray(a, np.float32), jax.device_get(params))
     data = flax.serialization.msgpack_serialize(host)
     atomic_write_bytes(params_path, data)

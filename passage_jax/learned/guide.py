@@ -19,14 +19,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from passage_jax.contract import DEFAULT_SEEDS
-from passage_jax.learned.checkpoint import load_checkpoint
+from passage_jax.learned.checkpoint import SHIPPED_CHECKPOINT_DIR, load_checkpoint
 from passage_jax.learned.model import features, octile_grid
 from passage_jax.learned.tiling import tiled_apply, tiling_protocol
 
 __all__ = ["SHIPPED_DIR", "SHIPPED_RESOLUTION", "NetworkGuide", "shipped_checkpoint", "load_guide",
            "GUIDE_OUTPUTS"]
 
-SHIPPED_DIR = Path(__file__).resolve().parent / "checkpoints"
+SHIPPED_DIR = SHIPPED_CHECKPOINT_DIR  # one home: passage_jax.learned.checkpoint
 #: The crop size the shipped checkpoints were trained on.
 SHIPPED_RESOLUTION = 64
 GUIDE_OUTPUTS = ("log_ratio", "cost_to_go")

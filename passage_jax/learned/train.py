@@ -23,11 +23,21 @@ field, scores it with :func:`passage_jax.metrics.score_tasks` and folds it into 
 :class:`passage_jax.metrics.PathMetrics` accumulator, so the log shows success and
 regret next to the loss. Everything random comes from the config's seed (a run is
 repeatable bit for bit on one machine).
+
+:class:`TrainConfig` checks every key against its field's type and range (one loop
+over the fields), refusing a bad one in one line that names the key and the value;
+:func:`write_checkpoint` refuses an existing checkpoint unless ``overwrite=True``
+(:func:`~passage_jax.learned.checkpoint.check_checkpoint_target`).
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
+import numbers
+import reprlib
 import time
+import typing
 from collections.abc import Callable, Mapping
 
 import flax.struct
@@ -36,6 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from passage_jax.data.terrain import RASTERS
 from passage_jax.fileio import utc_now
 from passage_jax.graph import MOVES, OBJECTIVES, edge_cost_field_by_index, move_values, neighbours
 from passage_jax.learned.checkpoint import save_checkpoint
@@ -51,12 +62,104 @@ from passage_jax.metrics import PathMetrics, Route, TaskArrays, score_tasks
 from passage_jax.metrics.fields import descent_direction
 
 __all__ = ["TrainConfig", "TrainResult", "EvalSet", "eval_set", "greedy_decode", "evaluate_params",
-           "train", "write_checkpoint", "MOVE_LOSSES"]
+           "train", "write_checkpoint", "MOVE_LOSSES", "CONFIG_MAX_BYTES"]
 
 PIXEL_SIZE_M = 30.0
 #: The term added to the log-ratio loss: the squared error of the cost-to-go difference
 #: to each legal neighbour (in pixels), or the cross-entropy of the greedy move choice.
 MOVE_LOSSES = ("difference", "choice")
+#: The largest training config file ``train`` reads (bytes).
+CONFIG_MAX_BYTES = 1 << 20
+_SHOW_CHARS = 200
+_SEED_LIMIT = 2 ** 63
+
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxtuple, _REPR.maxdict, _REPR.maxset = 3, 12, 12, 12, 12
+_REPR.maxstring = _REPR.maxother = _SHOW_CHARS
+
+
+def _show(value) -> str:
+    """A bounded ``repr`` of ``value`` (depth and length capped, so a document of
+    shared references is never expanded), cut to about 200 characters, on one line."""
+    text = " ".join(_REPR.repr(value).split())
+    return text if len(text) <= _SHOW_CHARS else text[:_SHOW_CHARS] + "..."
+
+
+def _positive(v) -> bool:
+    return v >= 1
+
+
+#: field -> (check of the typed value, what the value must be)
+_RULES: dict[str, tuple[Callable, str]] = {
+    "resolution": (lambda v: v >= 8, "an integer >= 8"),
+    "n_train": (_positive, "a positive integer"),
+    "n_eval": (_positive, "a positive integer"),
+    "steps": (_positive, "a positive integer"),
+    "batch": (_positive, "a positive integer"),
+    "width": (_positive, "a positive integer"),
+    "eval_every": (_positive, "a positive integer"),
+    "warmup_steps": (lambda v: v >= 0, "a non-negative integer"),
+    "seed": (lambda v: 0 <= v < _SEED_LIMIT, "an integer in [0, 2**63)"),
+    "learning_rate": (lambda v: v > 0, "a positive number"),
+    "coverage_max": (lambda v: 0 <= v < 1, "a number in [0, 1)"),
+    "move_loss_weight": (lambda v: v >= 0, "a non-negative number"),
+    "move_temperature_m": (lambda v: v > 0, "a positive number"),
+    "dilations": (lambda v: len(v) > 0 and min(v) >= 1, "a non-empty list of positive integers"),
+    "objectives": (lambda v: len(v) > 0 and set(v) <= set(OBJECTIVES),
+                   f"a non-empty list of {list(OBJECTIVES)}"),
+    "rasters": (lambda v: len(v) > 0 and set(v) <= set(RASTERS) and len(set(v)) == len(v),
+                f"a non-empty list of distinct shipped rasters {list(RASTERS)}"),
+    "move_loss": (lambda v: v in MOVE_LOSSES, f"one of {list(MOVE_LOSSES)}"),
+}
+
+_TYPE_NAMES = {int: "an integer", float: "a finite number", bool: "true or false", str: "a string"}
+
+
+def _typed(kind, value):
+    """``value`` as the field type ``kind`` (int, float, bool, str or ``tuple[X, ...]``),
+    or raise ``TypeError`` with what it must be. Integral floats count as integers."""
+    if typing.get_origin(kind) is tuple:
+        (item, _) = typing.get_args(kind)
+        if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+            raise TypeError(f"a list of {_TYPE_NAMES[item].split(' ', 1)[1]}s")
+        try:
+            return tuple(_typed(item, v) for v in value)
+        except TypeError:
+            raise TypeError(f"a list of {_TYPE_NAMES[item].split(' ', 1)[1]}s") from None
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise TypeError(_TYPE_NAMES[bool])
+        return value
+    if kind is str:
+        if not isinstance(value, str):
+            raise TypeError(_TYPE_NAMES[str])
+        return value
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise TypeError(_TYPE_NAMES[kind])
+    if kind is int:
+        if int(value) != value:
+            raise TypeError(_TYPE_NAMES[int])
+        return int(value)
+    return value
+
+
+@functools.cache
+def _field_types(cls) -> dict:
+    return typing.get_type_hints(cls)
+
+
+def _checked(cls, name: str, value):
+    """The value of field ``name`` typed and range-checked; a ``ValueError`` naming the
+    key and the value otherwise."""
+    try:
+        v = _typed(_field_types(cls)[name], value)
+    except TypeError as e:
+        raise ValueError(f"train config key {name!r}: {_show(value)} is not {e}") from None
+    check, what = _RULES.get(name, (None, ""))
+    if check is not None and not check(v):
+        raise ValueError(f"train config key {name!r}: {_show(value)} is not {what}")
+    return v
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,9 +175,9 @@ class TrainConfig:
     learning_rate: float = 3e-3
     warmup_steps: int = 100
     width: int = 24
-    dilations: tuple = (1, 2, 4, 8, 16, 1)
-    objectives: tuple = ("elevation",)
-    rasters: tuple = TRAINING_RASTERS
+    dilations: tuple[int, ...] = (1, 2, 4, 8, 16, 1)
+    objectives: tuple[str, ...] = ("elevation",)
+    rasters: tuple[str, ...] = TRAINING_RASTERS
     coverage_max: float = 0.3
     augment: bool = True
     move_loss: str = "choice"
@@ -84,34 +187,25 @@ class TrainConfig:
     seed: int = 0
 
     def __post_init__(self):
-        for k in ("resolution", "n_train", "n_eval", "steps", "batch", "width", "eval_every"):
-            v = getattr(self, k)
-            if isinstance(v, bool) or int(v) != v or int(v) < 1:
-                raise ValueError(f"train config {k}={v!r} must be a positive integer")
-            object.__setattr__(self, k, int(v))
-        if self.resolution < 8:
-            raise ValueError(f"train config resolution={self.resolution} must be >= 8")
-        if not (self.learning_rate > 0):
-            raise ValueError(f"train config learning_rate={self.learning_rate!r} must be positive")
-        object.__setattr__(self, "dilations", tuple(int(d) for d in self.dilations))
-        if not self.dilations or min(self.dilations) < 1:
-            raise ValueError(f"train config dilations={list(self.dilations)} must be positive integers")
-        object.__setattr__(self, "objectives", tuple(self.objectives))
-        bad = [o for o in self.objectives if o not in OBJECTIVES]
-        if bad or not self.objectives:
-            raise ValueError(f"train config objectives={list(self.objectives)} must be a non-empty "
-                             f"subset of {list(OBJECTIVES)}")
-        object.__setattr__(self, "rasters", tuple(self.rasters))
-        if self.move_loss not in MOVE_LOSSES:
-            raise ValueError(f"train config move_loss={self.move_loss!r} must be one of {MOVE_LOSSES}")
+        for f in dataclasses.fields(self):
+            object.__setattr__(self, f.name, _checked(type(self), f.name, getattr(self, f.name)))
 
     @classmethod
-    def from_dict(cls, d: Mapping) -> TrainConfig:
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - names)
+    def from_dict(cls, d: Mapping, *, source=None) -> TrainConfig:
+        """A config from a document's mapping; refuses a non-mapping document, unknown
+        keys and bad values, naming them (and the file ``source`` when given)."""
+        where = "train config" if source is None else f"train config {source}"
+        if not isinstance(d, Mapping):
+            raise ValueError(f"{where}: the document must be a mapping of keys to values, "
+                             f"got {type(d).__name__} {_show(d)}")
+        names = [f.name for f in dataclasses.fields(cls)]
+        unknown = [k for k in d if k not in names]
         if unknown:
-            raise ValueError(f"train config: unknown key(s) {unknown}; known: {sorted(names)}")
-        return cls(**dict(d))
+            raise ValueError(f"{where}: unknown key(s) {_show(unknown)}; known: {sorted(names)}")
+        try:
+            return cls(**dict(d))
+        except ValueError as e:
+            raise ValueError(where + str(e).removeprefix("train config")) from None
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -367,11 +461,13 @@ def train(config: TrainConfig | Mapping, *, seed: int | None = None,
                        config=config, steps=config.steps)
 
 
-def write_checkpoint(result: TrainResult, path) -> object:
+def write_checkpoint(result: TrainResult, path, *, overwrite: bool = False) -> object:
     """Save a :class:`TrainResult` as a checkpoint (``path``: a folder, or the
-    metadata ``.json``); returns the metadata path."""
+    metadata ``.json``); returns the metadata path. An existing checkpoint there is
+    refused unless ``overwrite``, the shipped checkpoint folder always
+    (:func:`~passage_jax.learned.checkpoint.check_checkpoint_target`)."""
     meta = {"created": utc_now(), "config": result.config.to_dict(), "seed": result.config.seed,
             "step": result.steps, "metrics": result.metrics, "history": result.history,
             "seconds": result.seconds, "coord_scale": COORD_SCALE,
             "prediction": "log correction factor u >= 0: h = exp(u) * octile * pixel_size_m"}
-    return save_checkpoint(path, result.module, result.params, meta)
+    return save_checkpoint(path, result.module, result.params, meta, overwrite=overwrite)
