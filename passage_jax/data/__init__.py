@@ -9,6 +9,7 @@ from passage_jax.data.audit import audit_dataset
 from passage_jax.data.codec import TensorError, decode_tensor, encode_tensor, expected_nbytes
 from passage_jax.data.reader import (
     DEFAULT_N_SAMPLES,
+    ReadAhead,
     RowReport,
     check_weight,
     id_places,
@@ -36,6 +37,7 @@ from passage_jax.data.scene import (
     elevation_metres,
     normalise_elevation,
     route_column,
+    task_input_hash,
 )
 from passage_jax.data.stream import CHUNK_CELLS, TaskStream, TaskStub, chunk_scenes, open_tasks
 from passage_jax.data.validate import DataError, validate_row
@@ -46,7 +48,7 @@ from passage_jax.data.writer import write_split
 __all__ = [
     # scenes and tasks
     "Scene", "Task", "SPLITS", "SPLIT_ALIASES", "canonical_split", "ROUTE_COLUMNS", "route_column",
-    "PASSAGE_CALIBRATION", "elevation_metres", "normalise_elevation",
+    "PASSAGE_CALIBRATION", "elevation_metres", "normalise_elevation", "task_input_hash",
     # shard codec, validation, writing
     "TensorError", "encode_tensor", "decode_tensor", "expected_nbytes", "DataError", "validate_row",
     "write_split",
@@ -55,7 +57,7 @@ __all__ = [
     "split_folder", "shard_files", "id_places", "iter_raw_rows", "iter_scenes",
     "iter_scene_batches", "load_scenes", "load_tasks", "check_weight", "DEFAULT_N_SAMPLES",
     # tasks held compactly, grids read in chunks
-    "TaskStream", "TaskStub", "open_tasks", "CHUNK_CELLS", "chunk_scenes",
+    "TaskStream", "TaskStub", "open_tasks", "CHUNK_CELLS", "chunk_scenes", "ReadAhead",
     # whole-split scans and the audit
     "RowReport", "scan_split", "scene_summary", "audit_dataset",
 ]

@@ -122,8 +122,31 @@ class Task:
     def elevation_m(self) -> np.ndarray:
         return self.scene.elevation_m
 
+    @property
+    def input_sha256(self) -> str:
+        """:func:`task_input_hash`: computed once, then kept on the task."""
+        return task_input_hash(self)
 
 
-def task_input_hash(task: Task) -> str:
-    """Identity of what a planner sees of a task: elevation (metres), obstacles, start, goal."""
-    return planner_input_sha256(task.elevation_m, task.obstacles, task.scene.start, task.scene.goal)
+def task_input_hash(task) -> str:
+    """Identity of what a planner sees of a task: the sha256 of its elevation (metres,
+    float64), obstacles (bool), start and goal (int64), i.e.
+    :func:`~passage_jax.fileio.planner_input_sha256`, the identity
+    ``passage_jax.protocol.records.input_hash`` records.
+
+    Computed once per task object and kept on it: the stream's re-read check and every
+    later caller (the score's check of the run's hashes) get the kept value. It is
+    computed again when one of the four inputs is replaced by another object (the kept
+    value is tied to the objects it was computed from); the grids of a task are never
+    changed in place.
+    """
+    el, ob, start, goal = task.elevation_m, task.obstacles, task.scene.start, task.scene.goal
+    kept = getattr(task, "_input_sha256", None)
+    if kept is not None and kept[0] is el and kept[1] is ob and kept[2] is start and kept[3] is goal:
+        return kept[4]
+    digest = planner_input_sha256(el, ob, start, goal)
+    try:
+        task._input_sha256 = (el, ob, start, goal, digest)
+    except AttributeError:  # a task-like object that takes no new attributes
+        pass
+    return digest

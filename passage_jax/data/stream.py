@@ -14,19 +14,47 @@ a task before the chunk held restarts the reader at the first shard. Every re-re
 task is checked against the input hash taken when the stream was opened: a shard
 changed under a run is an error naming the scene, never a silent substitution.
 
-Peak memory is one chunk of decoded scenes plus the reader's prefetch window
-(``chunk + 2 * workers`` scenes) and the compact stubs (linear in the number of
-tasks, a few kB each).
+**Read-ahead.** A sequential pass (the opening read of :func:`open_tasks` with its
+``on_chunk``, :meth:`TaskStream.chunks` and iteration) reads the next chunk on a
+background thread (:class:`~passage_jax.data.reader.ReadAhead`: Parquet, zstd decoding
+on the reader's ``workers`` pool, validation, the input hash) while the caller works on
+the current one; the thread starts the next chunk only once the caller has taken the
+one before, so at most one chunk waits. A data error of a chunk read ahead is raised
+unchanged when that chunk is asked for, never earlier; the same tasks come out in the
+same order as without read-ahead. Random access (``stream[i]``) reads on the calling
+thread and starts no read-ahead (the run loop's timed requests never share the CPU with
+a background read), but takes a chunk already read ahead. Leaving a pass early,
+:meth:`TaskStream.release` and dropping the stream stop the thread. ``prefetch=False``
+reads every chunk on the calling thread, as before (comparisons and debugging).
+
+Each task's input hash is computed once per read of it: on the opening read for the
+stub, on a re-read for its check against the stub, and kept on the task
+(:func:`~passage_jax.data.scene.task_input_hash`), so a caller asking for it again
+(the score's check against the run's hashes) gets the kept value.
+
+Peak memory is two chunks of decoded scenes (the one handed out and the next one read
+ahead; one with ``prefetch=False``) plus the reader's decode window (at most ``2 *
+workers`` rows in flight) and the compact stubs (linear in the number of tasks, a few kB
+each).
 """
 from __future__ import annotations
 
+import atexit
 import collections.abc
 import dataclasses
+import threading
+import weakref
 from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from passage_jax.data.reader import DEFAULT_N_SAMPLES, check_weight, iter_scenes
+from passage_jax.data.reader import (
+    DEFAULT_N_SAMPLES,
+    ReadAhead,
+    check_weight,
+    close_read_aheads,
+    iter_scenes,
+)
 from passage_jax.data.scene import Task, task_input_hash
 from passage_jax.data.validate import DataError
 from passage_jax.graph import OBJECTIVES, VARIANTS
@@ -77,21 +105,132 @@ def _stub(i: int, task: Task) -> TaskStub:
                     input_sha256=task_input_hash(task))
 
 
+class _Rereader:
+    """The forward reader over a split's shards, its position (the task it yields next),
+    and the check of each re-read task against its stub. Used by one thread at a time:
+    the caller's, or a read-ahead thread's while it runs."""
+
+    def __init__(self, source: dict, stubs: list[TaskStub]):
+        self.source, self.stubs = source, stubs
+        self.it: Iterator[Task] | None = None
+        self.next = 0
+        _OPEN.add(self)
+
+    def restart(self) -> None:
+        self.close()
+        src = self.source
+        # the ids were checked across the split folders when the stream was opened; a re-read
+        # checks each task against its stub (id, file, row, input hash) instead
+        self.it = _task_iter(src["root"], src["resolution"], src["split"], src["objective"],
+                             src["variant"], n_samples=len(self.stubs), weight=src["weight"],
+                             workers=src["workers"], check_ids=False)
+        self.next = 0
+
+    def close(self) -> None:
+        it, self.it = self.it, None
+        if it is not None:
+            it.close()  # the decode pool shuts down now, not when the generator is collected
+
+    def chunk(self, first: int, size: int, stop: threading.Event | None = None) -> list[Task] | None:
+        """Tasks ``[first, first + size)``, checked; None when ``stop`` was set first. The
+        reader must be open at or before ``first``. On an error the reader is dropped."""
+        try:
+            while self.next < first:  # skip forward (the reader only goes forward)
+                if stop is not None and stop.is_set():
+                    return None
+                next(self.it)
+                self.next += 1
+            tasks = []
+            for _ in range(size):
+                if stop is not None and stop.is_set():
+                    return None
+                tasks.append(self._take())
+        except BaseException:
+            self.close()
+            raise
+        if self.next >= len(self.stubs):
+            self.close()  # nothing more to read: let the reader's pool go
+        return tasks
+
+    def _take(self) -> Task:
+        i = self.next
+        stub = self.stubs[i]
+        try:
+            task = next(self.it)
+        except StopIteration:
+            raise DataError(f"{stub.where}: the shards end before task {i}; the data changed "
+                            f"since the tasks were opened") from None
+        self.next += 1
+        if task.id != stub.id or task.scene.file != stub.file or task.scene.row != stub.row:
+            raise DataError(f"{task.scene.where}: task {i} was {stub.where} when the tasks were "
+                            f"opened; the data changed")
+        got = task_input_hash(task)  # kept on the task: later callers get this value
+        if got != stub.input_sha256:
+            raise DataError(f"{stub.where}: input hash {got} differs from {stub.input_sha256} "
+                            f"taken when the tasks were opened; the shard changed")
+        return task
+
+
+#: the rereaders alive; those still open at interpreter exit are closed then, while the
+#: modules their decode pools need are still there
+_OPEN: weakref.WeakSet = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_readers() -> None:
+    close_read_aheads()  # first the threads that may be using a reader
+    for rr in list(_OPEN):
+        try:
+            rr.close()
+        except Exception:  # noqa: S110 - exiting; a reader in use on a thread is left to it
+            pass
+
+
+def _chunks_ahead(rr: _Rereader, first: int, end: int, size: int, n: int, stop: threading.Event):
+    """``(first, tasks)`` of the chunks from ``first`` up to ``end`` (on the read-ahead
+    thread); ends early when ``stop`` is set."""
+    while first < end:
+        tasks = rr.chunk(first, min(size, n - first), stop)
+        if tasks is None:
+            return
+        yield first, tasks
+        first += size
+
+
+class _Ahead:
+    """The read-ahead of a stream: the thread, the rereader it uses, and the first index
+    of the chunk it hands out next."""
+
+    def __init__(self, rr: _Rereader, first: int, end: int, size: int, owner):
+        self.rr, self.first, self.end, self.owner = rr, first, end, owner
+        n = len(rr.stubs)
+        self.reader = ReadAhead(lambda stop: _chunks_ahead(rr, first, end, size, n, stop),
+                                name="passage-task-stream")
+
+    def close(self) -> bool:
+        return self.reader.close()
+
+
 class TaskStream(collections.abc.Sequence):
     """Tasks of ``<root>/<N>x<N>/<split>`` under one objective and variant, read in chunks.
 
     Made by :func:`open_tasks` (which reads the split once). ``chunk`` scenes are
-    decoded at a time; ``stubs`` holds the compact per-task facts.
+    decoded at a time; ``stubs`` holds the compact per-task facts. ``prefetch``: read
+    the next chunk ahead on a background thread during sequential passes (see the
+    module's docstring); may be changed between passes.
     """
 
-    def __init__(self, source: dict, stubs: list[TaskStub], chunk: int):
+    def __init__(self, source: dict, stubs: list[TaskStub], chunk: int, prefetch: bool = True):
         self._source = dict(source)
         self.stubs = stubs
         self.chunk = int(chunk)
+        self.prefetch = bool(prefetch)
         self._held: tuple[int, list[Task]] | None = None  # (first index, tasks)
-        self._reader: Iterator[Task] | None = None
-        self._next = 0  # index of the task the reader yields next
+        self._rr = _Rereader(self._source, stubs)  # the caller's, while no read-ahead runs
+        self._ahead: _Ahead | None = None
         self.reads = 0  # passes started over the shards (the opening pass excluded)
+        # a stream dropped mid-pass stops its read-ahead: the thread holds the reader, never
+        # the stream, and a ReadAhead that is collected halts its thread
 
     # -- the Sequence protocol ------------------------------------------------
     def __len__(self) -> int:
@@ -114,64 +253,77 @@ class TaskStream(collections.abc.Sequence):
 
     # -- chunks ---------------------------------------------------------------
     def chunks(self, start: int = 0, stop: int | None = None) -> Iterator[tuple[int, list[Task]]]:
-        """``(first index, tasks)`` for the chunks covering ``[start, stop)``, in order."""
-        stop = len(self) if stop is None else min(stop, len(self))
-        i = start
-        while i < stop:
-            first, tasks = self._chunk_of(i)
-            lo, hi = i - first, min(stop, first + len(tasks)) - first
-            yield i, tasks[lo:hi]
-            i = first + hi
+        """``(first index, tasks)`` for the chunks covering ``[start, stop)``, in order.
 
-    def _chunk_of(self, i: int) -> tuple[int, list[Task]]:
+        With :attr:`prefetch`, the next chunk (up to ``stop``) is read ahead while the
+        caller works on the current one; when the pass ends, also early (a loop left, the
+        generator closed or dropped), its thread is stopped and the reader closed (its
+        decode pool shut down)."""
+        stop = len(self) if stop is None else min(stop, len(self))
+        prefetch = self.prefetch
+        owner = object()  # this pass: it ends only its own read-ahead, not another pass's
+        i = start
+        try:
+            while i < stop:
+                first, tasks = self._chunk_of(i, stop if prefetch else None, owner)
+                lo, hi = i - first, min(stop, first + len(tasks)) - first
+                yield i, tasks[lo:hi]
+                i = first + hi
+        finally:
+            if prefetch and (self._ahead is None or self._ahead.owner is owner):
+                self._stop_ahead()
+                self._rr.close()
+
+    def _chunk_of(self, i: int, ahead_to: int | None = None, owner=None) -> tuple[int, list[Task]]:
+        """The chunk holding ``i``; with ``ahead_to``, read the chunks after it up to that
+        index ahead (a sequential pass)."""
         first = (i // self.chunk) * self.chunk
         if self._held is not None and self._held[0] == first:
             return self._held
         self._held = None  # drop the chunk held before reading the next
         trim_heap()
-        if self._reader is None or self._next > first:
-            self._restart()
-        while self._next < first:  # skip forward (the reader only goes forward)
-            next(self._reader)
-            self._next += 1
-        tasks = []
-        for _ in range(min(self.chunk, len(self) - first)):
-            tasks.append(self._take())
+        if self._ahead is not None and self._ahead.first == first:
+            if owner is not None:
+                self._ahead.owner = owner
+            return self._take_ahead()
+        self._stop_ahead()
+        rr = self._rr
+        if rr.it is None or rr.next > first:
+            rr.restart()
+            self.reads += 1
+        if ahead_to is not None:
+            end = -(-max(ahead_to, first + 1) // self.chunk) * self.chunk
+            self._ahead = _Ahead(rr, first, end, self.chunk, owner)
+            return self._take_ahead()
+        tasks = rr.chunk(first, min(self.chunk, len(self) - first))
         self._held = (first, tasks)
         return self._held
 
-    def _restart(self) -> None:
-        src = self._source
-        # the ids were checked across the split folders when the stream was opened; a re-read
-        # checks each task against its stub (id, file, row, input hash) instead
-        self._reader = _task_iter(src["root"], src["resolution"], src["split"], src["objective"],
-                                  src["variant"], n_samples=len(self), weight=src["weight"],
-                                  workers=src["workers"], check_ids=False)
-        self._next = 0
-        self.reads += 1
-
-    def _take(self) -> Task:
-        i = self._next
-        stub = self.stubs[i]
+    def _take_ahead(self) -> tuple[int, list[Task]]:
+        ahead = self._ahead
         try:
-            task = next(self._reader)
-        except StopIteration:
-            raise DataError(f"{stub.where}: the shards end before task {i}; the data changed "
-                            f"since the tasks were opened") from None
-        self._next += 1
-        if task.id != stub.id or task.scene.file != stub.file or task.scene.row != stub.row:
-            raise DataError(f"{task.scene.where}: task {i} was {stub.where} when the tasks were "
-                            f"opened; the data changed")
-        got = task_input_hash(task)
-        if got != stub.input_sha256:
-            raise DataError(f"{stub.where}: input hash {got} differs from {stub.input_sha256} "
-                            f"taken when the tasks were opened; the shard changed")
-        return task
+            first, tasks = ahead.reader.take()
+        except BaseException:
+            self._stop_ahead()  # the reader ended with the error; it is raised unchanged
+            raise
+        ahead.first = first + self.chunk
+        if ahead.first >= ahead.end:
+            self._stop_ahead()  # the last chunk of the pass: the thread has ended
+        self._held = (first, tasks)
+        return self._held
+
+    def _stop_ahead(self) -> None:
+        """Stop the read-ahead thread; the reader comes back to the caller's thread (a
+        fresh one if the thread could not be stopped in time)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and not ahead.close():
+            self._rr = _Rereader(self._source, self.stubs)  # the old one is still in use there
 
     def release(self) -> None:
-        """Drop the chunk held and the open reader (the stubs stay)."""
+        """Drop the chunk held, stop the read-ahead and close the reader (the stubs stay)."""
         self._held = None
-        self._reader = None
+        self._stop_ahead()
+        self._rr.close()
 
     # -- compact facts --------------------------------------------------------
     @property
@@ -198,17 +350,39 @@ def _task_iter(root, resolution, split, objective, variant, *, n_samples, weight
         yield scene.task(objective, variant)
 
 
+def _opening_chunks(root, resolution, split, objective, variant, *, n_samples, weight, workers,
+                    chunk: int, stop: threading.Event):
+    """The opening read in chunks of ``chunk`` tasks, each task's input hash taken (and kept
+    on it); ends early when ``stop`` is set."""
+    pending: list[Task] = []
+    for task in _task_iter(root, resolution, split, objective, variant, n_samples=n_samples,
+                           weight=weight, workers=workers):
+        task_input_hash(task)
+        pending.append(task)
+        if len(pending) == chunk:
+            yield pending
+            pending = []
+        if stop.is_set():
+            return
+    if pending:
+        yield pending
+
+
 def open_tasks(root, resolution: int, split: str, objective: str, variant: str = "obstacles",
                n_samples=DEFAULT_N_SAMPLES, weight=None, *, chunk: int | None = None,
                workers: int = 4,
-               on_chunk: Callable[[int, list[Task]], None] | None = None) -> TaskStream:
+               on_chunk: Callable[[int, list[Task]], None] | None = None,
+               prefetch: bool = True) -> TaskStream:
     """Read the split once (validating every scene, as :func:`load_tasks` does) and return
     its :class:`TaskStream`, which decodes ``chunk`` scenes at a time (default
     :func:`chunk_scenes` of the resolution).
 
     ``on_chunk(first index, tasks)`` is called for each chunk of ``chunk`` tasks during
     that read (admission qualifies the references there), so one pass over the shards
-    serves both. The grids of a chunk are dropped after its call.
+    serves both. The grids of a chunk are dropped after its call. With ``prefetch``
+    (the default) the next chunk is read, decoded and hashed on a background thread
+    while ``on_chunk`` works on the current one, and the stream reads ahead in its
+    sequential passes; ``prefetch=False`` reads on the calling thread only.
     """
     if objective not in OBJECTIVES:
         raise DataError(f"unknown objective {objective!r}; known: {list(OBJECTIVES)}")
@@ -219,18 +393,19 @@ def open_tasks(root, resolution: int, split: str, objective: str, variant: str =
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
         raise DataError(f"chunk must be a positive integer, got {chunk!r}")
     stubs: list[TaskStub] = []
-    pending: list[Task] = []
-    for task in _task_iter(root, resolution, split, objective, variant, n_samples=n_samples,
-                           weight=weight, workers=workers):
-        stubs.append(_stub(len(stubs), task))
-        pending.append(task)
-        if len(pending) == chunk:
+
+    def chunks(stop):
+        return _opening_chunks(root, resolution, split, objective, variant, n_samples=n_samples,
+                               weight=weight, workers=workers, chunk=chunk, stop=stop)
+
+    with ReadAhead(chunks, ahead=1 if prefetch else 0, name="passage-open-tasks") as reader:
+        for tasks in reader:
+            first = len(stubs)
+            stubs.extend(_stub(first + k, t) for k, t in enumerate(tasks))
             if on_chunk is not None:
-                on_chunk(len(stubs) - chunk, pending)
-            pending = []
+                on_chunk(first, tasks)
+            del tasks
             trim_heap()
-    if pending and on_chunk is not None:
-        on_chunk(len(stubs) - len(pending), pending)
     source = {"root": root, "resolution": resolution, "split": split, "objective": objective,
               "variant": variant, "weight": weight, "workers": workers}
-    return TaskStream(source, stubs, chunk)
+    return TaskStream(source, stubs, chunk, prefetch=prefetch)

@@ -109,7 +109,9 @@ VERSIONED_PACKAGES = ("passage_jax", "jax", "jaxlib", "numpy", "scipy", "flax", 
 def input_hash(task) -> str:
     """Identity of what a planner sees of a task: elevation, obstacles, start, goal
     (:func:`passage_jax.fileio.planner_input_sha256`)."""
-    return planner_input_sha256(task.elevation_m, task.obstacles, task.scene.start, task.scene.goal)
+    kept = getattr(task, "input_sha256", None)  # the stream's verified hash (computed once)
+    return kept or planner_input_sha256(task.elevation_m, task.obstacles, task.scene.start,
+                                        task.scene.goal)
 
 
 def references_identity(sample_ids, c_star, coords, offsets, qualified) -> str:
