@@ -367,8 +367,9 @@ def admit(spec: RunSpec, qualify: bool = True, *, chunk: int | None = None) -> A
 
     The tasks are read once, ``chunk`` scenes at a time; each chunk's references are
     qualified as it is read, and only the compact task facts are kept
-    (:class:`~passage_jax.data.TaskStream`): admission's peak memory is one chunk of
-    grids, whatever the number of scenes.
+    (:class:`~passage_jax.data.TaskStream`): admission's peak memory is two chunks of
+    grids (the one being qualified and the next, read ahead), whatever the number of
+    scenes.
 
     In a multi-process launch (:mod:`passage_jax.cluster`) every process reads the
     tasks' compact facts, qualifies its contiguous share of the chunks, and the shares
