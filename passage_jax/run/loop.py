@@ -48,6 +48,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from passage_jax.compilation import CompileCounter, compile_stats
 from passage_jax.data.reader import SHIPPED, shipped_cohort_root
 from passage_jax.fileio import (
     atomic_file,
@@ -508,6 +509,7 @@ def _execute_rows(admitted, seed, rows, journal: Journal, state: dict, progress,
     if progress is not None:
         bar = progress.add_task(f"{spec.method_name} seed {seed}", total=len(rows), completed=done)
     cwd = _WorkingDirectory(seed, log)
+    counter = CompileCounter().__enter__()  # what this build compiled in the run's process
     try:
         ex_ctx = open_executor(spec, seed, device=admitted.device, planner=planner)
     except PlannerBuildError as e:
@@ -539,6 +541,8 @@ def _execute_rows(admitted, seed, rows, journal: Journal, state: dict, progress,
                     f"{spec.method_name} seed {seed} {series}#{rep}"))
         # what the executor saw (requests; for workers also starts, kills, crashes, warm-ups)
         state["builds"][-1]["executor_stats"] = dict(getattr(ex, "stats", {}) or {})
+        counter.__exit__(None, None, None)
+        state["builds"][-1]["compilation"] = counter.stats.to_dict()
         if cwd.changes:
             state["builds"][-1]["working_directory_restored"] = cwd.record()
         atomic_write_json(journal.path.parent / SEED_STATE, state)
@@ -655,6 +659,9 @@ def _manifest(admitted, seed, state: dict, code: dict, made: dict) -> dict:
             "builds": state["builds"],
             "repairs": state.get("repairs", []),
         },
+        "compilation": {"process": compile_stats().to_dict(),
+                        "scope": "the run's process (admission, references and in-process planners; "
+                                 "a supervised worker's compilations are its own)"},
         "started_utc": state["started_utc"],
         "finished_utc": utc_now(),
     }
