@@ -53,7 +53,8 @@ ALLOWED = {
                  "trust"},
     "trust": {"metrics", "stats"},
 }
-LEAVES = {"contract", "fileio", "reduce", "testing", "memory", "cluster", "precision"}
+LEAVES = {"contract", "fileio", "reduce", "testing", "memory", "cluster", "precision", "shapes",
+          "compilation"}
 
 
 def test_stage_imports_point_down():

@@ -3,7 +3,7 @@
 The shell normalises each candidate (without rounding or clipping anything),
 checks each distinct reference once, reads the grids at the candidates' cells
 with vectorised NumPy (grouped by grid, never per cell in Python), buckets the
-tasks by route length so a large batch compiles only a handful of times, pads
+tasks by route length on the one ladder of :mod:`passage_jax.shapes`, pads
 them into the kernel-boundary pytrees (:class:`~passage_jax.metrics.types.Route`
 and :class:`~passage_jax.metrics.types.TaskAtCandidate`), runs the jitted
 :data:`~passage_jax.metrics.kernels.score_tasks_packed` under scoped float64
@@ -19,6 +19,24 @@ finds the route valid is its geometry computed on the host by
 distinct cells, exact integer squared distances). With a ``sharding`` over the batch axis each
 chunk is placed on the devices with ``jax.device_put`` and the kernel runs SPMD;
 the results are the same on any number of devices.
+
+**Stable shapes.** A task's padded length is the rung of the longer of its two routes
+(32, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, ...; a long task: its
+candidate's), and every kernel call of a rung holds the same number of rows,
+:func:`_call_rows` (``_PAIR_BUDGET`` = 2**21 pairwise distances, at most ``_MAX_BATCH``
+= 1,024 tasks, per device; the last call of a rung padded with empty rows, which are
+masked and dropped). A call's shape is thus a function of its rung alone, never of how
+many tasks a call, a chunk or a run holds, so scoring compiles **at most one kernel
+per length rung**: at most 12 with the pairwise geometry for any number of tasks,
+scenes, chunks and grid sizes (the rungs 32 ... 2,048 up to ``long_route``; the grid
+size is data, not shape), plus one geometry-free kernel per rung of the candidates of
+long tasks (none unless a route passes ``long_route``), per pixel size, kernel precision
+and device count. A run at one resolution meets only a few rungs (shipped scenes with
+exact, detoured and broken candidates, ``bench/compile_counts.py``: 5 at 64² and 128², 6
+at 256²), and a repeated call compiles nothing. The price is padding: a rung's last call
+computes up to one call of empty rows (at most 2**21 pairwise distances, a few
+milliseconds on a CPU core; one compile is about a second). A task's metrics then do not
+depend on how the tasks are chunked (on a given device count).
 
 Without float64 (:func:`passage_jax.precision.kernel_precision` is ``"float32"``: a TPU,
 or ``PASSAGE_JAX_NO_X64=1``) the kernel runs in float32 and decides validity (integer
@@ -48,6 +66,7 @@ from passage_jax.metrics.types import (
     TaskAtCandidate,
 )
 from passage_jax.precision import kernel_dtype, kernel_x64
+from passage_jax.shapes import rung, rungs_of
 
 __all__ = ["MIN_BUCKET", "LONG_ROUTE", "normalise_candidate", "route_geometry_host",
            "host_cost_regret", "score_routes"]
@@ -104,30 +123,27 @@ def normalise_candidate(route):
 
 
 def _bucket(n: int) -> int:
-    """Padded length for a route of ``n`` cells: 32, 64, then steps of 1.5 and
-    4/3 (96, 128, 192, 256, 384, ...), so padding wastes at most a third of
-    the length beyond 64 while a run needs only a handful of shapes."""
-    b = MIN_BUCKET
-    while b < n:
-        b = b * 2 if b < 64 else (b * 3 // 2 if b & (b - 1) == 0 else b * 4 // 3)
-    return b
+    """Padded length of a route of ``n`` cells: its rung on the ladder of
+    :mod:`passage_jax.shapes` from ``MIN_BUCKET`` (32, 64, 96, 128, 192, 256, 384, ...)."""
+    return rung(n, MIN_BUCKET)
 
 
-def _batch_size(length: int, n: int, n_dev: int = 1, pairwise: bool = True) -> int:
-    """Tasks per kernel call for ``n`` tasks padded to ``length``: at most
-    ``_PAIR_BUDGET`` pairwise distances per call and device, and the calls of
-    one bucket evenly filled, rounded up to an eighth of the largest batch (so a
-    bucket has at most eight batch shapes). On ``n_dev`` devices each call holds
-    ``n_dev`` times as many tasks, a multiple of ``n_dev``. Without ``pairwise``
-    geometry the budget is ``_CELL_BUDGET`` route cells per call and device."""
+def _call_rows(length: int, n_dev: int = 1, pairwise: bool = True) -> int:
+    """Rows (tasks) of every kernel call of the length rung ``length``: at most
+    ``_PAIR_BUDGET`` pairwise distances (``_CELL_BUDGET`` route cells without the
+    pairwise geometry) and ``_MAX_BATCH`` tasks per device, times ``n_dev`` devices.
+    A function of the rung alone, never of how many tasks a call holds: every call of
+    a rung has one shape, so a rung compiles once whatever the number of tasks,
+    scenes or chunks (the last call of a rung is padded with empty rows)."""
     per_task = length * length if pairwise else length
     most = max(1, min(_MAX_BATCH, (_PAIR_BUDGET if pairwise else _CELL_BUDGET) // per_task))
-    if n_dev > 1:
-        most = -(-most // 8) * 8 * n_dev  # each eighth splits evenly over the devices
-    calls = -(-n // most)
-    step = max(1, most // 8)
-    per_call = -(-n // calls)
-    return min(most, -(-per_call // step) * step)
+    return most * max(1, int(n_dev))
+
+
+def _call_plan(length: int, n: int, n_dev: int = 1, pairwise: bool = True) -> tuple[int, int]:
+    """(rows per call, calls) for ``n`` tasks of the length rung ``length``."""
+    size = _call_rows(length, n_dev, pairwise)
+    return size, -(-int(n) // size)
 
 
 def _is_int32_route(a) -> bool:
@@ -345,9 +361,7 @@ def score_routes(candidates, tasks, c_star, request_ok, references=None,
     # ---- buckets: one padded length for both routes of a task ----------------
     # (a long task: the candidate's own length, its geometry is not padded at all)
     long = (cand_len > long_route) | (ref_len[rix] > long_route)
-    uniq, inv = np.unique(np.where(long, cand_len, np.maximum(cand_len, ref_len[rix])),
-                          return_inverse=True)
-    bucket = np.array([_bucket(v) for v in uniq], np.int64)[inv.reshape(-1)]
+    bucket = rungs_of(np.where(long, cand_len, np.maximum(cand_len, ref_len[rix])), MIN_BUCKET)
     # routes ordered long tasks first, then by bucket (longest first: the costliest
     # calls are dispatched first and the host prepares the rest meanwhile), then by
     # elevation grid, so each bucket's cells are one block and each grid in it is
@@ -389,8 +403,8 @@ def score_routes(candidates, tasks, c_star, request_ok, references=None,
             if host_cost:
                 z_o[cs:ce] = zc
 
-            size = _batch_size(length, e - s, n_dev, pairwise)
-            padded = -(-(e - s) // size) * size
+            size, calls = _call_plan(length, e - s, n_dev, pairwise)
+            padded = size * calls
             live = np.arange(length) < ln[:, None]
             st = grids.stats[t_elev[tj]]
             pad = functools.partial(_pad_tail, rows=padded)

@@ -108,7 +108,11 @@ def solve_tasks(tasks, solver: str = "vi", *, max_expansions=None,
 
     ``solver="vi"`` batches value iteration over tasks of the same grid size
     (chunks of ``batch_size``; ``max_sweeps`` is the budget); ``"astar"`` and
-    ``"dijkstra"`` run the CPU search per task (``max_expansions`` budget).
+    ``"dijkstra"`` run the CPU search per task (``max_expansions`` budget). Each chunk
+    runs in :func:`~passage_jax.reference.vi.solve_batch`'s calls of stable shapes
+    (rungs of one ladder, capped per grid size), so chunks of any sizes, in any number of
+    calls of this function, compile at most one kernel per rung (docs/reference.md,
+    "Batch shapes").
     """
     if solver not in SOLVERS:
         raise ValueError(f"unknown reference solver {solver!r}; known: {sorted(SOLVERS)}")
@@ -245,6 +249,10 @@ def qualify_scenes(scenes, policy: str = "released_labels", *, reference_cohort_
     out) unless another check fails first: an unreachable goal, a released route that
     is illegal or not optimal against the finished solve. A censored task is neither
     qualified nor a failure; the caller counts it separately.
+
+    Called once per chunk (admission, ``audit``), it compiles no kernel per chunk: the
+    value-iteration batches are padded to rungs of one ladder (:func:`solve_tasks`),
+    the same for every chunk of a grid size.
     """
     _check_policy(policy, reference_cohort_id)
     scenes = list(scenes)

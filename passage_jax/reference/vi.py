@@ -41,8 +41,15 @@ comparison (``bench/reference.py --compare-jacobi``, docs/reference.md).
 
 Routes descend ``V`` with :func:`passage_jax.graph.descent_policy` (the first move in
 ``MOVES`` order among the exact minima). :func:`solve_batch` is the host entry point:
-it validates and pads a batch, runs :func:`vi_kernel` under ``jax.enable_x64(True)``
-and returns a :class:`VIResult` of NumPy arrays with status names.
+it validates a batch, splits it into calls of at most ``rung_below(VI_CALL_CELLS //
+(H * W))`` scenes (1,024 at 64², 64 at 256²), pads each call up to a rung of the one
+ladder of :mod:`passage_jax.shapes` (:func:`call_sizes`), runs :func:`vi_kernel` under
+``jax.enable_x64(True)`` and returns a :class:`VIResult` of NumPy arrays with status
+names. **Compilations:** one kernel per (grid size, rung, solver settings, routes,
+precision): solving any number of scenes of one size, in any number of chunks, compiles
+at most as many kernels as there are rungs up to the cap (7 at 256², 11 at 128², 15 at
+64²), and chunks of one size share one (a pipeline of equal chunks: at most two, the
+full chunks' rung and the last chunk's).
 
 Two arithmetic paths (``precision``, :func:`resolve_precision`): ``"float64"`` as
 above, and ``"double_float"`` for backends without float64: the edge costs are
@@ -83,13 +90,14 @@ from passage_jax.reference.dfloat import (
     split_traced,
     to_float64,
 )
+from passage_jax.shapes import rung, rung_below
 
 __all__ = [
     "STATUS_NAMES", "STATUS_OK", "STATUS_UNREACHABLE", "STATUS_BUDGET", "STRATEGIES",
     "SceneInputs", "SolverConfig", "GridProblem", "SolverState", "VIOutput", "VIResult",
     "init", "step", "terminate", "solve_scene", "vi_kernel", "solve_batch", "descend_route",
     "PRECISIONS", "PRECISION_RTOL", "PRECISION_ENV", "NO_X64_ENV", "resolve_precision", "no_x64",
-    "double_float_inputs",
+    "double_float_inputs", "VI_CALL_CELLS", "call_sizes",
 ]
 
 STATUS_NAMES = ("ok", "unreachable", "budget_exhausted")
@@ -633,7 +641,7 @@ def _solve_lockstep(scenes: SceneInputs, config: SolverConfig, *, with_routes: b
 
 def vi_kernel(scenes: SceneInputs, config: SolverConfig = SolverConfig(), *,
               with_routes: bool = False, max_len: int | None = None,
-              chunk: int | None = None, precision: str = "auto") -> VIOutput:
+              chunk: int | None = None, precision: str = "auto", live=None) -> VIOutput:
     """:func:`solve_scene` over a batch of scenes (every field of ``scenes`` has a
     leading axis B), jitted. float64 needs x64; double-float runs with x64 off.
 
@@ -641,20 +649,32 @@ def vi_kernel(scenes: SceneInputs, config: SolverConfig = SolverConfig(), *,
     accelerators); an int k solves chunks of k scenes one after another with
     ``lax.map``, each chunk stopping at its own convergence and staying in cache
     (best on CPU, k=1: one scene at a time, unbatched). ``precision`` as in
-    :func:`solve_scene`, resolved at each call (before the jit cache). Returns a
-    batched :class:`VIOutput` (status as int codes).
+    :func:`solve_scene`, resolved at each call (before the jit cache). ``live``: None
+    (every scene is solved) or a (B,) bool array; with ``chunk=1`` a scene that is not
+    live (a padding row) is not solved at all and its outputs are zeros (in lock step
+    every scene is solved). Returns a batched :class:`VIOutput` (status as int codes).
     """
-    return _vi_kernel(scenes, _with_precision(config, precision), with_routes=with_routes,
+    return _vi_kernel(scenes, live, _with_precision(config, precision), with_routes=with_routes,
                       max_len=max_len, chunk=chunk)
 
 
 @partial(jax.jit, static_argnames=("config", "with_routes", "max_len", "chunk"))
-def _vi_kernel(scenes: SceneInputs, config: SolverConfig, *, with_routes: bool,
+def _vi_kernel(scenes: SceneInputs, live, config: SolverConfig, *, with_routes: bool,
                max_len: int | None, chunk: int | None) -> VIOutput:
     solve = partial(solve_scene, config=config, with_routes=with_routes, max_len=max_len)
     if chunk is None or 1 < jnp.shape(scenes.start)[0] <= chunk:
         return _solve_lockstep(scenes, config, with_routes=with_routes, max_len=max_len)
-    return jax.lax.map(solve, scenes, batch_size=None if chunk == 1 else chunk)
+    if live is None or chunk != 1:
+        return jax.lax.map(solve, scenes, batch_size=None if chunk == 1 else chunk)
+    # one scene at a time: a padding row skips the solve (zeros of the solve's output types)
+    blank = jax.eval_shape(solve, _tmap(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), scenes))
+
+    def one(item):
+        scene, is_live = item
+        return jax.lax.cond(is_live, solve,
+                            lambda _: _tmap(lambda t: jnp.zeros(t.shape, t.dtype), blank), scene)
+
+    return jax.lax.map(one, (scenes, jnp.asarray(live, bool)))
 
 
 # --------------------------------------------------------------------------- #
@@ -691,9 +711,25 @@ def _descend(edge_costs, values, start, goal, max_len):
 # Host entry points
 # --------------------------------------------------------------------------- #
 
-def _bucket(n: int) -> int:
-    """Next power of two >= n (batch sizes are padded to it to limit recompiles)."""
-    return 1 << max(0, int(n) - 1).bit_length()
+#: Grid cells per value-iteration kernel call and device: a call holds at most
+#: ``rung_below(VI_CALL_CELLS // (H * W))`` scenes (1,024 at 64², 256 at 128², 64 at 256²,
+#: 4 at 1024²), the same cap as a chunk of scenes held in memory (``CHUNK_CELLS``).
+VI_CALL_CELLS = 1 << 22
+
+
+def call_sizes(n_scenes: int, cells: int, n_dev: int = 1) -> list[int]:
+    """Padded scenes of each kernel call :func:`solve_batch` makes for ``n_scenes``
+    scenes of ``cells`` grid cells on ``n_dev`` devices: full calls of the cap
+    ``rung_below(VI_CALL_CELLS // cells)`` scenes per device, then the rest padded up to
+    its rung of the ladder of :mod:`passage_jax.shapes` (powers of two up to 64, then
+    half octaves), times ``n_dev``. The sizes are rungs whatever the batch, so solving any
+    number of scenes of one size compiles at most one kernel per rung up to the cap
+    (7 rungs at 256², 11 at 128², 15 at 64²), and chunks of one size share one."""
+    n_dev = max(1, int(n_dev))
+    cap = rung_below(max(1, VI_CALL_CELLS // max(1, int(cells))))
+    per_dev = -(-int(n_scenes) // n_dev)
+    full, rest = divmod(per_dev, cap)
+    return [cap * n_dev] * full + ([rung(rest) * n_dev] if rest else [])
 
 
 def _check_inputs(z, obstacles, start, goal, model_index, weight):
@@ -812,11 +848,19 @@ def solve_batch(elevation_m, obstacles, start, goal, model_index, weight, *, max
 
     ``model_index`` may be ints (``MODEL_INDEX``) or model names; ``weight`` one
     per scene or one for all. ``sharding`` (e.g. a ``NamedSharding`` over the batch
-    axis) places the inputs; the batch is padded to a power of two (``bucket``, and to
-    a multiple of the sharding's device count) with trivial blocked scenes to limit
-    recompiles. ``chunk="auto"`` solves scenes one at a time on CPU and the whole
-    batch in lock step elsewhere or when sharded (see :func:`vi_kernel`). Always
-    returns a :class:`VIResult`; ``routes=True`` fills its ``routes``.
+    axis) places the inputs. With ``bucket`` (default) the batch runs in the calls of
+    :func:`call_sizes`: at most ``rung_below(VI_CALL_CELLS // (H * W))`` scenes per call
+    and device, each call padded with trivial blocked scenes up to a rung of the one
+    ladder of :mod:`passage_jax.shapes` (1, 2, 4, ..., 64, 96, 128, 192, ...; a multiple
+    of the sharding's device count), so any number of scenes of one size compiles at
+    most one kernel per rung up to that cap, the same rungs for every chunk; solved one
+    at a time (CPU), a padding scene is skipped, and in lock step it converges in one
+    block. ``bucket=False``: one call of exactly the batch (padded only to the device
+    count). Every call is dispatched before any result is fetched. ``chunk="auto"``
+    solves scenes one at a time on CPU and the whole call in lock step elsewhere or when
+    sharded (see :func:`vi_kernel`). Always returns a :class:`VIResult`;
+    ``routes=True`` fills its ``routes``. Results do not depend on the padding or the
+    split into calls.
 
     ``precision`` (:func:`resolve_precision`, read at each call; ``"auto"`` defers to
     the environment variable ``PASSAGE_JAX_REFERENCE_PRECISION``): ``"float64"`` runs
@@ -832,34 +876,41 @@ def solve_batch(elevation_m, obstacles, start, goal, model_index, weight, *, max
     z, obst, start, goal, midx, w = _host_batch(elevation_m, obstacles, start, goal,
                                                 model_index, weight)
     B = z.shape[0]
-    n = _bucket(B) if bucket else B
-    if sharding is not None and hasattr(sharding, "num_devices"):
-        nd = sharding.num_devices
-        n = -(-n // nd) * nd
-    scenes = _padded_inputs(z, obst, start, goal, midx, w, n)
+    nd = sharding.num_devices if sharding is not None and hasattr(sharding, "num_devices") else 1
+    sizes = (call_sizes(B, z.shape[1] * z.shape[2], nd) if bucket else []) or [-(-B // nd) * nd]
     if chunk == "auto":
         devs = sharding.device_set if sharding is not None else jax.devices()
         on_cpu = all(d.platform == "cpu" for d in devs)
         # sharded batches stay vectorised across devices
         chunk = 1 if on_cpu and sharding is None else None
-    if precision == "double_float":
-        scenes = _pair_inputs(scenes, B, config.pixel_size_m)
+    parts, lo = [], 0
     with jax.enable_x64(precision == "float64"):
-        if sharding is not None:
-            scenes = jax.device_put(scenes, sharding)
-        out = jax.device_get(vi_kernel(scenes, config, with_routes=bool(routes), chunk=chunk))
+        for size in sizes:  # every call dispatched before any result is fetched
+            hi = min(B, lo + size)
+            scenes = _padded_inputs(z[lo:hi], obst[lo:hi], start[lo:hi], goal[lo:hi],
+                                    midx[lo:hi], w[lo:hi], size)
+            if precision == "double_float":
+                scenes = _pair_inputs(scenes, hi - lo, config.pixel_size_m)
+            if sharding is not None:
+                scenes = jax.device_put(scenes, sharding)
+            live = np.arange(size) < hi - lo
+            parts.append((hi - lo, vi_kernel(scenes, config, with_routes=bool(routes), chunk=chunk,
+                                              live=live)))
+            lo = hi
+        outs = [_tmap(lambda a, k=k: a[:k], jax.device_get(o)) for k, o in parts]
+    out = _tmap(lambda *a: a[0] if len(a) == 1 else np.concatenate(a), *outs)
     values, c_star = out.values, out.c_star
     if precision == "double_float":
         values, c_star = to_float64(values), to_float64(c_star)
-    status = tuple(STATUS_NAMES[int(s)] for s in out.status[:B])
+    status = tuple(STATUS_NAMES[int(s)] for s in out.status)
     route_list = None
     if routes:
-        rts, lens = out.route[:B], out.route_length[:B]
+        rts, lens = out.route, out.route_length
         route_list = [rts[i, : lens[i]].astype(np.int32) if status[i] == "ok" and lens[i] > 0
                       else None for i in range(B)]
-    return VIResult(values=values[:B], c_star=c_star[:B], sweeps=out.sweeps[:B],
-                    directional_sweeps=out.directional_sweeps[:B],
-                    converged=out.converged[:B], status=status, routes=route_list,
+    return VIResult(values=values, c_star=c_star, sweeps=out.sweeps,
+                    directional_sweeps=out.directional_sweeps,
+                    converged=out.converged, status=status, routes=route_list,
                     precision=precision, precision_rtol=PRECISION_RTOL[precision])
 
 
