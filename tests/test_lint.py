@@ -53,7 +53,7 @@ ALLOWED = {
                  "trust"},
     "trust": {"metrics", "stats"},
 }
-LEAVES = {"contract", "fileio", "reduce", "testing", "memory", "cluster", "precision", "shapes",
+LEAVES = {"contract", "fileio", "reduce", "testing", "memory", "cluster", "precision", "shapes", "checks",
           "compilation"}
 
 

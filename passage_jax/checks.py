@@ -1,0 +1,61 @@
+"""The small value checks every stage uses: an integer that is not a bool, a finite
+number, each with a bound, and the one error message that names the value.
+
+``True`` is an ``int`` in Python; a count, a seed or a size given as ``True`` is a
+mistake, so these checks refuse bools. NumPy integers and floats are accepted.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+__all__ = ["is_int", "is_number", "require_int", "require_number", "shown"]
+
+_SHOWN = 120
+
+
+def is_int(v) -> bool:
+    """An integer (Python or NumPy), not a bool."""
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def is_number(v) -> bool:
+    """A real number (Python or NumPy int or float), not a bool."""
+    return isinstance(v, numbers.Real) and not isinstance(v, bool)
+
+
+def shown(v) -> str:
+    """``repr(v)`` on one line, cut to a readable length (what an error echoes)."""
+    t = " ".join(repr(v).split())
+    return t if len(t) <= _SHOWN else t[:_SHOWN - 3] + "..."
+
+
+def _bounds(low, high) -> str:
+    if low is not None and high is not None:
+        return f" in [{low}, {high}]"
+    if low is not None:
+        return f" >= {low}"
+    if high is not None:
+        return f" <= {high}"
+    return ""
+
+
+def require_int(v, name: str, *, low=None, high=None, error=ValueError) -> int:
+    """``v`` as an ``int`` when it is an integer (not a bool) within ``[low, high]``;
+    otherwise ``error("<name> must be an integer[ >= low], got <v>")``."""
+    if not is_int(v) or (low is not None and v < low) or (high is not None and v > high):
+        raise error(f"{name} must be an integer{_bounds(low, high)}, got {shown(v)}")
+    return int(v)
+
+
+def require_number(v, name: str, *, low=None, high=None, finite: bool = True,
+                   error=ValueError) -> float:
+    """``v`` as a ``float`` when it is a real number (not a bool), finite unless
+    ``finite=False``, within ``[low, high]``; otherwise ``error`` naming it."""
+    ok = is_number(v) and (not finite or math.isfinite(float(v)))
+    if ok and ((low is not None and v < low) or (high is not None and v > high)):
+        ok = False
+    if not ok:
+        kind = "a finite number" if finite else "a number"
+        raise error(f"{name} must be {kind}{_bounds(low, high)}, got {shown(v)}")
+    return float(v)
