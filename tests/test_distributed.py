@@ -181,7 +181,8 @@ def test_run_admission_and_score_two_processes_equal_single(single):
     assert (one / "metrics.json").read_bytes() == (two / "metrics.json").read_bytes()
     r1, r2 = (json.loads((d / "score_receipt.json").read_text()) for d in (one, two))
     differ = {k for k in r1 if r1[k] != r2.get(k)}
-    assert differ <= {"scored_utc", "run_folder"} and set(r1) == set(r2)
+    # what a process compiled depends on its caches (the receipt's compile counts)
+    assert differ <= {"scored_utc", "run_folder", "compilation"} and set(r1) == set(r2)
     assert r1["outputs"] == r2["outputs"]
 
 
