@@ -64,6 +64,8 @@ from passage_jax.data.cohort import (
     DEFAULT_WEIGHTS,
     GENERATOR,
     CohortError,
+    Crop,
+    Labels,
     eligible_rasters,
     place_scene,
     scene_row,
@@ -150,7 +152,7 @@ def _scene(c: dict, rng, n: int, split: str, *, index: int, seed: int, coverage_
     else:
         raise CohortError(f"{c['key']}: no acceptable scene on the crop at ({c['row0']}, "
                           f"{c['col0']}) after {_MAX_SCENE_TRIES} tries")
-    start, goal, obst, obstacles = placed
+    start, goal, obst = placed.start, placed.goal, placed.obstacles
     routes, c_star = {}, {}
     free = np.zeros_like(obst)
     for obj in OBJECTIVES:
@@ -166,9 +168,9 @@ def _scene(c: dict, rng, n: int, split: str, *, index: int, seed: int, coverage_
                                       f"cohort.solve_label ({cs!r} vs {cs2!r})")
             routes[(obj, var)] = route
             c_star[f"{obj}/{var}"] = cs
-    return scene_row(c["e"], obst, start, goal, routes, c_star, split=split, index=index,
-                     key=c["key"], info=c["info"], crop=(c["row0"], c["col0"]),
-                     obstacles=obstacles, seed=seed, generator=f"{GENERATOR} (bench/campaign.py)")
+    crop = Crop(c["key"], c["info"], c["row0"], c["col0"], c["e"])
+    return scene_row(crop, placed, Labels(routes, c_star), split=split, index=index, seed=seed,
+                     generator=f"{GENERATOR} (bench/campaign.py)")
 
 
 def build_shard(folder, shard: int, first: int, count: int, *, n: int, split: str, seed: int,

@@ -7,9 +7,10 @@ The shipped terrain (``passage_jax.data.terrain``) and the cohort maker
 # re-exports, one name a line (the import layout every package __init__ shares)
 from passage_jax.data.audit import audit_dataset
 from passage_jax.data.codec import TensorError, decode_tensor, encode_tensor, expected_nbytes
+from passage_jax.data.layout import present_splits, shard_files, shipped_cohort_root, split_folder
+from passage_jax.data.read_ahead import ReadAhead
 from passage_jax.data.reader import (
     DEFAULT_N_SAMPLES,
-    ReadAhead,
     RowReport,
     check_weight,
     id_places,
@@ -18,12 +19,8 @@ from passage_jax.data.reader import (
     iter_scenes,
     load_scenes,
     load_tasks,
-    present_splits,
     scan_split,
     scene_summary,
-    shard_files,
-    shipped_cohort_root,
-    split_folder,
 )
 from passage_jax.data.remote import check_revision, resolve_dataset_root
 from passage_jax.data.scene import (
@@ -39,7 +36,14 @@ from passage_jax.data.scene import (
     route_column,
     task_input_hash,
 )
-from passage_jax.data.stream import CHUNK_CELLS, TaskStream, TaskStub, chunk_scenes, open_tasks
+from passage_jax.data.stream import (
+    CHUNK_CELLS,
+    ReadOptions,
+    TaskStream,
+    TaskStub,
+    chunk_scenes,
+    open_tasks,
+)
 from passage_jax.data.validate import DataError, validate_row
 from passage_jax.data.writer import write_split
 
@@ -57,7 +61,7 @@ __all__ = [
     "split_folder", "shard_files", "id_places", "iter_raw_rows", "iter_scenes",
     "iter_scene_batches", "load_scenes", "load_tasks", "check_weight", "DEFAULT_N_SAMPLES",
     # tasks held compactly, grids read in chunks
-    "TaskStream", "TaskStub", "open_tasks", "CHUNK_CELLS", "chunk_scenes", "ReadAhead",
+    "TaskStream", "TaskStub", "open_tasks", "ReadOptions", "CHUNK_CELLS", "chunk_scenes", "ReadAhead",
     # whole-split scans and the audit
     "RowReport", "scan_split", "scene_summary", "audit_dataset",
 ]

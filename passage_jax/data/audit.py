@@ -24,12 +24,14 @@ the audit's findings.
 """
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 import numpy as np
 import pyarrow.parquet as pq
 
 from passage_jax import cluster
+from passage_jax.checks import is_int
 from passage_jax.data.reader import (
     READ_ERRORS,
     dataset_root,
@@ -82,7 +84,7 @@ def resolve_budget(budget, resolution: int) -> int | None:
             raise ValueError(f"audit budget must be 'default', a positive integer or None, "
                              f"got {budget!r}")
         return max(1, int(DEFAULT_EXPANSIONS_PER_CELL * int(resolution) ** 2))
-    if isinstance(budget, bool) or not isinstance(budget, int | np.integer) or budget < 1:
+    if not is_int(budget) or budget < 1:
         raise ValueError(f"audit budget must be 'default', a positive integer or None, "
                          f"got {budget!r}")
     return int(budget)
@@ -220,17 +222,46 @@ def _censored_entry(e: dict, task: str, q: dict, max_expansions) -> dict:
             "work_unit": "sweeps" if by_vi else "expansions"}
 
 
-def _scan(root, n: int, split: str, *, qualify: bool, workers: int, index: dict, size: int,
-          max_expansions) -> list:
-    """Row reports of one split; with ``qualify``, each valid scene's info gains its
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """How the audit scans and qualifies: decode ``workers``, whether to ``qualify``, the
+    ``budget`` as given and the A* expansion budget it makes per resolution (``budgets``),
+    and the scenes qualified together (``chunk_size``; None: :func:`chunk_scenes`)."""
+
+    workers: int
+    qualify: bool
+    budget: object
+    budgets: dict
+    chunk_size: int | None
+
+    def size(self, n: int) -> int:
+        return self.chunk_size or chunk_scenes(n)
+
+    def max_expansions(self, n: int) -> int | None:
+        return self.budgets[int(n)]
+
+
+@dataclasses.dataclass(frozen=True)
+class _SplitAudit:
+    """One split's share of the audit: its ``scenes`` entries, its censored tasks and its
+    summary."""
+
+    entries: list
+    censored: list
+    summary: dict
+
+
+def _scan(root, n: int, split: str, index: dict, plan: _Plan) -> list:
+    """Row reports of one split; with ``plan.qualify``, each valid scene's info gains its
     ``references`` (this process qualifies its share of the rows, the shares are gathered)."""
+    qualify = plan.qualify
     many = qualify and cluster.process_count() > 1
     mine = range(0, 0)
     offsets: dict = {}
     if many:
         offsets, total = _row_offsets(root, n, split)
         mine = cluster.process_share(total)
-    chunks = _Chunks(size, max_expansions)
+    chunks = _Chunks(plan.size(n), plan.max_expansions(n))
 
     def on_scene(scene):
         info = scene_summary(scene)
@@ -239,7 +270,7 @@ def _scan(root, n: int, split: str, *, qualify: bool, workers: int, index: dict,
         return info
 
     def scan():
-        reports = scan_split(root, n, split, on_scene=on_scene, workers=workers, id_index=index)
+        reports = scan_split(root, n, split, on_scene=on_scene, workers=plan.workers, id_index=index)
         chunks.flush()
         return reports
 
@@ -262,6 +293,56 @@ def _scan(root, n: int, split: str, *, qualify: bool, workers: int, index: dict,
         if r.info is not None and (r.file, r.row) in refs:
             r.info["references"] = refs[(r.file, r.row)]
     return reports
+
+
+def _audit_split(root, n: int, split: str, index: dict, plan: _Plan) -> _SplitAudit:
+    """Scan (and qualify) one split; its entries carry the block labels of the valid scenes."""
+    reports = _scan(root, n, split, index, plan)
+    valid = [r for r in reports if r.valid]
+    tiles = [r.info["tile"] for r in valid]
+    labels = {rule: assign_blocks(tiles, rule) for rule in BLOCK_RULES}
+    label_of = {id(r): {rule: labels[rule][i] for rule in BLOCK_RULES}
+                for i, r in enumerate(valid)}
+    no_blocks = {rule: None for rule in BLOCK_RULES}  # an invalid scene has no block
+    entries = [_scene_entry(r, n, split, label_of.get(id(r), no_blocks)) for r in reports]
+    censored = [_censored_entry(e, k, q, plan.max_expansions(n))
+                for e in entries if e.get("references")
+                for k, q in e["references"].items() if q.get("censored")]
+    return _SplitAudit(entries, censored, _split_summary(reports, valid, labels, plan.qualify))
+
+
+def _audit_summary(root, resolutions, per_res: dict, scenes: list, censored: list,
+                   plan: _Plan) -> dict:
+    """The audit's ``summary``: counts, failing rows, the budget, unqualified and censored tasks."""
+    budget = plan.budget
+    failing = [{k: e[k] for k in ("id", "resolution", "split", "file", "row", "error")}
+               for e in scenes if not e["valid"]]
+    return {
+        "dataset_path": str(root),
+        "resolutions": per_res,
+        "n_scenes": len(scenes),
+        "n_valid": len(scenes) - len(failing),
+        "n_invalid": len(failing),
+        "all_valid": not failing,
+        "failing": failing,
+        "reference_qualification": "checked" if plan.qualify else "not run",
+        "reference_budget": {
+            "mode": ("unbounded" if budget is None else
+                     "default" if isinstance(budget, str) else "fixed"),
+            "max_expansions": {str(n): plan.max_expansions(n) for n in resolutions},
+            "default_rule": f"{DEFAULT_EXPANSIONS_PER_CELL} x N*N A* expansions per task",
+            "max_sweeps": DEFAULT_MAX_SWEEPS,
+        },
+        "unqualified": [
+            {"id": e["id"], "resolution": e["resolution"], "split": e["split"], "task": k,
+             "reason": q.get("reason")}
+            for e in scenes if e.get("references")
+            for k, q in e["references"].items()
+            if not q.get("qualified") and not q.get("censored")
+        ],
+        "n_censored": len(censored),
+        "censored": censored,
+    }
 
 
 def audit_dataset(root, resolutions, splits=None, workers: int = 4, qualify: bool = True, *,
@@ -287,60 +368,22 @@ def audit_dataset(root, resolutions, splits=None, workers: int = 4, qualify: boo
     """
     root = dataset_root(root)
     budgets = {int(n): resolve_budget(budget, n) for n in resolutions}
-    if chunk_size is not None and (isinstance(chunk_size, bool) or
-                                   not isinstance(chunk_size, int) or chunk_size < 1):
+    if chunk_size is not None and (not is_int(chunk_size) or chunk_size < 1):
         raise ValueError(f"chunk_size must be a positive integer or None, got {chunk_size!r}")
-
-    scenes_out: list[dict] = []
-    per_res: dict = {}
+    plan = _Plan(workers, qualify, budget, budgets, chunk_size)
+    scenes: list[dict] = []
     censored: list[dict] = []
+    per_res: dict = {}
     for n in resolutions:
         present = present_splits(root, n)
         chosen = _chosen_splits(root, n, splits)
         index = id_places(root, n)  # ids over every split folder of the resolution
         per_split = {}
         for split in chosen:
-            reports = _scan(root, n, split, qualify=qualify, workers=workers, index=index,
-                            size=chunk_size or chunk_scenes(n), max_expansions=budgets[int(n)])
-            valid = [r for r in reports if r.valid]
-            tiles = [r.info["tile"] for r in valid]
-            labels = {rule: assign_blocks(tiles, rule) for rule in BLOCK_RULES}
-            label_of = {id(r): {rule: labels[rule][i] for rule in BLOCK_RULES}
-                        for i, r in enumerate(valid)}
-            no_blocks = {rule: None for rule in BLOCK_RULES}  # an invalid scene has no block
-            entries = [_scene_entry(r, n, split, label_of.get(id(r), no_blocks)) for r in reports]
-            censored.extend(_censored_entry(e, k, q, budgets[int(n)])
-                            for e in entries if e.get("references")
-                            for k, q in e["references"].items() if q.get("censored"))
-            scenes_out.extend(entries)
-            per_split[split] = _split_summary(reports, valid, labels, qualify)
+            done = _audit_split(root, n, split, index, plan)
+            scenes.extend(done.entries)
+            censored.extend(done.censored)
+            per_split[split] = done.summary
         per_res[str(n)] = {"splits_present": present, "splits": per_split}
-    failing = [{k: e[k] for k in ("id", "resolution", "split", "file", "row", "error")}
-               for e in scenes_out if not e["valid"]]
-    summary = {
-        "dataset_path": str(root),
-        "resolutions": per_res,
-        "n_scenes": len(scenes_out),
-        "n_valid": len(scenes_out) - len(failing),
-        "n_invalid": len(failing),
-        "all_valid": not failing,
-        "failing": failing,
-        "reference_qualification": "checked" if qualify else "not run",
-        "reference_budget": {
-            "mode": ("unbounded" if budget is None else
-                     "default" if isinstance(budget, str) else "fixed"),
-            "max_expansions": {str(n): budgets[int(n)] for n in resolutions},
-            "default_rule": f"{DEFAULT_EXPANSIONS_PER_CELL} x N*N A* expansions per task",
-            "max_sweeps": DEFAULT_MAX_SWEEPS,
-        },
-        "unqualified": [
-            {"id": e["id"], "resolution": e["resolution"], "split": e["split"], "task": k,
-             "reason": q.get("reason")}
-            for e in scenes_out if e.get("references")
-            for k, q in e["references"].items()
-            if not q.get("qualified") and not q.get("censored")
-        ],
-        "n_censored": len(censored),
-        "censored": censored,
-    }
-    return jsonable({"scenes": scenes_out, "summary": summary})
+    summary = _audit_summary(root, resolutions, per_res, scenes, censored, plan)
+    return jsonable({"scenes": scenes, "summary": summary})

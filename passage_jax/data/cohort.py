@@ -18,6 +18,7 @@ nothing.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -68,7 +69,8 @@ __all__ = [
     "GENERATOR", "LABEL_RTOL", "SHIPPED_ROOT", "SHIPPED_SEED", "SHIPPED_SPLITS", "SHIPPED_SCENES",
     "eligible_rasters", "crop_tile", "superellipse_mask", "connected", "solve_label", "scene_id",
     "make_scene", "place_scene", "scene_row", "make_cohort", "build_shipped_cohort", "make_geo_splits",
-    "GEO_SPLIT_ROOTS",
+    "GEO_SPLIT_ROOTS", "Crop", "Placement", "Labels", "SceneRecipe", "CohortOptions", "cut_scene",
+    "solve_labels",
 ]
 
 _MAX_SCENE_TRIES = 200
@@ -260,11 +262,97 @@ def scene_id(split: str, i: int) -> str:
     return f"{SPLITS.index(split) * 100_000_000 + i:010d}"
 
 
+@dataclasses.dataclass(frozen=True)
+class Crop:
+    """An N x N crop of a shipped raster: the raster's ``key`` and ``info``, the crop's
+    top-left cell (``row0``, ``col0``) on it and its normalised elevation ``e``."""
+
+    key: str
+    info: dict
+    row0: int
+    col0: int
+    e: np.ndarray
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """A scene's markers and obstacles on its crop: ``start``, ``goal``, the boolean
+    ``obstacles`` and ``facts`` (coverage target, n_shapes, superellipse_exponents)."""
+
+    start: tuple
+    goal: tuple
+    obstacles: np.ndarray
+    facts: dict
+
+
+@dataclasses.dataclass(frozen=True)
+class Labels:
+    """A scene's six exact ``routes`` ({(objective, variant): (L, 2) int32}) and their
+    costs ``c_star`` ({"<objective>/<variant>": cost})."""
+
+    routes: dict
+    c_star: dict
+
+
+@dataclasses.dataclass(frozen=True)
+class SceneRecipe:
+    """What every scene of a split is cut with: the resolution ``n``, the ``split``, the
+    ``seed`` recorded in the metadata, the largest obstacle coverage ``coverage_max`` and
+    the least start-goal separation ``min_sep`` (Chebyshev cells)."""
+
+    n: int
+    split: str
+    seed: int
+    coverage_max: float
+    min_sep: int
+
+
+def _fields_of(cls, given: dict, what: str) -> None:
+    unknown = sorted(set(given) - {f.name for f in dataclasses.fields(cls)})
+    if unknown:
+        raise TypeError(f"{what}() got unexpected keyword argument(s): "
+                        f"{', '.join(map(repr, unknown))}")
+
+
+@dataclasses.dataclass(frozen=True)
+class CohortOptions:
+    """How :func:`make_cohort` cuts a split: the ``seed``, the largest obstacle coverage
+    ``coverage_max`` (in [0, 0.3]), the rasters to cut from (None: every shipped one), the
+    rows of a shard, and the least start-goal separation (None: ceil(N / 3))."""
+
+    seed: int = 0
+    coverage_max: float = 0.3
+    rasters: tuple | list | None = None
+    rows_per_shard: int = 64
+    min_separation: int | None = None
+
+    def __post_init__(self):
+        if int(self.seed) != self.seed or self.seed < 0:
+            raise CohortError(f"seed must be a non-negative integer, got {self.seed!r}")
+        if not (0.0 <= self.coverage_max <= 0.3):
+            raise CohortError(f"coverage_max must lie in [0, 0.3], got {self.coverage_max!r}")
+
+    @classmethod
+    def of(cls, options: CohortOptions | None = None, **overrides) -> CohortOptions:
+        """``options`` (default: the defaults) with ``overrides`` set; a name that is not a
+        field is a TypeError naming it."""
+        _fields_of(cls, overrides, "make_cohort")
+        base = cls() if options is None else options
+        return dataclasses.replace(base, **overrides) if overrides else base
+
+    def min_sep(self, resolution: int) -> int:
+        """The start-goal separation at ``resolution``; CohortError outside [1, N - 1]."""
+        sep = math.ceil(resolution / 3) if self.min_separation is None else int(self.min_separation)
+        if not (1 <= sep <= resolution - 1):
+            raise CohortError(f"min_separation must lie in [1, {resolution - 1}], got {sep}")
+        return sep
+
+
 def place_scene(rng: np.random.Generator, n: int, min_sep: int, coverage_max: float):
     """One try at a scene's start, goal and obstacles on an N x N crop: markers at least
     ``min_sep`` apart, a coverage target in ``[coverage_max / 3, coverage_max]`` and
     superellipse obstacles keeping the goal reachable (up to ``_MAX_OBSTACLE_TRIES``
-    draws). Returns ``(start, goal, obstacles, facts)`` (facts: target, n_shapes,
+    draws). Returns a :class:`Placement` (facts: target, n_shapes,
     superellipse_exponents), or None when this try found no acceptable placement."""
     start, goal = _place_markers(rng, n, min_sep)
     if goal is None:
@@ -274,17 +362,16 @@ def place_scene(rng: np.random.Generator, n: int, min_sep: int, coverage_max: fl
         exponents: list = []
         obst, n_shapes = _draw_obstacles(rng, n, start, goal, target, coverage_max, exponents)
         if connected(obst, start, goal):
-            return start, goal, obst, {"target": target, "n_shapes": n_shapes,
-                                       "superellipse_exponents": exponents}
+            return Placement(start, goal, obst, {"target": target, "n_shapes": n_shapes,
+                                                 "superellipse_exponents": exponents})
     return None
 
 
-def make_scene(rng: np.random.Generator, key: str, z_raster: np.ndarray, info: dict, n: int,
-               split: str, *, index: int, seed: int, coverage_max: float, min_sep: int) -> dict:
-    """One scene row (``writer.write_split`` format) cut from raster ``key``: scene
-    number ``index`` of the split, obstacles up to ``coverage_max``, start and goal at
-    least ``min_sep`` cells apart (Chebyshev); ``seed`` is recorded in the metadata."""
-    i = index
+def _crop_and_place(rng: np.random.Generator, key: str, raster: tuple, recipe: SceneRecipe):
+    """``(crop, z, placement)``: crops of ``raster`` (``(z_raster, info)``) drawn until one
+    has relief and a placement (``z``: the crop's elevation as a reader reconstructs it)."""
+    z_raster, info = raster
+    n = recipe.n
     h, w = z_raster.shape
     for _ in range(_MAX_SCENE_TRIES):
         row0, col0 = int(rng.integers(h - n + 1)), int(rng.integers(w - n + 1))
@@ -294,38 +381,57 @@ def make_scene(rng: np.random.Generator, key: str, z_raster: np.ndarray, info: d
         z = elevation_metres(e, PASSAGE_CALIBRATION)  # what a reader reconstructs
         if not z.max() > z.min():
             continue  # flat crop: no terrain to plan over
-        placed = place_scene(rng, n, min_sep, coverage_max)
+        placed = place_scene(rng, n, recipe.min_sep, recipe.coverage_max)
         if placed is not None:
-            break
-    else:
-        raise CohortError(f"{key}: no acceptable {n}x{n} scene after {_MAX_SCENE_TRIES} tries")
+            return Crop(key, info, row0, col0, e), z, placed
+    raise CohortError(f"{key}: no acceptable {n}x{n} scene after {_MAX_SCENE_TRIES} tries")
 
-    start, goal, obst, obstacles = placed
+
+def solve_labels(z: np.ndarray, placement: Placement) -> Labels:
+    """The six exact routes of a placed scene (:func:`solve_label` per objective and variant,
+    at the default weights)."""
     routes, c_star = {}, {}
-    free = np.zeros_like(obst)
+    free = np.zeros_like(placement.obstacles)
     for obj in OBJECTIVES:
         for var in VARIANTS:
-            c, route = solve_label(z, obst if var == "obstacles" else free, start, goal, obj,
+            blocked = placement.obstacles if var == "obstacles" else free
+            c, route = solve_label(z, blocked, placement.start, placement.goal, obj,
                                    DEFAULT_WEIGHTS[obj])
             routes[(obj, var)] = route
             c_star[f"{obj}/{var}"] = c
-
-    return scene_row(e, obst, start, goal, routes, c_star, split=split, index=i, key=key,
-                     info=info, crop=(row0, col0), obstacles=obstacles, seed=seed)
+    return Labels(routes, c_star)
 
 
-def scene_row(e, obst, start, goal, routes: dict, c_star: dict, *, split: str, index: int,
-              key: str, info: dict, crop: tuple, obstacles: dict, seed: int,
-              generator: str = GENERATOR) -> dict:
-    """One scene row (``writer.write_split`` format): the input tensor from the normalised
-    elevation ``e``, the obstacles and the markers, the six labelled ``routes`` and the
-    metadata (``crop`` = (row0, col0) on raster ``key``; ``obstacles`` holds the coverage
-    target, the number of shapes and their super-ellipse exponents)."""
+def cut_scene(rng: np.random.Generator, key: str, raster: tuple, recipe: SceneRecipe,
+              index: int) -> dict:
+    """Scene number ``index`` of ``recipe``'s split (a ``writer.write_split`` row), cut from
+    raster ``key`` (``raster``: ``(z_raster, info)``, as ``load_raster`` returns it)."""
+    crop, z, placed = _crop_and_place(rng, key, raster, recipe)
+    return scene_row(crop, placed, solve_labels(z, placed), split=recipe.split, index=index,
+                     seed=recipe.seed)
+
+
+def make_scene(rng: np.random.Generator, key: str, z_raster: np.ndarray, info: dict, n: int,
+               split: str, *, index: int, **recipe) -> dict:
+    """One scene row (``writer.write_split`` format) cut from raster ``key``: scene
+    number ``index`` of the split; ``recipe``: ``seed`` (recorded in the metadata),
+    ``coverage_max`` (obstacles up to it) and ``min_sep`` (start and goal at least that
+    many cells apart, Chebyshev), the fields of :class:`SceneRecipe`."""
+    _fields_of(SceneRecipe, recipe, "make_scene")
+    return cut_scene(rng, key, (z_raster, info), SceneRecipe(n, split, **recipe), index)
+
+
+def scene_row(crop: Crop, placement: Placement, labels: Labels, *, split: str, index: int,
+              seed: int, generator: str = GENERATOR) -> dict:
+    """One scene row (``writer.write_split`` format): the input tensor from the crop's
+    normalised elevation, the placement's obstacles and markers, the six labelled routes
+    and the metadata (the crop on its raster; the placement's coverage target, number of
+    shapes and their super-ellipse exponents; ``seed`` and ``generator`` in the source)."""
+    e, info, obst, facts = crop.e, crop.info, placement.obstacles, placement.facts
     n = e.shape[0]
-    row0, col0 = crop
     markers = np.zeros((n, n), np.float32)
-    markers[start] = DEFAULT_MARKERS["start"]
-    markers[goal] = DEFAULT_MARKERS["goal"]
+    markers[placement.start] = DEFAULT_MARKERS["start"]
+    markers[placement.goal] = DEFAULT_MARKERS["goal"]
     tensor = np.stack([e, markers, obst.astype(np.float32)], axis=-1)
     sid = scene_id(split, index)
     metadata = {
@@ -336,31 +442,64 @@ def scene_row(e, obst, start, goal, routes: dict, c_star: dict, *, split: str, i
         "solvers": {obj: {"weight": DEFAULT_WEIGHTS[obj], "solver": SOLVER, "heuristic": "none"}
                     for obj in OBJECTIVES},
         "markers": dict(DEFAULT_MARKERS),
-        "tile": crop_tile(info, row0, col0, n, n),
-        "crop": {"row0": row0, "col0": col0, "rows": n, "cols": n, "cell_size_m": CELL_SIZE_M},
-        "obstacles": {"coverage": float(obst.mean()), "target": round(obstacles["target"], 6),
-                      "n_shapes": obstacles["n_shapes"],
-                      "superellipse_exponents": obstacles["superellipse_exponents"]},
-        "source": {"raster": key, "package": info["package"], "version": info["version"],
+        "tile": crop_tile(info, crop.row0, crop.col0, n, n),
+        "crop": {"row0": crop.row0, "col0": crop.col0, "rows": n, "cols": n,
+                 "cell_size_m": CELL_SIZE_M},
+        "obstacles": {"coverage": float(obst.mean()), "target": round(facts["target"], 6),
+                      "n_shapes": facts["n_shapes"],
+                      "superellipse_exponents": facts["superellipse_exponents"]},
+        "source": {"raster": crop.key, "package": info["package"], "version": info["version"],
                    "member": info["member"], "native_cell_m": info["native_cell_m"],
                    "native_cell_yx_m": info["native_cell_yx_m"],
                    "bundle_sha256": info["bundle_sha256"], "fixture": True,
                    "generator": generator, "seed": seed},
-        "c_star": c_star,
+        "c_star": labels.c_star,
         "tensor_channels": ["elevation_normalised", "markers", "obstacles"],
     }
-    return {"id": sid, "tensor": tensor, "routes": routes, "metadata": metadata}
+    return {"id": sid, "tensor": tensor, "routes": labels.routes, "metadata": metadata}
 
 
 def _split_folder(out, resolution, split) -> Path:
     return Path(out) / f"{resolution}x{resolution}" / split
 
 
-def make_cohort(out, resolution: int, split: str, n_scenes: int, *, seed: int = 0,
-                coverage_max: float = 0.3, rasters=None, rows_per_shard: int = 64,
-                progress: ProgressCallback | None = None, min_separation: int | None = None) -> dict:
+def _check_counts(resolution, n_scenes) -> int:
+    """The resolution as an int; CohortError for a resolution below 8 or a scene count
+    outside [1, 1e8)."""
+    if int(resolution) != resolution or resolution < 8:
+        raise CohortError(f"resolution must be an integer >= 8, got {resolution!r}")
+    if int(n_scenes) != n_scenes or n_scenes < 1:
+        raise CohortError(f"n_scenes must be a positive integer, got {n_scenes!r}")
+    if n_scenes >= 100_000_000:
+        raise CohortError("n_scenes must be below 1e8 (scene ids are 10 digits)")
+    return int(resolution)
+
+
+def _cut_rows(recipe: SceneRecipe, keys: list[str], n_scenes: int, progress) -> list[dict]:
+    """The split's scene rows: rasters cycled in an order drawn from the split's generator,
+    which then draws every scene."""
+    rng = np.random.default_rng([recipe.seed, recipe.n, SPLITS.index(recipe.split)])
+    order = [keys[j] for j in rng.permutation(len(keys))]
+    loaded = {k: load_raster(k) for k in keys}
+    label = f"{recipe.n}x{recipe.n} {recipe.split}"
+    if progress:
+        progress(label, 0, n_scenes)
+    rows = []
+    for i in range(n_scenes):
+        key = order[i % len(order)]
+        rows.append(cut_scene(rng, key, loaded[key], recipe, i))
+        if progress:
+            progress(label, i + 1, n_scenes)
+    return rows
+
+
+def make_cohort(out, resolution: int, split: str, n_scenes: int, *,
+                options: CohortOptions | None = None, progress: ProgressCallback | None = None,
+                **overrides) -> dict:
     """Cut ``n_scenes`` labelled scenes and write them as ``<out>/<N>x<N>/<split>/``.
 
+    ``options`` (:class:`CohortOptions`) and keyword overrides of its fields (``seed``,
+    ``coverage_max``, ``rasters``, ``rows_per_shard``, ``min_separation``) say how.
     Rasters are cycled in a seeded order so each eligible one appears once
     ``n_scenes`` reaches their number; rasters smaller than N are skipped (listed
     in the returned summary under ``skipped``). Refuses a split folder that
@@ -368,50 +507,25 @@ def make_cohort(out, resolution: int, split: str, n_scenes: int, *, seed: int = 
     ``progress("<N>x<N> <split>", done, n_scenes)``. Returns a summary dict.
     """
     split = canonical_split(split)
-    if int(resolution) != resolution or resolution < 8:
-        raise CohortError(f"resolution must be an integer >= 8, got {resolution!r}")
-    resolution = int(resolution)
-    if int(n_scenes) != n_scenes or n_scenes < 1:
-        raise CohortError(f"n_scenes must be a positive integer, got {n_scenes!r}")
-    if n_scenes >= 100_000_000:
-        raise CohortError("n_scenes must be below 1e8 (scene ids are 10 digits)")
-    if int(seed) != seed or seed < 0:
-        raise CohortError(f"seed must be a non-negative integer, got {seed!r}")
-    if not (0.0 <= coverage_max <= 0.3):
-        raise CohortError(f"coverage_max must lie in [0, 0.3], got {coverage_max!r}")
-    min_sep = math.ceil(resolution / 3) if min_separation is None else int(min_separation)
-    if not (1 <= min_sep <= resolution - 1):
-        raise CohortError(f"min_separation must lie in [1, {resolution - 1}], got {min_sep}")
+    resolution = _check_counts(resolution, n_scenes)
+    opts = CohortOptions.of(options, **overrides)
+    min_sep = opts.min_sep(resolution)
     folder = _split_folder(out, resolution, split)
     if folder.exists() and any(folder.glob("*.parquet")):
         raise CohortError(f"{folder} already holds shards; refusing to overwrite")
-    keys, skipped = eligible_rasters(resolution, rasters)
+    keys, skipped = eligible_rasters(resolution, opts.rasters)
     if not keys:
         raise CohortError(f"no raster can serve {resolution}x{resolution} crops ({skipped})")
-
-    rng = np.random.default_rng([int(seed), resolution, SPLITS.index(split)])
-    order = [keys[j] for j in rng.permutation(len(keys))]
-    loaded = {k: load_raster(k) for k in keys}
-
-    label = f"{resolution}x{resolution} {split}"
-    if progress:
-        progress(label, 0, n_scenes)
-    rows = []
-    for i in range(n_scenes):
-        key = order[i % len(order)]
-        z_raster, info = loaded[key]
-        rows.append(make_scene(rng, key, z_raster, info, resolution, split, index=i, seed=int(seed),
-                               coverage_max=coverage_max, min_sep=min_sep))
-        if progress:
-            progress(label, i + 1, n_scenes)
-    paths = write_split(out, resolution, split, rows, rows_per_shard=rows_per_shard)
+    recipe = SceneRecipe(resolution, split, int(opts.seed), opts.coverage_max, min_sep)
+    rows = _cut_rows(recipe, keys, n_scenes, progress)
+    paths = write_split(out, resolution, split, rows, rows_per_shard=opts.rows_per_shard)
     used = {}
     for r in rows:
         k = r["metadata"]["source"]["raster"]
         used[k] = used.get(k, 0) + 1
     return {"root": str(out), "resolution": resolution, "split": split, "n_scenes": n_scenes,
-            "seed": int(seed), "coverage_max": coverage_max, "rasters": used, "skipped": skipped,
-            "shards": [str(p) for p in paths]}
+            "seed": recipe.seed, "coverage_max": opts.coverage_max, "rasters": used,
+            "skipped": skipped, "shards": [str(p) for p in paths]}
 
 
 GEO_SPLIT_ROOTS = ("holdout", "matched_random")

@@ -1,32 +1,44 @@
-"""Streaming reader for the PASSAGE v1.0 shard layout (SPEC §1).
+"""The row reader for the PASSAGE v1.0 shard layout (SPEC §1).
 
-``<root>/<N>x<N>/<split>/*.parquet``; shards in sorted file-name order, rows in
-file order, a cap of ``n_samples`` takes that deterministic prefix. Parquet
-record batches are read lazily (only the required columns); each row is decoded
-and validated on a small thread pool, at most ``prefetch`` rows ahead of the
-consumer, and scenes come out in file order. Memory therefore stays bounded by
-the window and one batch, whatever the split size. :class:`ReadAhead` runs such a
-reader one item (a chunk of tasks, in :mod:`passage_jax.data.stream`) ahead of its
-consumer on a daemon thread, errors handed over in order.
+Shards in sorted file-name order (:mod:`passage_jax.data.layout`), rows in file order, a
+cap of ``n_samples`` takes that deterministic prefix. Parquet record batches are read
+lazily (only the required columns); each row is decoded and validated on a small thread
+pool, at most ``prefetch`` rows ahead of the consumer, and scenes come out in file
+order. Memory therefore stays bounded by the window and one batch, whatever the split
+size. :class:`~passage_jax.data.read_ahead.ReadAhead` runs such a reader one item (a
+chunk of tasks, in :mod:`passage_jax.data.stream`) ahead of its consumer on a daemon
+thread; :func:`scan_split` reads every row of a split and collects, rather than raises,
+each failing row's first error (the audit's scan).
 """
 from __future__ import annotations
 
-import atexit
 import collections
 import concurrent.futures as cf
 import dataclasses
-import errno
 import math
-import os
-import threading
-import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from passage_jax.data.scene import SPLITS, Scene, Task, canonical_split
+from passage_jax.checks import is_int, is_number
+from passage_jax.data.layout import (
+    SHIPPED,
+    _check_n_samples,
+    _check_resolution,
+    _split,
+    _why,
+    dataset_root,
+    path_problem,
+    present_splits,
+    resolution_folder,
+    shard_files,
+    shipped_cohort_root,
+    split_folder,
+)
+from passage_jax.data.read_ahead import ReadAhead, close_read_aheads
+from passage_jax.data.scene import Scene, Task
 from passage_jax.data.validate import (
     REQUIRED_COLUMNS,
     DataError,
@@ -45,7 +57,7 @@ __all__ = [
     "resolution_folder", "split_folder", "present_splits", "shard_files", "shipped_cohort_root",
     "iter_raw_rows", "id_places", "map_rows", "iter_scenes", "iter_scene_batches", "load_scenes",
     "load_tasks", "check_weight", "scene_summary", "scan_split", "path_problem", "READ_ERRORS",
-    "ReadAhead",
+    "ReadAhead", "close_read_aheads",
 ]
 
 DEFAULT_N_SAMPLES = 1024
@@ -55,11 +67,6 @@ READ_BATCH_ROWS = 16
 #: file (a string column holding invalid UTF-8 raises UnicodeDecodeError on conversion).
 READ_ERRORS = (pa.ArrowException, OSError, ValueError, TypeError, NotImplementedError,
                 OverflowError, MemoryError)
-
-
-def _why(e: BaseException) -> str:
-    """An exception as one line."""
-    return " ".join(str(e).split()) or type(e).__name__
 
 
 @dataclasses.dataclass
@@ -75,116 +82,6 @@ class RawRow:
     @property
     def ref(self) -> RowRef:
         return RowRef(self.file, self.row, self.values.get("id"))
-
-
-# --------------------------------------------------------------------------- #
-# layout
-# --------------------------------------------------------------------------- #
-
-def _check_resolution(resolution) -> int:
-    if isinstance(resolution, bool) or not isinstance(resolution, int) or resolution <= 0:
-        raise DataError(f"resolution must be a positive integer, got {resolution!r}")
-    return resolution
-
-
-def _check_n_samples(n_samples):
-    if n_samples is None:
-        return None
-    if isinstance(n_samples, bool) or not isinstance(n_samples, int) or n_samples < 0:
-        raise DataError(f"n_samples must be a non-negative integer or None, got {n_samples!r}")
-    return n_samples
-
-
-def _split(split: str) -> str:
-    try:
-        return canonical_split(split)
-    except ValueError as e:
-        raise DataError(str(e)) from None
-
-
-#: Dataset root value naming the real-terrain cohort shipped inside the package
-#: (a folder literally named ``shipped`` can be given as ``./shipped``).
-SHIPPED = "shipped"
-
-
-def path_problem(path: Path) -> str:
-    """Why ``path`` is not a usable folder, as the end of a sentence naming it: "does
-    not exist", a dangling symbolic link, a symbolic link loop, the operating
-    system's reason, or "is not a directory"."""
-    try:
-        path.stat()
-    except FileNotFoundError:
-        if path.is_symlink():
-            return f"is a symbolic link to {os.readlink(path)}, which does not exist"
-        return "does not exist"
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            return f"is a symbolic link loop and cannot be resolved ({e.strerror})"
-        return f"cannot be resolved ({e.strerror or _why(e)})"
-    return "is not a directory"
-
-
-def dataset_root(root) -> Path:
-    """The local dataset root; DataError if it is not a usable folder (never a fallback),
-    saying why (missing, a symbolic link loop, ...). ``"shipped"`` names
-    :func:`shipped_cohort_root`."""
-    if root is None:
-        raise DataError("no dataset root given")
-    if str(root) == SHIPPED:
-        return shipped_cohort_root()
-    p = Path(root).expanduser()
-    if not p.is_dir():
-        raise DataError(f"dataset root {p} {path_problem(p)}")
-    return p
-
-
-def resolution_folder(root, resolution: int) -> Path:
-    r = _check_resolution(resolution)
-    folder = dataset_root(root) / f"{r}x{r}"
-    if not folder.is_dir():
-        have = sorted(p.name for p in dataset_root(root).iterdir() if p.is_dir())
-        raise DataError(f"resolution folder {folder} {path_problem(folder)} (the root holds {have})")
-    return folder
-
-
-def split_folder(root, resolution: int, split: str) -> Path:
-    """``<root>/<N>x<N>/<split>`` (split aliases accepted); DataError if missing."""
-    s = _split(split)
-    folder = resolution_folder(root, resolution) / s
-    if not folder.is_dir():
-        raise DataError(f"split folder {folder} {path_problem(folder)} "
-                        f"(present: {_split_dirs(folder.parent)})")
-    return folder
-
-
-def _split_dirs(folder: Path) -> list[str]:
-    return [s for s in SPLITS if (folder / s).is_dir()]
-
-
-def present_splits(root, resolution: int) -> list[str]:
-    """Canonical split folders present under ``<root>/<N>x<N>``, in SPEC order. An entry
-    named like a split that is not a usable folder (a file, a dangling or looping
-    symbolic link) is a DataError naming it, never left out."""
-    folder = resolution_folder(root, resolution)
-    for s in SPLITS:
-        p = folder / s
-        if not p.is_dir() and (p.is_symlink() or p.exists()):
-            raise DataError(f"split folder {p} {path_problem(p)}")
-    return _split_dirs(folder)
-
-
-def shard_files(root, resolution: int, split: str) -> list[Path]:
-    """The split's ``*.parquet`` entries in sorted file-name order; DataError if none.
-
-    Every entry is listed, also one that is not a readable file (a folder, a dangling
-    or looping symbolic link): it fails when it is opened, naming it, rather than
-    being left out.
-    """
-    folder = split_folder(root, resolution, split)
-    files = sorted(folder.glob("*.parquet"), key=lambda p: p.name)
-    if not files:
-        raise DataError(f"split folder {folder} holds no *.parquet shards")
-    return files
 
 
 # --------------------------------------------------------------------------- #
@@ -341,193 +238,6 @@ def map_rows(fn, rows, workers: int = 4, prefetch: int | None = None):
         ex.shutdown(wait=True, cancel_futures=True)
 
 
-class _AheadState:
-    """What the read-ahead thread shares with its :class:`ReadAhead` (the thread holds this,
-    never the ReadAhead, so dropping the ReadAhead stops the thread)."""
-
-    def __init__(self, ahead: int):
-        self.ahead = ahead
-        self.stop = threading.Event()
-        self.cond = threading.Condition()
-        self.ready: collections.deque = collections.deque()  # (kind, value): item, error, end
-        self.taken = 0  # items handed to the caller
-        self.started = 0  # items the thread began making
-        self.finished = False  # the thread has left its loop
-
-    def may_start(self) -> bool:
-        return self.stop.is_set() or self.started < self.taken + self.ahead
-
-    def post(self, kind: str, value) -> None:
-        with self.cond:
-            self.ready.append((kind, value))
-            self.cond.notify_all()
-
-    def halt(self) -> None:
-        self.stop.set()
-        with self.cond:
-            self.ready.clear()
-            self.cond.notify_all()
-
-
-def _read_ahead(state: _AheadState, make_items) -> None:
-    """The read-ahead thread: make items while allowed, post each (or the error, or the end)."""
-    items = None
-    try:
-        items = iter(make_items(state.stop))
-        while True:
-            with state.cond:
-                state.cond.wait_for(state.may_start)
-                if state.stop.is_set():
-                    return
-                state.started += 1
-            try:
-                item = next(items)
-            except StopIteration:
-                state.post("end", None)
-                return
-            if state.stop.is_set():
-                return
-            state.post("item", item)
-            del item
-    except BaseException as e:  # handed to the caller, unchanged, when its turn comes
-        state.post("error", e)
-    finally:
-        close = getattr(items, "close", None)
-        if close is not None:
-            try:
-                close()  # on this thread: the iterator's own pools shut down here
-            except Exception:  # noqa: S110 - the items are being discarded
-                pass
-        with state.cond:
-            state.finished = True
-            state.cond.notify_all()
-
-
-#: the read-ahead readers alive (closed at interpreter exit, see :func:`close_read_aheads`)
-_LIVE: weakref.WeakSet = weakref.WeakSet()
-
-
-@atexit.register
-def close_read_aheads() -> None:
-    """Close every read-ahead reader still alive (run at interpreter exit, before the
-    modules go: a thread is then stopped in order, never left to the interpreter's end)."""
-    for r in list(_LIVE):
-        try:
-            r.close()
-        except Exception:  # noqa: S110 - exiting
-            pass
-
-
-class ReadAhead:
-    """The items of an iterator made on a daemon thread, at most ``ahead`` items beyond
-    the one last taken: the next chunk is read (decoded, validated, hashed) while the
-    caller works on the current one.
-
-    ``make_items(stop)`` is called on the thread and returns the iterator; ``stop`` (a
-    :class:`threading.Event`) is set when the reader closes, and an item made of many
-    parts should check it between them and end early. The thread begins item ``m`` only
-    once ``m - ahead + 1`` items have been taken: beside the item the caller holds, at
-    most ``ahead`` are made or being made (a bounded queue of ``ahead``). An exception
-    raised while making an item is raised by :meth:`take` unchanged, in that item's
-    turn (the items before it are handed out first); the reader then ends.
-
-    :meth:`close` (also on leaving a ``with`` block, or when the ReadAhead is garbage
-    collected) stops the thread, waits for it, and the iterator is closed on it. The
-    thread is a daemon: it never holds up the interpreter's exit. ``ahead=0`` makes the
-    items on the calling thread as they are taken (no thread; for comparisons and
-    debugging).
-    """
-
-    #: seconds :meth:`close` waits for the thread to finish the part it is in
-    JOIN_TIMEOUT = 60.0
-
-    def __init__(self, make_items: Callable[[threading.Event], Iterator], ahead: int = 1,
-                 name: str = "passage-read-ahead"):
-        if isinstance(ahead, bool) or not isinstance(ahead, int) or ahead < 0:
-            raise ValueError(f"ahead must be a non-negative integer, got {ahead!r}")
-        self._state = _AheadState(ahead)
-        self._closed = False
-        self._items: Iterator | None = None
-        self._thread: threading.Thread | None = None
-        if ahead == 0:
-            self._items = iter(make_items(self._state.stop))
-            return
-        self._thread = threading.Thread(target=_read_ahead, args=(self._state, make_items),
-                                        name=name, daemon=True)
-        self._thread.start()
-        self._finalizer = weakref.finalize(self, self._state.halt)
-        self._finalizer.atexit = False
-        _LIVE.add(self)
-
-    @property
-    def ahead(self) -> int:
-        return self._state.ahead
-
-    @property
-    def taken(self) -> int:
-        """Items handed out so far (with a thread)."""
-        return self._state.taken
-
-    def take(self):
-        """The next item; raises the exception that making it raised, or StopIteration
-        at the end."""
-        if self._closed:
-            raise ValueError("the read-ahead is closed")
-        if self._thread is None:
-            return next(self._items)
-        st = self._state
-        with st.cond:
-            st.cond.wait_for(lambda: st.ready or st.finished)
-            if not st.ready:
-                raise StopIteration
-            kind, value = st.ready[0]
-            if kind == "item":
-                st.ready.popleft()
-                st.taken += 1
-                st.cond.notify_all()
-                return value
-            if kind == "error":  # raised once; the reader has ended
-                st.ready[0] = ("end", None)
-        if kind == "error":
-            raise value
-        raise StopIteration
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        return self.take()
-
-    def close(self) -> bool:
-        """Stop the thread and wait for it (at most :attr:`JOIN_TIMEOUT` seconds); what it
-        read ahead is dropped. True when no thread is left running. Idempotent."""
-        if self._closed:
-            return not self.running
-        self._closed = True
-        if self._thread is None:
-            items, self._items = self._items, None
-            close = getattr(items, "close", None)
-            if close is not None:
-                close()
-            return True
-        self._finalizer.detach()
-        self._state.halt()
-        if self._thread is not threading.current_thread():
-            self._thread.join(self.JOIN_TIMEOUT)
-        return not self._thread.is_alive()
-
-    @property
-    def running(self) -> bool:
-        """Whether the thread is alive."""
-        return self._thread is not None and self._thread.is_alive()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-
 def iter_scenes(root, resolution: int, split: str, n_samples=DEFAULT_N_SAMPLES,
                 workers: int = 4, check_unique_ids: bool = True) -> Iterator[Scene]:
     """Validated scenes in file order (the first ``n_samples``; None = whole split).
@@ -565,7 +275,7 @@ def _scenes(root, resolution, split, n_samples, workers, check_unique_ids):
 def iter_scene_batches(root, resolution: int, split: str, n_samples=DEFAULT_N_SAMPLES,
                        batch_size: int = 32, workers: int = 4) -> Iterator[list[Scene]]:
     """Lists of up to ``batch_size`` validated scenes, in file order."""
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+    if not is_int(batch_size) or batch_size < 1:
         raise DataError(f"batch_size must be a positive integer, got {batch_size!r}")
     return _batches(iter_scenes(root, resolution, split, n_samples, workers), batch_size)
 
@@ -591,7 +301,7 @@ def check_weight(scene: Scene, objective: str, weight) -> float:
     """The released weight of ``objective``; a stated ``weight`` must equal it exactly."""
     released = scene.weight(objective)
     if weight is not None:
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)):
+        if not is_number(weight):
             raise DataError(f"{scene.where}: weight must be a number, got {weight!r}")
         if not (math.isfinite(float(weight)) and float(weight) == released):
             raise DataError(
@@ -618,12 +328,6 @@ def load_tasks(root, resolution: int, split: str, objective: str, variant: str =
         check_weight(scene, objective, weight)
         tasks.append(scene.task(objective, variant))
     return tasks
-
-
-def shipped_cohort_root() -> Path:
-    """Root of the small real-terrain cohort shipped inside the package
-    (resolutions 64, 128, 256; splits validation, calibration, test)."""
-    return Path(__file__).resolve().parent / "cohort"
 
 
 # --------------------------------------------------------------------------- #
@@ -695,6 +399,57 @@ def _file_rows(path: Path, resolution: int, split: str):
                             f"{row} on: {why}")
 
 
+@dataclasses.dataclass(frozen=True)
+class _RowCheck:
+    """The check of one row in :func:`scan_split`: a :class:`RowReport` for every item, a
+    valid scene's carrying ``on_scene(scene)`` and its marker convention."""
+
+    resolution: int
+    split: str
+    places: dict
+    on_scene: Callable | None
+
+    def failed(self, sid, raw: RawRow, error: str) -> RowReport:
+        return RowReport(sid, self.resolution, self.split, raw.file, raw.row, False, error)
+
+    def __call__(self, item) -> RowReport:
+        if isinstance(item, RowReport):
+            return item
+        ref = item.ref
+        sid = item.values.get("id")
+        if item.problem is not None:
+            return self.failed(sid, item, f"{ref}: {item.problem}")
+        try:
+            scene = validate_row(item.values, self.resolution, self.split, item.file, item.row)
+        except DataError as e:
+            return self.failed(sid, item, str(e))
+        msg = duplicate_id_problem(scene.id, (self.split, item.file, item.row),
+                                   self.places.get(scene.id, []))
+        if msg:
+            return self.failed(sid, item, f"{ref}: {msg}")
+        info = self.on_scene(scene) if self.on_scene is not None else None
+        return RowReport(scene.id, self.resolution, self.split, item.file, item.row, True, None,
+                         info, marker_convention(scene))
+
+
+def _one_convention(reports: list[RowReport]) -> None:
+    """One marker convention per split: the majority of the valid scenes (a tie goes to
+    the first valid scene's); scenes using the other one fail, naming a scene that uses
+    the majority convention."""
+    valid = [r for r in reports if r.valid]
+    if not valid:
+        return
+    counts = collections.Counter(r.convention for r in valid)
+    major = max(counts, key=lambda c: (counts[c], c == valid[0].convention))
+    witness = next(r for r in valid if r.convention == major)
+    where = str(RowRef(witness.file, witness.row, witness.id))
+    for r in valid:
+        msg = convention_problem(r.convention, major, where)
+        if msg:
+            r.valid, r.info = False, None
+            r.error = f"{RowRef(r.file, r.row, r.id)}: {msg}"
+
+
 def scan_split(root, resolution: int, split: str, on_scene=scene_summary, workers: int = 4,
                id_index: dict | None = None) -> list[RowReport]:
     """Validate every row of a split; collect (rather than raise) the first error of
@@ -710,39 +465,6 @@ def scan_split(root, resolution: int, split: str, on_scene=scene_summary, worker
         for path in files:
             yield from _file_rows(path, resolution, split)
 
-    def check(item):
-        if isinstance(item, RowReport):
-            return item
-        ref = item.ref
-        sid = item.values.get("id")
-        if item.problem is not None:
-            return RowReport(sid, resolution, split, item.file, item.row, False,
-                             f"{ref}: {item.problem}")
-        try:
-            scene = validate_row(item.values, resolution, split, item.file, item.row)
-        except DataError as e:
-            return RowReport(sid, resolution, split, item.file, item.row, False, str(e))
-        msg = duplicate_id_problem(scene.id, (split, item.file, item.row),
-                                   places.get(scene.id, []))
-        if msg:
-            return RowReport(sid, resolution, split, item.file, item.row, False, f"{ref}: {msg}")
-        info = on_scene(scene) if on_scene is not None else None
-        return RowReport(scene.id, resolution, split, item.file, item.row, True, None, info,
-                         marker_convention(scene))
-
-    reports = list(map_rows(check, rows(), workers))
-    # one marker convention per split: the majority of the valid scenes (a tie goes to
-    # the first valid scene's); scenes using the other one fail, naming a scene that
-    # uses the majority convention
-    valid = [r for r in reports if r.valid]
-    if valid:
-        counts = collections.Counter(r.convention for r in valid)
-        major = max(counts, key=lambda c: (counts[c], c == valid[0].convention))
-        witness = next(r for r in valid if r.convention == major)
-        where = str(RowRef(witness.file, witness.row, witness.id))
-        for r in valid:
-            msg = convention_problem(r.convention, major, where)
-            if msg:
-                r.valid, r.info = False, None
-                r.error = f"{RowRef(r.file, r.row, r.id)}: {msg}"
+    reports = list(map_rows(_RowCheck(resolution, split, places, on_scene), rows(), workers))
+    _one_convention(reports)
     return reports

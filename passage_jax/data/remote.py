@@ -18,7 +18,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from passage_jax.data.reader import dataset_root
+from passage_jax.checks import is_int
+from passage_jax.data.layout import dataset_root
 from passage_jax.data.scene import canonical_split
 from passage_jax.data.validate import DataError
 
@@ -45,8 +46,7 @@ def check_repo(repo) -> str:
 
 
 def _check_selection(resolution, split) -> tuple[int | None, str | None]:
-    if resolution is not None and (isinstance(resolution, bool) or not isinstance(resolution, int)
-                                   or resolution <= 0):
+    if resolution is not None and (not is_int(resolution) or resolution <= 0):
         raise DataError(f"resolution must be a positive integer, got {resolution!r}")
     if split is not None:
         try:

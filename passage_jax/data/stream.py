@@ -16,7 +16,7 @@ changed under a run is an error naming the scene, never a silent substitution.
 
 **Read-ahead.** A sequential pass (the opening read of :func:`open_tasks` with its
 ``on_chunk``, :meth:`TaskStream.chunks` and iteration) reads the next chunk on a
-background thread (:class:`~passage_jax.data.reader.ReadAhead`: Parquet, zstd decoding
+background thread (:class:`~passage_jax.data.read_ahead.ReadAhead`: Parquet, zstd decoding
 on the reader's ``workers`` pool, validation, the input hash) while the caller works on
 the current one; the thread starts the next chunk only once the caller has taken the
 one before, so at most one chunk waits. A data error of a chunk read ahead is raised
@@ -48,19 +48,17 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from passage_jax.data.reader import (
-    DEFAULT_N_SAMPLES,
-    ReadAhead,
-    check_weight,
-    close_read_aheads,
-    iter_scenes,
-)
+from passage_jax.checks import is_int
+from passage_jax.data.layout import _check_n_samples
+from passage_jax.data.read_ahead import ReadAhead, close_read_aheads
+from passage_jax.data.reader import DEFAULT_N_SAMPLES, check_weight, iter_scenes
 from passage_jax.data.scene import Task, task_input_hash
 from passage_jax.data.validate import DataError
 from passage_jax.graph import OBJECTIVES, VARIANTS
 from passage_jax.memory import trim_heap
 
-__all__ = ["CHUNK_CELLS", "chunk_scenes", "TaskStub", "TaskStream", "open_tasks"]
+__all__ = ["CHUNK_CELLS", "chunk_scenes", "ReadOptions", "TaskSource", "TaskStub", "TaskStream",
+           "open_tasks"]
 
 #: Grid cells held at a time: a chunk holds ``CHUNK_CELLS // N**2`` scenes (at least
 #: one): 64 scenes at 256 x 256, 1,024 at 64 x 64. The bound covers the decoded grids
@@ -72,6 +70,61 @@ CHUNK_CELLS = 1 << 22
 def chunk_scenes(resolution: int, cells: int = CHUNK_CELLS) -> int:
     """Scenes per chunk at ``resolution`` for a budget of ``cells`` grid cells."""
     return max(1, int(cells) // (int(resolution) ** 2))
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadOptions:
+    """How :func:`open_tasks` reads a split: the first ``n_samples`` scenes (None: the
+    whole split), the ``weight`` a caller states (it only confirms the released one),
+    ``chunk`` scenes decoded at a time (None: :func:`chunk_scenes` of the resolution),
+    ``workers`` decode threads, and whether sequential passes read ahead (``prefetch``).
+    """
+
+    n_samples: int | None = DEFAULT_N_SAMPLES
+    weight: float | None = None
+    chunk: int | None = None
+    workers: int = 4
+    prefetch: bool = True
+
+    def __post_init__(self):
+        _check_n_samples(self.n_samples)
+        if self.chunk is not None and (not is_int(self.chunk) or self.chunk < 1):
+            raise DataError(f"chunk must be a positive integer, got {self.chunk!r}")
+
+    @classmethod
+    def of(cls, options: ReadOptions | None = None, **overrides) -> ReadOptions:
+        """``options`` (default: the defaults) with ``overrides`` set; a name that is not a
+        field is a TypeError naming it."""
+        unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(cls)})
+        if unknown:
+            raise TypeError(f"open_tasks() got unexpected keyword argument(s): "
+                            f"{', '.join(map(repr, unknown))}")
+        if options is not None and not isinstance(options, cls):
+            raise TypeError(f"options must be a ReadOptions, got {type(options).__name__}")
+        base = cls() if options is None else options
+        return dataclasses.replace(base, **overrides) if overrides else base
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskSource:
+    """Where a stream's tasks are read from and how: the split of a dataset root, the
+    objective and variant, the stated weight and the decode workers."""
+
+    root: object
+    resolution: int
+    split: str
+    objective: str
+    variant: str
+    weight: float | None = None
+    workers: int = 4
+
+    def tasks(self, n_samples, check_ids: bool = True) -> Iterator[Task]:
+        """The first ``n_samples`` tasks, each scene's weight confirmed; ``check_ids``:
+        ids checked unique across the resolution's split folders."""
+        for scene in iter_scenes(self.root, self.resolution, self.split, n_samples, self.workers,
+                                 check_unique_ids=check_ids):
+            check_weight(scene, self.objective, self.weight)
+            yield scene.task(self.objective, self.variant)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,7 +163,7 @@ class _Rereader:
     and the check of each re-read task against its stub. Used by one thread at a time:
     the caller's, or a read-ahead thread's while it runs."""
 
-    def __init__(self, source: dict, stubs: list[TaskStub]):
+    def __init__(self, source: TaskSource, stubs: list[TaskStub]):
         self.source, self.stubs = source, stubs
         self.it: Iterator[Task] | None = None
         self.next = 0
@@ -118,12 +171,9 @@ class _Rereader:
 
     def restart(self) -> None:
         self.close()
-        src = self.source
         # the ids were checked across the split folders when the stream was opened; a re-read
         # checks each task against its stub (id, file, row, input hash) instead
-        self.it = _task_iter(src["root"], src["resolution"], src["split"], src["objective"],
-                             src["variant"], n_samples=len(self.stubs), weight=src["weight"],
-                             workers=src["workers"], check_ids=False)
+        self.it = self.source.tasks(len(self.stubs), check_ids=False)
         self.next = 0
 
     def close(self) -> None:
@@ -220,8 +270,8 @@ class TaskStream(collections.abc.Sequence):
     module's docstring); may be changed between passes.
     """
 
-    def __init__(self, source: dict, stubs: list[TaskStub], chunk: int, prefetch: bool = True):
-        self._source = dict(source)
+    def __init__(self, source: TaskSource, stubs: list[TaskStub], chunk: int, prefetch: bool = True):
+        self._source = source
         self.stubs = stubs
         self.chunk = int(chunk)
         self.prefetch = bool(prefetch)
@@ -342,21 +392,11 @@ class TaskStream(collections.abc.Sequence):
         return list(out.items())
 
 
-def _task_iter(root, resolution, split, objective, variant, *, n_samples, weight, workers,
-               check_ids: bool = True):
-    for scene in iter_scenes(root, resolution, split, n_samples, workers,
-                             check_unique_ids=check_ids):
-        check_weight(scene, objective, weight)
-        yield scene.task(objective, variant)
-
-
-def _opening_chunks(root, resolution, split, objective, variant, *, n_samples, weight, workers,
-                    chunk: int, stop: threading.Event):
+def _opening_chunks(source: TaskSource, n_samples, chunk: int, stop: threading.Event):
     """The opening read in chunks of ``chunk`` tasks, each task's input hash taken (and kept
     on it); ends early when ``stop`` is set."""
     pending: list[Task] = []
-    for task in _task_iter(root, resolution, split, objective, variant, n_samples=n_samples,
-                           weight=weight, workers=workers):
+    for task in source.tasks(n_samples):
         task_input_hash(task)
         pending.append(task)
         if len(pending) == chunk:
@@ -368,15 +408,34 @@ def _opening_chunks(root, resolution, split, objective, variant, *, n_samples, w
         yield pending
 
 
-def open_tasks(root, resolution: int, split: str, objective: str, variant: str = "obstacles",
-               n_samples=DEFAULT_N_SAMPLES, weight=None, *, chunk: int | None = None,
-               workers: int = 4,
+def _read_stubs(source: TaskSource, opts: ReadOptions, chunk: int, on_chunk) -> list[TaskStub]:
+    """The opening read: every task's stub, ``on_chunk(first, tasks)`` per chunk."""
+    stubs: list[TaskStub] = []
+
+    def chunks(stop):
+        return _opening_chunks(source, opts.n_samples, chunk, stop)
+
+    with ReadAhead(chunks, ahead=1 if opts.prefetch else 0, name="passage-open-tasks") as reader:
+        for tasks in reader:
+            first = len(stubs)
+            stubs.extend(_stub(first + k, t) for k, t in enumerate(tasks))
+            if on_chunk is not None:
+                on_chunk(first, tasks)
+            del tasks
+            trim_heap()
+    return stubs
+
+
+def open_tasks(root, resolution: int, split: str, objective: str, variant: str = "obstacles", *,
+               options: ReadOptions | None = None,
                on_chunk: Callable[[int, list[Task]], None] | None = None,
-               prefetch: bool = True) -> TaskStream:
+               **overrides) -> TaskStream:
     """Read the split once (validating every scene, as :func:`load_tasks` does) and return
     its :class:`TaskStream`, which decodes ``chunk`` scenes at a time (default
     :func:`chunk_scenes` of the resolution).
 
+    ``options`` (:class:`ReadOptions`) and keyword overrides of its fields (``n_samples``,
+    ``weight``, ``chunk``, ``workers``, ``prefetch``) say how the split is read.
     ``on_chunk(first index, tasks)`` is called for each chunk of ``chunk`` tasks during
     that read (admission qualifies the references there), so one pass over the shards
     serves both. The grids of a chunk are dropped after its call. With ``prefetch``
@@ -388,24 +447,8 @@ def open_tasks(root, resolution: int, split: str, objective: str, variant: str =
         raise DataError(f"unknown objective {objective!r}; known: {list(OBJECTIVES)}")
     if variant not in VARIANTS:
         raise DataError(f"unknown task variant {variant!r}; known: {list(VARIANTS)}")
-    if chunk is None:
-        chunk = chunk_scenes(resolution)
-    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
-        raise DataError(f"chunk must be a positive integer, got {chunk!r}")
-    stubs: list[TaskStub] = []
-
-    def chunks(stop):
-        return _opening_chunks(root, resolution, split, objective, variant, n_samples=n_samples,
-                               weight=weight, workers=workers, chunk=chunk, stop=stop)
-
-    with ReadAhead(chunks, ahead=1 if prefetch else 0, name="passage-open-tasks") as reader:
-        for tasks in reader:
-            first = len(stubs)
-            stubs.extend(_stub(first + k, t) for k, t in enumerate(tasks))
-            if on_chunk is not None:
-                on_chunk(first, tasks)
-            del tasks
-            trim_heap()
-    source = {"root": root, "resolution": resolution, "split": split, "objective": objective,
-              "variant": variant, "weight": weight, "workers": workers}
-    return TaskStream(source, stubs, chunk, prefetch=prefetch)
+    opts = ReadOptions.of(options, **overrides)
+    chunk = chunk_scenes(resolution) if opts.chunk is None else opts.chunk
+    source = TaskSource(root, resolution, split, objective, variant, opts.weight, opts.workers)
+    stubs = _read_stubs(source, opts, chunk, on_chunk)
+    return TaskStream(source, stubs, chunk, prefetch=opts.prefetch)

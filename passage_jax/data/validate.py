@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from passage_jax.checks import is_int, is_number
 from passage_jax.data.codec import TensorError, decode_tensor
 from passage_jax.data.scene import DEFAULT_MARKERS, ROUTE_COLUMNS, Scene, canonical_split, elevation_metres
 from passage_jax.graph import OBJECTIVES, route_problem
@@ -103,16 +104,13 @@ def _fail(ref: RowRef, msg: str) -> DataError:
 
 
 def _is_number(v) -> bool:
-    if not isinstance(v, (int, float)) or isinstance(v, bool):
+    """A finite number, not a bool (an integer beyond float range is not one)."""
+    if not is_number(v):
         return False
     try:
         return math.isfinite(float(v))
-    except OverflowError:  # an integer beyond float range
+    except OverflowError:
         return False
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
 
 
 # --------------------------------------------------------------------------- #
@@ -191,9 +189,9 @@ def parse_metadata(raw, resolution: int, split: str, ref: RowRef) -> dict:
     missing = [k for k in REQUIRED_METADATA if k not in md]
     if missing:
         raise _fail(ref, f"metadata lacks required key(s) {missing}")
-    if not _is_int(md["index"]):
+    if not is_int(md["index"]):
         raise _fail(ref, f"metadata.index must be an integer, got {_short(md['index'])}")
-    if not _is_int(md["resolution"]) or md["resolution"] != resolution:
+    if not is_int(md["resolution"]) or md["resolution"] != resolution:
         raise _fail(ref, f"metadata.resolution is {_short(md['resolution'])}, but the shard lies in "
                          f"the {resolution}x{resolution} folder")
     try:
@@ -358,8 +356,8 @@ def route_array(value, column: str, ref: RowRef, max_cells: int | None = None) -
         rows = [list(c) for c in cells]
         if any(len(c) != 2 for c in rows):
             raise ValueError("every cell must be [row, col]")
-        if any(not _is_int(x) for c in rows for x in c):
-            bad = next(x for c in rows for x in c if not _is_int(x))
+        if any(not is_int(x) for c in rows for x in c):
+            bad = next(x for c in rows for x in c if not is_int(x))
             raise ValueError(f"coordinates must be integers, found {_short(bad)}")
         a = np.array(rows, dtype=np.int64).reshape(len(rows), 2)
     except (TypeError, ValueError) as e:
