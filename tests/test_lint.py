@@ -54,7 +54,7 @@ ALLOWED = {
     "trust": {"metrics", "stats"},
 }
 LEAVES = {"contract", "fileio", "reduce", "testing", "memory", "cluster", "precision", "shapes", "checks",
-          "compilation"}
+          "compilation", "placement"}
 
 
 def test_stage_imports_point_down():
@@ -96,3 +96,81 @@ def test_leaf_modules_import_no_stage():
         path = PKG / f"{leaf}.py"
         if path.exists():
             assert not _imports(path), f"{leaf}.py imports {_imports(path)}"
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def test_library_never_imports_its_test_material():
+    """passage_jax.testing is for tests and users' own checks; no library module (nor the
+    CLI) depends on it."""
+    bad = []
+    for path in sorted(PKG.rglob("*.py")) + sorted((ROOT / "cli").glob("*.py")):
+        if path == PKG / "testing.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            if any(n == "passage_jax.testing" for n in names):
+                bad.append(str(path.relative_to(ROOT)))
+    assert not bad, bad
+
+
+def test_console_output_belongs_to_the_cli():
+    """The library returns data; rendering it (rich tables, progress bars) is cli/'s job."""
+    bad = [str(p.relative_to(ROOT)) for p in sorted(PKG.rglob("*.py"))
+           if any(m == "rich" or m.startswith("rich.") for m in _all_imports(p))]
+    assert not bad, bad
+
+
+def _all_imports(path: Path) -> set[str]:
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.add(node.module)
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+    return out
+
+
+def _module_imports(path: Path, modules: set[str]) -> set[str]:
+    """The passage_jax modules ``path`` imports when it is imported (module-level
+    statements only), each ``from pkg import sub`` resolved to the submodule."""
+    out = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for a in node.names:
+                sub = f"{node.module}.{a.name}"
+                out.add(sub if sub in modules else node.module)
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+    return {m for m in out if m in modules}
+
+
+def test_no_import_cycle_between_modules():
+    paths = {_module_name(p): p for p in PKG.rglob("*.py")}
+    modules = set(paths)
+    graph = {m: {d for d in _module_imports(p, modules) if d != m and not paths[d].name == "__init__.py"}
+             for m, p in paths.items() if p.name != "__init__.py"}
+    state: dict[str, int] = {}
+    cycles = []
+
+    def visit(m, stack):
+        state[m] = 1
+        for d in sorted(graph.get(m, ())):
+            if state.get(d) == 1:
+                cycles.append(" -> ".join(stack[stack.index(d):] + [d]))
+            elif d not in state:
+                visit(d, stack + [d])
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+    assert not cycles, "\n".join(cycles)

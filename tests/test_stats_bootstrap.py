@@ -77,7 +77,7 @@ def test_two_level_path_is_used_and_exact_on_larger_roster():
     bi = rng.integers(0, K, n).astype(np.int32)
     x = rng.lognormal(size=n)
     mult = multiplicity_matrix(K, 12, seed=9)
-    from passage_jax.stats.bootstrap import _segment_for
+    from passage_jax.stats.draws import _segment_for
     assert _segment_for(n, K, 4) is not None
     _, qd = resample_draws(bi, K, [], [x], (0.5, 0.9), 12, mult=mult)
     for t, q in enumerate((0.5, 0.9)):

@@ -17,7 +17,7 @@ from passage_jax.stats import (
     paired_bootstrap,
     seed_mean_bootstrap,
 )
-from passage_jax.stats import bootstrap as bs
+from passage_jax.stats import draws as bs
 from passage_jax.stats.bootstrap import draw_placement, encode_blocks, resample_draws
 from passage_jax.stats.kernels import block_mean_draws, coarse_counts, weighted_quantile_draws
 from passage_jax.testing import kernel_tol

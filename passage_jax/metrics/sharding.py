@@ -1,12 +1,14 @@
 """Where :func:`~passage_jax.metrics.score_routes` runs: the batch-axis placement
-of its kernel calls and the names of the devices it uses."""
+of its kernel calls and the names of the devices it uses (read by
+:mod:`passage_jax.placement`)."""
 from __future__ import annotations
 
-import jax
-import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from passage_jax import placement
 
-__all__ = ["resolve_sharding", "sharding_devices"]
+#: The mesh axis of the scoring batch.
+BATCH_AXES = ("batch",)
+
+__all__ = ["resolve_sharding", "sharding_devices", "BATCH_AXES"]
 
 
 def resolve_sharding(sharding):
@@ -15,25 +17,10 @@ def resolve_sharding(sharding):
     for ``"auto"`` a ``NamedSharding`` over all local devices of the default
     backend on a 1-D ``("batch",)`` mesh when there is more than one, else None.
     """
-    if sharding is None:
-        return None
-    if isinstance(sharding, str):
-        if sharding != "auto":
-            raise ValueError(f"sharding must be None, 'auto' or a jax.sharding.Sharding, "
-                             f"got {sharding!r}")
-        devices = jax.local_devices()
-        if len(devices) < 2:
-            return None
-        return NamedSharding(Mesh(np.array(devices), ("batch",)), PartitionSpec("batch"))
-    if not isinstance(sharding, jax.sharding.Sharding):
-        raise ValueError(f"sharding must be None, 'auto' or a jax.sharding.Sharding, "
-                         f"got {type(sharding).__name__}")
-    return sharding
+    return placement.resolve_sharding(sharding, axes=BATCH_AXES, modes=("auto",))
 
 
 def sharding_devices(sharding) -> list[str]:
     """Names of the devices ``score_routes(..., sharding=sharding)`` runs on,
     ordered by device id (the default device when unsharded)."""
-    s = resolve_sharding(sharding)
-    devices = sorted(s.device_set, key=lambda d: d.id) if s is not None else [jax.devices()[0]]
-    return [f"{d.platform}:{d.id}" for d in devices]
+    return placement.device_names(resolve_sharding(sharding))

@@ -2,15 +2,20 @@
 randomization test, geographic blocks and frozen rosters.
 
 Contract: inputs are per-task arrays over one ordered task roster (see
-:mod:`passage_jax.stats.primary`); results are dataclasses with ``to_dict()``. The stage
-imports only the leaf modules :mod:`passage_jax.contract`, :mod:`passage_jax.fileio` and
-:mod:`passage_jax.reduce`, never another stage. ``DEFAULT_SEEDS``, ``PRIMARY_METRICS``,
-``DIRECTIONS`` and ``METRIC_SPEC`` are the contract's, re-exported here.
+:mod:`passage_jax.stats.primary`); results are dataclasses with ``to_dict()``; each entry
+point's options are a frozen dataclass of :mod:`passage_jax.stats.options` (``options=``, or
+its fields as keywords). The stage imports only leaf modules (:mod:`passage_jax.contract`,
+:mod:`passage_jax.checks`, :mod:`passage_jax.fileio`, :mod:`passage_jax.placement`,
+:mod:`passage_jax.precision`, :mod:`passage_jax.reduce`), never another stage.
+``DEFAULT_SEEDS``, ``PRIMARY_METRICS``, ``DIRECTIONS`` and ``METRIC_SPEC`` are the
+contract's, re-exported here.
 
-Modules: ``kernels`` (jitted resampling kernels), ``bootstrap`` (multiplicity matrices and
-paired / seed-mean bootstrap), ``primary`` (validation of the six-metric inputs),
-``compare`` (Holm, votes, verdict, ``compare_primary_metrics``), ``randomization``
-(block randomization test), ``blocks`` (block rules, census), ``roster`` (roster files).
+Modules: ``kernels`` (jitted resampling kernels), ``draws`` (multiplicity matrices and the
+draws of many series under one matrix, placed on devices), ``options`` (the options
+dataclasses and shared checks), ``bootstrap`` (paired / seed-mean bootstrap and their
+results), ``primary`` (validation of the six-metric inputs), ``compare`` (Holm, votes,
+verdict, ``compare_primary_metrics``), ``randomization`` (block randomization test),
+``blocks`` (block rules, census), ``roster`` (roster files).
 """
 from __future__ import annotations
 
@@ -37,6 +42,13 @@ from passage_jax.stats.compare import (
     holm_bonferroni,
     metric_vote,
 )
+from passage_jax.stats.options import (
+    BootstrapOptions,
+    ComparisonOptions,
+    DrawOptions,
+    RandomizationOptions,
+    ResultOptions,
+)
 from passage_jax.stats.primary import DIRECTIONS, METRIC_SPEC, PRIMARY_METRICS
 from passage_jax.stats.randomization import RandomizationResult, block_randomization_test
 from passage_jax.stats.roster import (
@@ -59,4 +71,5 @@ __all__ = [
     "RandomizationResult", "block_randomization_test",
     "Roster", "RosterError", "read_roster", "roster_from_tiles", "write_roster", "derive_roster",
     "check_derived",
+    "BootstrapOptions", "ComparisonOptions", "DrawOptions", "RandomizationOptions", "ResultOptions",
 ]

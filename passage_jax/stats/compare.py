@@ -10,22 +10,23 @@ result's JSON form.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-import numpy as np
-
 from passage_jax.contract import DEFAULT_SEEDS, DIRECTIONS, MEAN_FIELDS, METRIC_SPEC, PRIMARY_METRICS
-from passage_jax.stats.bootstrap import _check_alpha, _check_draws, resample_draws, seed_mean_result
+from passage_jax.stats.bootstrap import SeedMeanResult, seed_mean_result
+from passage_jax.stats.draws import resample_draws
+from passage_jax.stats.options import ComparisonOptions, check_alpha, check_p_value, resolve_options
 from passage_jax.stats.primary import validate_primary
 
 #: Family-wise error rate of the Holm step-down (fixed by the protocol).
 FAMILY_ALPHA = 0.05
 
-__all__ = ["Decision", "HolmRecord", "Comparison", "holm_bonferroni", "metric_vote", "decide",
-           "compare_primary_metrics", "primary_seed_mean_draws", "FAMILY_ALPHA"]
+__all__ = ["Decision", "HolmRecord", "Comparison", "ComparisonOptions", "Verdict", "holm_bonferroni",
+           "metric_vote", "decide", "verdict", "compare_primary_metrics", "primary_seed_mean_draws",
+           "FAMILY_ALPHA"]
 
 
 class Decision(str, Enum):
@@ -45,17 +46,6 @@ class HolmRecord:
         return {"p_value": self.p_value, "adjusted": self.adjusted, "reject": self.reject}
 
 
-def _check_p(name, p):
-    if isinstance(p, bool) or not isinstance(p, (int, float, np.integer, np.floating)):
-        raise ValueError(f"p-value for {name!r} must be a number in [0, 1] or NaN, got {p!r}")
-    p = float(p)
-    if math.isnan(p):
-        return p
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"p-value for {name!r} is {p}, outside [0, 1]")
-    return p
-
-
 def holm_bonferroni(p_values: Mapping[str, float], alpha: float = FAMILY_ALPHA) -> dict[str, HolmRecord]:
     """Holm step-down over the whole family (NaN = unavailable: never rejects, still counted).
 
@@ -64,8 +54,8 @@ def holm_bonferroni(p_values: Mapping[str, float], alpha: float = FAMILY_ALPHA) 
     decided as adjusted p <= alpha, with adjusted p = running max of ``min(1, (m - k + 1) p_(k))``.
     Records keep the input order.
     """
-    _check_alpha(alpha)
-    ps = {k: _check_p(k, v) for k, v in p_values.items()}
+    check_alpha(alpha)
+    ps = {k: check_p_value(k, v) for k, v in p_values.items()}
     m = len(ps)
     avail = sorted((p, i, k) for i, (k, p) in enumerate(ps.items()) if not math.isnan(p))
     out = {k: HolmRecord(p, float("nan"), False) for k, p in ps.items() if math.isnan(p)}
@@ -171,73 +161,73 @@ def primary_seed_mean_draws(data, block_index, n_blocks, n_draws, *, seed=None, 
     return out
 
 
-def compare_primary_metrics(A, B, blocks, *, n_bootstrap: int = 10000, alpha: float = 0.05,
-                            seed: int = 0, p_values: Mapping[str, float] | None = None,
-                            paired_test: str | None = None, test_assumptions: Any = None,
-                            task_ids: Sequence[str] | None = None,
-                            return_draws: bool = False, sharding=None) -> Comparison:
+def _seed_mean_deltas(data, draws, seeds, opts: ComparisonOptions) -> dict[str, SeedMeanResult]:
+    """Each primary metric's seed-mean result from its draws."""
+    deltas = {}
+    for metric in PRIMARY_METRICS:
+        f, q, _ = METRIC_SPEC[metric]
+        da, db = draws[metric]
+        deltas[metric] = seed_mean_result([data["A"][s][f] for s in seeds], [data["B"][s][f] for s in seeds],
+                                          da, db, q, seeds=seeds, options=opts.result)
+    return deltas
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the declared p-values decide: Holm's records, each metric's vote and whether its
+    interval agrees with a vote, the decision and the winner (all empty without p-values)."""
+    inference_status: str
+    holm: dict | None
+    votes: dict
+    interval_agrees: dict
+    decision: Decision | None = None
+    winner: str | None = None
+
+
+def verdict(deltas: Mapping[str, SeedMeanResult], p_values: Mapping[str, float] | None) -> Verdict:
+    """Holm at :data:`FAMILY_ALPHA` over ``p_values``, votes by the sign of each rejected
+    metric's seed-mean estimate, and the decision; ``test_not_provided`` without p-values."""
+    votes = {m: None for m in PRIMARY_METRICS}
+    agrees = {m: None for m in PRIMARY_METRICS}
+    if p_values is None:
+        return Verdict("test_not_provided", None, votes, agrees)
+    holm = holm_bonferroni(p_values, FAMILY_ALPHA)
+    for m in PRIMARY_METRICS:
+        r = deltas[m]
+        votes[m] = metric_vote(m, r.delta, holm[m].reject)
+        if votes[m] is not None:
+            agrees[m] = bool(r.ci_available and (r.ci_high < 0 if r.delta < 0 else r.ci_low > 0))
+    decision, winner = decide(votes)
+    return Verdict("test_provided", holm, votes, agrees, decision, winner)
+
+
+def compare_primary_metrics(A, B, blocks, *, options: ComparisonOptions | None = None,
+                            **overrides) -> Comparison:
     """Compare two methods on the six primary metrics over the three training seeds.
 
     See :mod:`passage_jax.stats.primary` for the input format. ``blocks`` gives each task's
     block (sequence in roster order or mapping task id -> block). Each metric gets the seed-mean
     contrast ``mean_s [T(A_s) - T(B_s)]`` with a block-bootstrap percentile interval (one
     multiplicity matrix shared by every seed, method and metric) and per-seed results.
+    Options (:class:`ComparisonOptions`, or its fields as keywords: ``n_bootstrap=10000``,
+    ``alpha=0.05``, ``seed=0``, ``p_values=None``, ``paired_test=None``,
+    ``test_assumptions=None``, ``task_ids=None``, ``return_draws=False``, ``sharding=None``).
     Without ``p_values`` the result has ``inference_status='test_not_provided'`` and no
     decision. With six p-values (plus ``paired_test`` and ``test_assumptions``), Holm at
     family-wise 0.05 decides which metrics count, each rejected metric votes by the sign of its
     seed-mean estimate, and the votes give the verdict. ``sharding`` (None, ``"auto"`` or a
     ``jax.sharding.Sharding`` of the draws axis) places the draws; results do not depend on it.
     """
-    _check_alpha(alpha)
-    _check_draws(n_bootstrap)
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise ValueError(f"seed must be an integer, got {seed!r}")
-    if p_values is None and (paired_test is not None or test_assumptions is not None):
-        raise ValueError("paired_test/test_assumptions given without p_values")
-    if p_values is not None:
-        if not isinstance(p_values, Mapping):
-            raise ValueError("p_values must map each primary metric name to a p-value")
-        keys = set(p_values)
-        if keys != set(PRIMARY_METRICS):
-            raise ValueError(f"p_values must name exactly the six primary metrics {list(PRIMARY_METRICS)}; "
-                             f"missing {sorted(set(PRIMARY_METRICS) - keys)}, "
-                             f"unknown {sorted(keys - set(PRIMARY_METRICS), key=str)}")
-        if not isinstance(paired_test, str) or not paired_test.strip():
-            raise ValueError("p_values need the declared paired_test (a non-empty name)")
-        if test_assumptions is None or (isinstance(test_assumptions, str) and not test_assumptions.strip()):
-            raise ValueError("p_values need the declared test_assumptions")
-        p_values = {m: _check_p(m, p_values[m]) for m in PRIMARY_METRICS}
-
+    opts = resolve_options(ComparisonOptions, options, overrides, "compare_primary_metrics")
     seeds = DEFAULT_SEEDS
-    data, idx, labels, ids = validate_primary(A, B, blocks, task_ids, seeds)
-    draws = primary_seed_mean_draws(data, idx, len(labels), n_bootstrap, seed=seed, seeds=seeds,
-                                    sharding=sharding)
-
-    deltas = {}
-    for metric in PRIMARY_METRICS:
-        f, q, _ = METRIC_SPEC[metric]
-        da, db = draws[metric]
-        deltas[metric] = seed_mean_result([data["A"][s][f] for s in seeds],
-                                          [data["B"][s][f] for s in seeds], da, db, q, seeds=seeds,
-                                          alpha=alpha, n_bootstrap=n_bootstrap,
-                                          return_draws=return_draws)
-
-    holm = None
-    votes = {m: None for m in PRIMARY_METRICS}
-    agrees = {m: None for m in PRIMARY_METRICS}
-    decision = winner = None
-    status = "test_not_provided"
-    if p_values is not None:
-        holm = holm_bonferroni(p_values, FAMILY_ALPHA)
-        for m in PRIMARY_METRICS:
-            r = deltas[m]
-            votes[m] = metric_vote(m, r.delta, holm[m].reject)
-            if votes[m] is not None:
-                agrees[m] = bool(r.ci_available and (r.ci_high < 0 if r.delta < 0 else r.ci_low > 0))
-        decision, winner = decide(votes)
-        status = "test_provided"
-    return Comparison(deltas=deltas, inference_status=status, decision=decision, winner=winner,
-                      votes=votes, holm=holm, p_values=p_values, paired_test=paired_test,
-                      test_assumptions=test_assumptions, assumptions_verified=False,
-                      interval_agrees=agrees, seeds=seeds, n_tasks=len(ids), n_blocks=len(labels),
-                      n_bootstrap=int(n_bootstrap), alpha=float(alpha), bootstrap_seed=int(seed))
+    data, idx, labels, ids = validate_primary(A, B, blocks, opts.task_ids, seeds)
+    draws = primary_seed_mean_draws(data, idx, len(labels), opts.n_bootstrap, seed=opts.seed, seeds=seeds,
+                                    sharding=opts.sharding)
+    deltas = _seed_mean_deltas(data, draws, seeds, opts)
+    v = verdict(deltas, opts.p_values)
+    return Comparison(deltas=deltas, inference_status=v.inference_status, decision=v.decision,
+                      winner=v.winner, votes=v.votes, holm=v.holm, p_values=opts.p_values,
+                      paired_test=opts.paired_test, test_assumptions=opts.test_assumptions,
+                      assumptions_verified=False, interval_agrees=v.interval_agrees, seeds=seeds,
+                      n_tasks=len(ids), n_blocks=len(labels), n_bootstrap=int(opts.n_bootstrap),
+                      alpha=float(opts.alpha), bootstrap_seed=int(opts.seed))

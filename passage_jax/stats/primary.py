@@ -99,6 +99,59 @@ def _field(rec, f, n, where):
     return x
 
 
+def _check_roster(ids, where, ref_ids, ref_from) -> None:
+    """A roster must be the first one read, identically ordered; the first has unique ids."""
+    if ref_ids is None:
+        if len(set(ids)) != len(ids):
+            seen = set()
+            dup = next(t for t in ids if t in seen or seen.add(t))
+            raise ValueError(f"{where}.task_id: task {dup!r} appears more than once")
+        return
+    if ids != ref_ids:
+        if len(ids) != len(ref_ids):
+            raise ValueError(f"{where}.task_id: {len(ids)} tasks, {ref_from} has {len(ref_ids)}")
+        i = next(i for i, (x, y) in enumerate(zip(ids, ref_ids)) if x != y)
+        raise ValueError(f"{where}.task_id: position {i} is {ids[i]!r}, {ref_from} has "
+                         f"{ref_ids[i]!r} (rosters must be identical and identically ordered)")
+
+
+def _record(rec, ids, where) -> dict[str, np.ndarray]:
+    """The checked per-task fields of one method and seed (geometry finite exactly where
+    ``valid_path``, when given)."""
+    n = len(ids)
+    cols = {f: _field(rec, f, n, where) for f in PER_TASK_FIELDS}
+    if "valid_path" in rec:
+        v = _field(rec, "valid_path", n, where).astype(bool)
+        for g in GEOMETRY_FIELDS:
+            mism = np.flatnonzero(np.isfinite(cols[g]) != v)
+            if mism.size:
+                raise ValueError(f"{where}.{g}: task {ids[mism[0]]!r} is "
+                                 f"{'finite' if v[mism[0]] == 0 else 'NaN'} but valid_path is "
+                                 f"{bool(v[mism[0]])}")
+    return cols
+
+
+def _block_index(blocks, ref_ids):
+    """(block index, labels) of the roster; at least two known blocks."""
+    n = len(ref_ids)
+    if isinstance(blocks, Mapping):
+        missing = [t for t in ref_ids if t not in blocks]
+        if missing:
+            raise ValueError(f"blocks: task {missing[0]!r} has no block ({len(missing)} missing)")
+        blocks = [blocks[t] for t in ref_ids]
+    if blocks is None:
+        raise ValueError("blocks are required: unknown blocks cannot be replaced by task ids")
+    blocks = list(blocks)
+    for i, b in enumerate(blocks):
+        if b is None:
+            raise ValueError(f"blocks: task {ref_ids[i] if i < n else i!r} has no block label")
+    idx, labels = encode_blocks(blocks, n)
+    known = [lab for lab in labels if lab != UNPLACED]
+    if len(known) < 2:
+        raise ValueError(f"blocks: {len(known)} known block(s); at least two are required")
+    return idx, labels
+
+
 def validate_primary(A, B, blocks, task_ids=None, seeds: Sequence[int] = DEFAULT_SEEDS):
     """Check the comparison inputs; return (data, block_index, labels, ids).
 
@@ -117,47 +170,13 @@ def validate_primary(A, B, blocks, task_ids=None, seeds: Sequence[int] = DEFAULT
             if not isinstance(rec, Mapping):
                 raise ValueError(f"{where}: expected a mapping of per-task arrays")
             ids = _task_ids(rec, where)
+            _check_roster(ids, where, ref_ids, ref_from)
             if ref_ids is None:
                 ref_ids, ref_from = ids, where
-                if len(set(ids)) != len(ids):
-                    seen = set()
-                    dup = next(t for t in ids if t in seen or seen.add(t))
-                    raise ValueError(f"{where}.task_id: task {dup!r} appears more than once")
-            elif ids != ref_ids:
-                if len(ids) != len(ref_ids):
-                    raise ValueError(f"{where}.task_id: {len(ids)} tasks, {ref_from} has {len(ref_ids)}")
-                i = next(i for i, (x, y) in enumerate(zip(ids, ref_ids)) if x != y)
-                raise ValueError(f"{where}.task_id: position {i} is {ids[i]!r}, {ref_from} has "
-                                 f"{ref_ids[i]!r} (rosters must be identical and identically ordered)")
-            n = len(ids)
-            cols = {f: _field(rec, f, n, where) for f in PER_TASK_FIELDS}
-            if "valid_path" in rec:
-                v = _field(rec, "valid_path", n, where).astype(bool)
-                for g in GEOMETRY_FIELDS:
-                    mism = np.flatnonzero(np.isfinite(cols[g]) != v)
-                    if mism.size:
-                        raise ValueError(f"{where}.{g}: task {ids[mism[0]]!r} is "
-                                         f"{'finite' if v[mism[0]] == 0 else 'NaN'} but valid_path is "
-                                         f"{bool(v[mism[0]])}")
-            data[mname][s] = cols
+            data[mname][s] = _record(rec, ids, where)
     if ref_ids is not None and task_ids is not None and len(set(ref_ids)) != len(ref_ids):
         raise ValueError("task_ids: duplicate task ids")
-    n = len(ref_ids)
-    if n == 0:
+    if len(ref_ids) == 0:
         raise ValueError("no tasks")
-    if isinstance(blocks, Mapping):
-        missing = [t for t in ref_ids if t not in blocks]
-        if missing:
-            raise ValueError(f"blocks: task {missing[0]!r} has no block ({len(missing)} missing)")
-        blocks = [blocks[t] for t in ref_ids]
-    if blocks is None:
-        raise ValueError("blocks are required: unknown blocks cannot be replaced by task ids")
-    blocks = list(blocks)
-    for i, b in enumerate(blocks):
-        if b is None:
-            raise ValueError(f"blocks: task {ref_ids[i] if i < n else i!r} has no block label")
-    idx, labels = encode_blocks(blocks, n)
-    known = [lab for lab in labels if lab != UNPLACED]
-    if len(known) < 2:
-        raise ValueError(f"blocks: {len(known)} known block(s); at least two are required")
+    idx, labels = _block_index(blocks, ref_ids)
     return data, idx, labels, ref_ids

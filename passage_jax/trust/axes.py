@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from passage_jax.checks import is_number, require_number
 from passage_jax.contract import DIRECTIONS, METRIC_SPEC
 from passage_jax.precision import kernel_precision, kernel_x64
 from passage_jax.reduce import masked_mean, masked_percentile
@@ -185,10 +186,7 @@ def _vector(x, name: str, allow_nan: bool = False) -> np.ndarray:
 
 
 def _threshold(t, name: str) -> float:
-    if isinstance(t, bool) or not isinstance(t, (int, float, np.integer, np.floating)) \
-            or not math.isfinite(float(t)):
-        raise ValueError(f"{name} must be a finite number, got {t!r}")
-    return float(t)
+    return require_number(t, name)
 
 
 def stability_axis(per_seed_p90, *, threshold: float = STABILITY_THRESHOLD,
@@ -251,8 +249,7 @@ def odd_boundary_axis(values, stratifier, *, top_quantile: float = DEFAULT_TOP_Q
     s = _vector(stratifier, "stratifier")
     if v.shape[1] != s.size:
         raise ValueError(f"values have {v.shape[1]} tasks, the stratifier {s.size}")
-    if isinstance(top_quantile, bool) or not isinstance(top_quantile, (int, float)) \
-            or not 0.0 < float(top_quantile) < 1.0:
+    if not is_number(top_quantile) or not 0.0 < float(top_quantile) < 1.0:
         raise ValueError(f"top_quantile must be in (0, 1), got {top_quantile!r}")
     if kernel_precision() == "float64":
         with kernel_x64():
