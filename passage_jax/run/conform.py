@@ -53,12 +53,37 @@ from passage_jax.run.loop import create_folder, refuse_inside_dataset, spec_and_
 from passage_jax.run.spec import RunSpec
 from passage_jax.run.timing import execute
 
-__all__ = ["conform", "analytic_task", "RECEIPT_FORMAT", "SCOPE"]
+__all__ = ["conform", "analytic_task", "RECEIPT_FORMAT", "SCOPE", "Probe", "CheckResult", "run_checks",
+           "check_isolation"]
 
 RECEIPT_FORMAT = "passage-jax-conformance-v1"
 SCOPE = ("CPU interface checks of the request/result protocol on one admitted task and an "
          "analytic graph; not device synchronisation, population label validity or "
          "candidate optimality")
+
+
+@dataclasses.dataclass(frozen=True)
+class Probe:
+    """What the checks work on: the built planner, the admitted task with its budget,
+    ``c*`` and reference route."""
+
+    planner: object
+    task: object
+    budget: BudgetSpec
+    c_star: float
+    ref_route: np.ndarray
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckResult:
+    """One check of the receipt: its name, whether it passed, and what it saw."""
+
+    name: str
+    passed: bool
+    detail: dict
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "passed": bool(self.passed), "detail": self.detail}
 
 
 class _Wrapped:
@@ -75,13 +100,18 @@ def _score(routes, tasks, c_star, ok, refs):
     return score_routes(routes, tasks, np.asarray(c_star, np.float64), np.asarray(ok, bool), refs)
 
 
-def _check(name, fn):
+def _route(snap) -> np.ndarray:
+    return snap[1] if snap[1] is not None else np.zeros((0, 2), np.int32)
+
+
+def _checked(name: str, fn, *args) -> CheckResult:
+    """``fn(*args)`` -> ``(passed, detail)`` as a result; an exception fails the check."""
     try:
-        passed, detail = fn()
+        passed, detail = fn(*args)
     except Exception as e:  # noqa: BLE001
         passed, detail = False, {"error": f"{type(e).__name__}: {e}",
                                  "trace": traceback.format_exc()[-1500:]}
-    return {"name": name, "passed": bool(passed), "detail": detail}
+    return CheckResult(name, bool(passed), detail)
 
 
 def analytic_task(objective: str, weight: float, n: int = 9):
@@ -102,168 +132,213 @@ def analytic_task(objective: str, weight: float, n: int = 9):
     return scene.task(objective, "obstacles"), c_star
 
 
-def conform(spec: RunSpec | str, output, admitted: adm.Admitted | None = None) -> dict:
-    """Run the checks and write ``<output>/conformance.json``; returns the receipt. The
-    output folder is checked as a run's (:func:`passage_jax.run.loop.output_folder`, new
-    or empty, outside the dataset root) before anything runs."""
-    spec, output = spec_and_output(spec, output)
-    one = dataclasses.replace(spec, n_samples=1)
-    if admitted is None:
-        admitted = adm.admit(one)
-    refuse_inside_dataset(output, admitted.root)
-    task = admitted.tasks[0]
-    c_star = float(admitted.references.c_star[0])
-    ref_route = admitted.references.routes[0]
-    seed = spec.seeds[0]
-    planner = load_planner(spec.inference, spec.inference_format, spec.kwargs_for_seed(seed))
-    budget = spec.budget
-    captured = {}
+# --------------------------------------------------------------------------- #
+# the checks: each ``(probe, ...) -> (passed, detail)``
+# --------------------------------------------------------------------------- #
 
-    def isolation():
-        req = build_request(task, budget, time.monotonic() + 3600.0)
-        task_hash = array_sha256(task.elevation_m, task.obstacles, task.scene.elevation_norm)
-        req_hash = array_sha256(req.elevation, req.obstacles, req.input_tensor)
-        problems = []
-        names = tuple(f.name for f in dataclasses.fields(req))
-        if names != REQUEST_FIELDS:
-            problems.append(f"request fields {names} differ from the protocol")
-        if not set(req.metadata) <= set(METADATA_ALLOWLIST):
-            problems.append(f"metadata keys {sorted(req.metadata)} beyond the allowlist")
-        for n in ("elevation", "obstacles", "input_tensor"):
-            if getattr(req, n).flags.writeable:
-                problems.append(f"request.{n} is writeable")
-            a = getattr(req, n)
-            if a.ndim == 2 and a.shape[1] == 2 and np.array_equal(a, ref_route):
-                problems.append(f"request.{n} equals the reference route")
-        for n in REQUEST_FIELDS:
-            v = getattr(req, n)
-            if isinstance(v, float) and math.isclose(v, c_star, rel_tol=1e-9):
-                problems.append(f"request.{n} equals c*")
-        raw = planner.raw(req)
-        captured["raw"] = raw
-        if array_sha256(req.elevation, req.obstacles, req.input_tensor) != req_hash:
-            problems.append("the planner changed its request's arrays")
-        if array_sha256(task.elevation_m, task.obstacles, task.scene.elevation_norm) != task_hash:
-            problems.append("the runner's task data changed during the call")
-        return not problems, {"problems": problems, "fields": list(names),
-                              "metadata_keys": sorted(req.metadata)}
+def _request_problems(req, probe: Probe) -> list:
+    """What is wrong with the request the planner receives, before it is called."""
+    problems = []
+    names = tuple(f.name for f in dataclasses.fields(req))
+    if names != REQUEST_FIELDS:
+        problems.append(f"request fields {names} differ from the protocol")
+    if not set(req.metadata) <= set(METADATA_ALLOWLIST):
+        problems.append(f"metadata keys {sorted(req.metadata)} beyond the allowlist")
+    for n in ("elevation", "obstacles", "input_tensor"):
+        if getattr(req, n).flags.writeable:
+            problems.append(f"request.{n} is writeable")
+        a = getattr(req, n)
+        if a.ndim == 2 and a.shape[1] == 2 and np.array_equal(a, probe.ref_route):
+            problems.append(f"request.{n} equals the reference route")
+    for n in REQUEST_FIELDS:
+        v = getattr(req, n)
+        if isinstance(v, float) and math.isclose(v, probe.c_star, rel_tol=1e-9):
+            problems.append(f"request.{n} equals c*")
+    return problems
 
-    def penalties():
-        rec, snap = execute(planner, task, budget)
-        route = snap[1] if snap[1] is not None else np.zeros((0, 2), np.int32)
-        # the same route scored as a failed request, and a legal reference route
-        # under a failed status: both must be failures with the censored cost
-        s = _score([route, ref_route, ref_route], [task] * 3, [c_star] * 3,
-                   [False, False, True], [ref_route] * 3)
-        ok = (not s["success"][0] and not s["success"][1] and bool(s["success"][2])
-              and s["regret"][0] == FAILURE_REGRET and s["regret"][1] == FAILURE_REGRET
-              and math.isclose(float(s["predicted_cost"][1]), CENSOR_FACTOR * c_star, rel_tol=1e-12))
-        return ok, {"planner_status": rec["status"],
-                    "failed_regret": float(s["regret"][1]),
-                    "failed_predicted_cost": float(s["predicted_cost"][1]), "c_star": c_star}
 
-    def deadlines():
-        rec, _ = execute(planner, task, BudgetSpec(wall_time_ms=1e-3))
+def _isolation(probe: Probe, answers: list):
+    """``ordinary_input_isolation``; the planner's raw answer goes into ``answers``."""
+    task = probe.task
+    req = build_request(task, probe.budget, time.monotonic() + 3600.0)
+    task_hash = array_sha256(task.elevation_m, task.obstacles, task.scene.elevation_norm)
+    req_hash = array_sha256(req.elevation, req.obstacles, req.input_tensor)
+    problems = _request_problems(req, probe)
+    answers.append(probe.planner.raw(req))
+    if array_sha256(req.elevation, req.obstacles, req.input_tensor) != req_hash:
+        problems.append("the planner changed its request's arrays")
+    if array_sha256(task.elevation_m, task.obstacles, task.scene.elevation_norm) != task_hash:
+        problems.append("the runner's task data changed during the call")
+    return not problems, {"problems": problems, "fields": [f.name for f in dataclasses.fields(req)],
+                          "metadata_keys": sorted(req.metadata)}
 
-        def late(r):
-            time.sleep(0.03)
-            return PlanResult(path=np.asarray(ref_route))
 
-        rec2, _ = execute(_Wrapped(late), task, BudgetSpec(wall_time_ms=5.0))
-        ok = rec["status"] == "timeout" and rec2["status"] == "timeout" and rec2["problem"] is None
-        return ok, {"planner_status_at_spent_deadline": rec["status"],
-                    "planner_returned_ms": rec["returned_ms"],
-                    "late_legal_route_status": rec2["status"]}
+def check_isolation(probe: Probe) -> tuple[CheckResult, object]:
+    """The request has exactly the protocol fields and allowlisted metadata, read-only
+    arrays, nothing equal to the reference route or c*; the call changes neither the
+    request nor the task. Returns the result and the planner's raw answer (None when
+    the call did not return)."""
+    answers: list = []
+    result = _checked("ordinary_input_isolation", _isolation, probe, answers)
+    return result, (answers[0] if answers else None)
 
-    def stage_work():
-        raw = captured.get("raw")
-        problems = []
-        if raw is None:
-            raw = planner.raw(build_request(task, budget))
-        try:
-            res = normalise_result(raw)
-            missing = [c for lim, c in (("max_expansions", "expansions"),
-                                        ("max_queue_operations", "queue_operations"),
-                                        ("max_live_states", "live_states"))
-                       if getattr(budget, lim) is not None and c not in res.work]
-            if missing:
-                problems.append(f"configured limits without counters: {missing}")
-            work, stages = res.work, res.stage_work
-        except ProtocolError as e:
-            problems.append(str(e))
-            work, stages = None, None
 
-        def under(r):
-            return PlanResult(path=np.asarray(ref_route), work={"expansions": 1},
-                              stage_work={"primary": {"expansions": 2},
-                                          "fallback": {"expansions": 3}})
+def _penalties(probe: Probe):
+    """The planner's route scored as a failed request, and a legal reference route under
+    a failed status: both must be failures with the censored cost."""
+    rec, snap = execute(probe.planner, probe.task, probe.budget)
+    ref, c_star = probe.ref_route, probe.c_star
+    s = _score([_route(snap), ref, ref], [probe.task] * 3, [c_star] * 3,
+               [False, False, True], [ref] * 3)
+    ok = (not s["success"][0] and not s["success"][1] and bool(s["success"][2])
+          and s["regret"][0] == FAILURE_REGRET and s["regret"][1] == FAILURE_REGRET
+          and math.isclose(float(s["predicted_cost"][1]), CENSOR_FACTOR * c_star, rel_tol=1e-12))
+    return ok, {"planner_status": rec["status"],
+                "failed_regret": float(s["regret"][1]),
+                "failed_predicted_cost": float(s["predicted_cost"][1]), "c_star": c_star}
 
-        rec, _ = execute(_Wrapped(under), task, BudgetSpec())
-        if rec["status"] != "runtime_error":
-            problems.append("an under-reported total was not refused")
-        return not problems, {"problems": problems, "work": work, "stage_work": stages}
 
-    def malformed():
-        h, w = task.obstacles.shape
-        variants = {
-            "float": np.asarray(ref_route, np.float64),
-            "out_of_bounds": np.vstack([ref_route, [[h, w - 1]]]),
-            "negative": np.vstack([[[-1, 0]], ref_route]),
-        }
-        out, problems = {}, []
-        for name, path in variants.items():
-            rec, snap = execute(_Wrapped(lambda r, p=path: PlanResult(path=p)), task, BudgetSpec())
-            cand = snap[1] if snap[1] is not None else path
-            s = _score([cand], [task], [c_star], [rec["status"] == "ok"], [ref_route])
-            out[name] = {"status": rec["status"], "route_format": rec["route_format"],
-                         "valid_path": bool(s["valid_path"][0])}
-            if rec["status"] != "invalid_path" or s["valid_path"][0]:
-                problems.append(name)
-        if out["float"]["route_format"] != "float":
-            problems.append("float route not flagged")
-        return not problems, {"cases": out, "problems": problems}
+def _deadlines(probe: Probe):
+    """The planner under a spent wall budget, and a legal route returned late: both ``timeout``."""
+    rec, _ = execute(probe.planner, probe.task, BudgetSpec(wall_time_ms=1e-3))
 
-    def analytic():
-        t, cs = analytic_task(task.objective, task.weight)
-        rec, snap = execute(planner, t, budget)
-        s = _score([snap[1] if snap[1] is not None else np.zeros((0, 2), np.int32)], [t], [cs],
-                   [rec["status"] == "ok"], [t.route])
-        ok = rec["status"] in STATUSES and rec["status"] != "runtime_error"
-        return ok, {"status": rec["status"], "c_star": cs, "route_cost": rec["route_cost"],
-                    "regret": float(s["regret"][0]), "error": rec["error"]}
+    def late(r):
+        time.sleep(0.03)
+        return PlanResult(path=np.asarray(probe.ref_route))
 
-    def admitted_task():
-        rec, snap = execute(planner, task, budget)
-        ok = rec["status"] in STATUSES and rec["status"] != "runtime_error"
-        return ok, {"sample_id": task.id, "status": rec["status"],
-                    "latency_ms": rec["latency_ms"], "route_format": rec["route_format"],
-                    "error": rec["error"], "work": rec["work"]}
+    rec2, _ = execute(_Wrapped(late), probe.task, BudgetSpec(wall_time_ms=5.0))
+    ok = rec["status"] == "timeout" and rec2["status"] == "timeout" and rec2["problem"] is None
+    return ok, {"planner_status_at_spent_deadline": rec["status"],
+                "planner_returned_ms": rec["returned_ms"],
+                "late_legal_route_status": rec2["status"]}
 
-    checks = [
-        _check("ordinary_input_isolation", isolation),
-        _check("failure_penalties", penalties),
-        _check("absolute_deadlines", deadlines),
-        _check("accumulated_stage_work", stage_work),
-        _check("malformed_coordinates", malformed),
-        _check("analytic_graph", analytic),
-        _check("admitted_task", admitted_task),
-    ]
-    receipt = {
+
+def _reported_work(raw, budget: BudgetSpec, problems: list):
+    """The work and stage work of a raw answer; a configured limit without its counter,
+    or a malformed answer, is a problem."""
+    try:
+        res = normalise_result(raw)
+    except ProtocolError as e:
+        problems.append(str(e))
+        return None, None
+    missing = [c for lim, c in (("max_expansions", "expansions"),
+                                ("max_queue_operations", "queue_operations"),
+                                ("max_live_states", "live_states"))
+               if getattr(budget, lim) is not None and c not in res.work]
+    if missing:
+        problems.append(f"configured limits without counters: {missing}")
+    return res.work, res.stage_work
+
+
+def _stage_work(probe: Probe, raw):
+    """The totals cover the stage subtotals and configured limits have their counters;
+    an under-reported total is refused."""
+    problems: list = []
+    if raw is None:
+        raw = probe.planner.raw(build_request(probe.task, probe.budget))
+    work, stages = _reported_work(raw, probe.budget, problems)
+
+    def under(r):
+        return PlanResult(path=np.asarray(probe.ref_route), work={"expansions": 1},
+                          stage_work={"primary": {"expansions": 2}, "fallback": {"expansions": 3}})
+
+    rec, _ = execute(_Wrapped(under), probe.task, BudgetSpec())
+    if rec["status"] != "runtime_error":
+        problems.append("an under-reported total was not refused")
+    return not problems, {"problems": problems, "work": work, "stage_work": stages}
+
+
+def _malformed(probe: Probe):
+    """Float and out-of-bounds routes are stored as returned, end ``invalid_path`` and
+    score invalid."""
+    task, ref = probe.task, probe.ref_route
+    h, w = task.obstacles.shape
+    variants = {"float": np.asarray(ref, np.float64), "out_of_bounds": np.vstack([ref, [[h, w - 1]]]),
+                "negative": np.vstack([[[-1, 0]], ref])}
+    out, problems = {}, []
+    for name, path in variants.items():
+        rec, snap = execute(_Wrapped(lambda r, p=path: PlanResult(path=p)), task, BudgetSpec())
+        cand = snap[1] if snap[1] is not None else path
+        s = _score([cand], [task], [probe.c_star], [rec["status"] == "ok"], [ref])
+        out[name] = {"status": rec["status"], "route_format": rec["route_format"],
+                     "valid_path": bool(s["valid_path"][0])}
+        if rec["status"] != "invalid_path" or s["valid_path"][0]:
+            problems.append(name)
+    if out["float"]["route_format"] != "float":
+        problems.append("float route not flagged")
+    return not problems, {"cases": out, "problems": problems}
+
+
+def _terminal(rec) -> bool:
+    return rec["status"] in STATUSES and rec["status"] != "runtime_error"
+
+
+def _analytic(probe: Probe):
+    """The planner answers a flat 9x9 grid with a known optimum with a terminal record."""
+    t, cs = analytic_task(probe.task.objective, probe.task.weight)
+    rec, snap = execute(probe.planner, t, probe.budget)
+    s = _score([_route(snap)], [t], [cs], [rec["status"] == "ok"], [t.route])
+    return _terminal(rec), {"status": rec["status"], "c_star": cs, "route_cost": rec["route_cost"],
+                            "regret": float(s["regret"][0]), "error": rec["error"]}
+
+
+def _admitted(probe: Probe):
+    """One timed request on the admitted task ends with a terminal record."""
+    rec, _ = execute(probe.planner, probe.task, probe.budget)
+    return _terminal(rec), {"sample_id": probe.task.id, "status": rec["status"],
+                            "latency_ms": rec["latency_ms"], "route_format": rec["route_format"],
+                            "error": rec["error"], "work": rec["work"]}
+
+
+def run_checks(probe: Probe) -> list:
+    """Every check on ``probe``, in the receipt's order (the stage-work check reuses the
+    isolation check's answer)."""
+    isolation, raw = check_isolation(probe)
+    return [isolation,
+            _checked("failure_penalties", _penalties, probe),
+            _checked("absolute_deadlines", _deadlines, probe),
+            _checked("accumulated_stage_work", _stage_work, probe, raw),
+            _checked("malformed_coordinates", _malformed, probe),
+            _checked("analytic_graph", _analytic, probe),
+            _checked("admitted_task", _admitted, probe)]
+
+
+# --------------------------------------------------------------------------- #
+# the receipt
+# --------------------------------------------------------------------------- #
+
+def _receipt(spec: RunSpec, admitted: adm.Admitted, probe: Probe, seed: int, checks: list) -> dict:
+    return {
         "format": RECEIPT_FORMAT,
-        "passed": all(c["passed"] for c in checks),
+        "passed": all(c.passed for c in checks),
         "scope": SCOPE,
-        "checks": checks,
+        "checks": [c.to_dict() for c in checks],
         "spec": spec.to_dict(),
         "spec_sha256": spec.sha256(),
         "seed": seed,
         "planner": admitted.entry,
-        "task": {"sample_id": task.id, "c_star": c_star,
+        "task": {"sample_id": probe.task.id, "c_star": probe.c_star,
                  "shards": admitted.shards, "reference_policy": spec.reference_policy},
         "code": code_hash(),
         "hardware": adm.hardware(),
         "versions": package_versions(),
         "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+
+
+def conform(spec: RunSpec | str, output, admitted: adm.Admitted | None = None) -> dict:
+    """Run the checks and write ``<output>/conformance.json``; returns the receipt. The
+    output folder is checked as a run's (:func:`passage_jax.run.loop.output_folder`, new
+    or empty, outside the dataset root) before anything runs."""
+    spec, output = spec_and_output(spec, output)
+    if admitted is None:
+        admitted = adm.admit(dataclasses.replace(spec, n_samples=1))
+    refuse_inside_dataset(output, admitted.root)
+    seed = spec.seeds[0]
+    planner = load_planner(spec.inference, spec.inference_format, spec.kwargs_for_seed(seed))
+    probe = Probe(planner=planner, task=admitted.tasks[0], budget=spec.budget,
+                  c_star=float(admitted.references.c_star[0]), ref_route=admitted.references.routes[0])
+    receipt = _receipt(spec, admitted, probe, seed, run_checks(probe))
     create_folder(output)
     atomic_write_json(output / "conformance.json", receipt)
     return receipt

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import jax
 
+from passage_jax.checks import is_int
 from passage_jax.fileio import atomic_write_json, jsonable, sha256_file, utc_now
 from passage_jax.protocol.records import code_hash, package_versions
 from passage_jax.run.spec import RunSpec
@@ -63,7 +64,7 @@ def inference_protocol(kwargs: dict) -> dict:
     tile = given["tile"]
     settings = {"tile": tile, "stride": given.get("stride"), "hflip": given.get("hflip", True),
                 "blend": given.get("blend", "hann"), "stitch": given.get("stitch", "fields")}
-    canonical_stride = tile // 2 if isinstance(tile, int) and not isinstance(tile, bool) else None
+    canonical_stride = tile // 2 if is_int(tile) else None
     if settings["stride"] is None:
         settings["stride"] = canonical_stride
     want = {"stride": canonical_stride, "hflip": True, "blend": "hann", "stitch": "fields"}

@@ -82,6 +82,44 @@ def call_planner(planner, make_request) -> dict:
     return out
 
 
+def _reported(rec: dict, result) -> None:
+    """The planner's own figures from its result into the record."""
+    rec.update(reported_status=result.status, work=result.work, stage_work=result.stage_work,
+               precision=result.precision, resource_peaks=result.resource_peaks,
+               route_stage=result.route_stage)
+    if result.message:
+        rec["message"] = result.message[-2000:]
+
+
+def _legality(rec: dict, task, snap: tuple) -> None:
+    """The route's legality problem (or its malformation) and, for a legal route, its cost."""
+    fmt, route, _, _ = snap
+    if route is not None:
+        rec["problem"] = route_problem(route, task.scene.start, task.scene.goal, task.obstacles)
+        if rec["problem"] is None:
+            rec["route_cost"] = route_cost(route, task.elevation_m, task.objective, task.weight)
+    elif ROUTE_FORMATS[fmt] != "none":
+        rec["problem"] = f"malformed route ({ROUTE_FORMATS[fmt]}: {snap[3]})"
+
+
+def _status(rec: dict, result, budget: BudgetSpec, has_route: bool, late: bool) -> str:
+    """The status of a request the planner answered in its own process (the precedence
+    after a planner failure): late, budget problem, ok without a legal route, its own."""
+    if late:
+        return "timeout"
+    bp = budget_problem(result, budget)
+    if bp is not None:
+        status, reason = bp
+        rec["error"] = reason
+        rec["error_type"] = "BudgetError" if status == "budget_exhausted" else "ProtocolError"
+        return status
+    if result.status == "ok" and (rec["problem"] is not None or not has_route):
+        if not has_route and rec["problem"] is None:
+            rec["problem"] = "status ok without a route"
+        return "invalid_path"
+    return result.status
+
+
 def finish_record(task, budget: BudgetSpec, outcome: dict, t0: float, t_ret: float,
                   clock=time.monotonic) -> tuple:
     """Check legality, recost, stop the clock and apply the status precedence.
@@ -98,40 +136,16 @@ def finish_record(task, budget: BudgetSpec, outcome: dict, t0: float, t_ret: flo
                  "resource_peaks": {}, "route_cost": None, "sync_arrays": outcome["sync_arrays"],
                  "route_stage": None}
     snap = outcome["snap"]
-    status = outcome["status"]
     result = outcome["result"]
     if result is not None:
-        rec.update(reported_status=result.status, work=result.work, stage_work=result.stage_work,
-                   precision=result.precision, resource_peaks=result.resource_peaks,
-                   route_stage=result.route_stage)
-        if result.message:
-            rec["message"] = result.message[-2000:]
-    # legality and recosting (inside the timer)
-    fmt, route, _, _ = snap
-    if route is not None:
-        rec["problem"] = route_problem(route, task.scene.start, task.scene.goal, task.obstacles)
-        if rec["problem"] is None:
-            rec["route_cost"] = route_cost(route, task.elevation_m, task.objective, task.weight)
-    elif ROUTE_FORMATS[fmt] != "none":
-        rec["problem"] = f"malformed route ({ROUTE_FORMATS[fmt]}: {snap[3]})"
+        _reported(rec, result)
+    _legality(rec, task, snap)  # inside the timer
     t_end = clock()
-
     late = deadline is not None and t_ret > deadline
+    status = outcome["status"]
     if status is None:
-        if late:
-            status = "timeout"
-        else:
-            bp = budget_problem(result, budget)
-            if bp is not None:
-                status, reason = bp
-                rec["error"] = reason
-                rec["error_type"] = "BudgetError" if status == "budget_exhausted" else "ProtocolError"
-            elif result.status == "ok" and (rec["problem"] is not None or route is None):
-                status = "invalid_path"
-                if route is None and rec["problem"] is None:
-                    rec["problem"] = "status ok without a route"
-            else:
-                status = result.status
+        status = _status(rec, result, budget, snap[1] is not None, late)
+    fmt, route = snap[0], snap[1]
     rec["status"] = status
     rec["latency_ms"] = (t_end - t0) * 1000.0
     rec["returned_ms"] = (t_ret - t0) * 1000.0 if outcome.get("returned", True) else None
