@@ -2,7 +2,7 @@
 print the table; with ``--against``, also run + score the baseline spec ``B`` on the
 same tasks, compare the two (paired block bootstrap) and write the report.
 
-Output folders are absolute and checked like a run's (:mod:`passage_jax.run.loop`): the
+Output folders are absolute and checked like a run's (:mod:`passage_jax.run.folder`): the
 default ``<results_root>/<method_name>-<time>`` never leaves ``results_root`` (a
 ``method_name`` is a plain name), and no output lies inside the dataset root.
 
@@ -32,17 +32,21 @@ def register(p):
 
 
 def bench(spec, output=None, container_digest=None, progress=None, log=None) -> dict:
-    """Run + score ``spec`` (a path or a RunSpec) and write ``sidecar.json``."""
+    """Run + score ``spec`` (a path or a RunSpec) and write ``sidecar.json``. ``progress``:
+    a callback for the run's progress events, or whether to draw progress bars (None:
+    when stderr is a terminal; :func:`cli.run.run_progress`)."""
     # command start-up: the library loads only when the command runs (--help stays instant)
+    from cli.run import run_progress  # noqa: PLC0415 (CLI start-up)
     from passage_jax.evaluate import default_output, score_run, sidecar  # noqa: PLC0415 (CLI start-up)
     from passage_jax.fileio import atomic_write_json  # noqa: PLC0415 (CLI start-up)
     from passage_jax.run import RunSpec, load_spec, run_spec  # noqa: PLC0415 (CLI start-up)
-    from passage_jax.run.loop import output_folder  # noqa: PLC0415 (CLI start-up)
+    from passage_jax.run.folder import output_folder  # noqa: PLC0415 (CLI start-up)
 
     if not isinstance(spec, RunSpec):
         spec = load_spec(spec)
     output = output_folder(output if output is not None else default_output(spec))
-    run_spec(spec, output, progress=progress, log=log)
+    with run_progress(progress) as bars:
+        run_spec(spec, output, progress=bars, log=log)
     scores = score_run(output, log=log)
     side = sidecar(output, spec, scores, container_digest)
     atomic_write_json(output / "sidecar.json", side)
@@ -56,7 +60,7 @@ def against(spec, baseline, output=None, container_digest=None, progress=None, l
     component-attribution table when a run declares ``component_control``)."""
     from passage_jax.evaluate import compare_runs, default_output, write_report  # noqa: PLC0415 (CLI start-up)
     from passage_jax.run import OutputFolderTaken, holds_run, load_spec  # noqa: PLC0415 (CLI start-up)
-    from passage_jax.run.loop import output_folder  # noqa: PLC0415 (CLI start-up)
+    from passage_jax.run.folder import output_folder  # noqa: PLC0415 (CLI start-up)
 
     spec, baseline = load_spec(spec), load_spec(baseline)
     if spec.method_name == baseline.method_name:

@@ -1,9 +1,14 @@
 """``python -m cli run --spec S --output D [--resume | --dry-run]``: run a planner on frozen tasks.
 
 Every launch writes ``resolved_protocol.json`` into ``--output``; ``--dry-run`` admits the
-spec and writes that record only (no request runs, no seed folder is made)."""
+spec and writes that record only (no request runs, no seed folder is made). Progress
+bars (one per seed, when stderr is a terminal and ``--no-progress`` is not given) draw
+the :class:`~passage_jax.run.ProgressEvent` values the run reports (:func:`run_progress`,
+also used by ``bench``)."""
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 
 from cli import launch
@@ -54,9 +59,10 @@ def main(args) -> int:
             admitted = _admit_across_processes(spec, args)
             if admitted is None:
                 return 0
-        summary = run_spec(spec, args.output, progress=False if args.no_progress else None,
-                           log=lambda m: print(m, file=sys.stderr), resume=args.resume,
-                           dry_run=args.dry_run, admitted=admitted)
+        with run_progress(False if args.no_progress else None) as progress:
+            summary = run_spec(spec, args.output, progress=progress,
+                               log=lambda m: print(m, file=sys.stderr), resume=args.resume,
+                               dry_run=args.dry_run, admitted=admitted)
     except cluster.ClusterError as e:
         return launch.fail("run", e)
     except OutputFolderTaken as e:
@@ -74,21 +80,25 @@ def main(args) -> int:
     except (SpecError, AdmissionError, RunError) as e:
         print(f"run: {e}", file=sys.stderr)
         return 2
+    _print_summary(summary, args.output)
+    return 0
+
+
+def _print_summary(summary: dict, output) -> None:
     if summary.get("dry_run"):
         proto = summary["inference_protocol"]
         print(f"dry run: admitted {summary['n_tasks']} tasks; inference protocol {proto['name']!r} "
               f"({'canonical' if proto['canonical'] else 'noncanonical'}); nothing was run; "
               f"record written to {summary['resolved_protocol']}")
-        return 0
+        return
     for seed, s in summary["per_seed"].items():
         counts = ", ".join(f"{series}: " + " ".join(f"{k}={v}" for k, v in sorted(c.items()))
                            for series, c in s["status_counts"].items())
         print(f"seed {seed}: {s['n_records']} records ({counts})")
     if summary.get("complete"):
-        print(f"run in {args.output} was already complete; nothing was run")
+        print(f"run in {output} was already complete; nothing was run")
     else:
-        print(f"run written to {args.output}")
-    return 0
+        print(f"run written to {output}")
 
 
 def _admit_across_processes(spec, args):
@@ -109,3 +119,61 @@ def _admit_across_processes(spec, args):
     print(f"run: process {cluster.process_index()} of {cluster.process_count()}: references "
           f"qualified and delivered; process 0 runs the requests", file=sys.stderr)
     return None
+
+
+class RunProgress:
+    """rich progress bars for a run's progress events: a bar per seed, opened by the event
+    that starts the seed (``<method> seed <seed>``) and advanced by each request's
+    (``<method> seed <seed> <series>#<repeat>``). The display starts with the first
+    event; :meth:`stop` ends it."""
+
+    def __init__(self):
+        self._bars = None
+        self._bar = None
+
+    def __call__(self, event) -> None:
+        bars = self._display()
+        label = f"{event.method} seed {event.seed}"
+        if event.series is None or self._bar is None:
+            self._bar = bars.add_task(label, total=event.total, completed=event.done)
+        else:
+            bars.update(self._bar, completed=event.done,
+                        description=f"{label} {event.series}#{event.repeat}")
+
+    def _display(self):
+        if self._bars is None:
+            from rich.progress import (  # noqa: PLC0415 (CLI start-up)
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+
+            self._bars = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                  TimeElapsedColumn(), TimeRemainingColumn(), transient=False)
+            self._bars.start()
+        return self._bars
+
+    def stop(self) -> None:
+        if self._bars is not None:
+            self._bars.stop()
+
+
+@contextlib.contextmanager
+def run_progress(progress=None):
+    """The ``progress`` callback for :func:`passage_jax.run.run_spec`: ``progress`` itself
+    when it is callable; otherwise progress bars (:class:`RunProgress`) when ``progress``
+    is true, or None and stderr is a terminal; otherwise None (no progress)."""
+    if callable(progress):
+        yield progress
+        return
+    if not (os.isatty(2) if progress is None else progress):
+        yield None
+        return
+    bars = RunProgress()
+    try:
+        yield bars
+    finally:
+        bars.stop()

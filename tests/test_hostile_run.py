@@ -19,7 +19,8 @@ from cli.__main__ import main
 from passage_jax.evaluate import default_output
 from passage_jax.run import OutputFolderTaken, ResumeError, RunError, SpecError, load_spec, parse_spec
 from passage_jax.run.admission import AdmissionError, admit, checkpoint_files, entry_identity
-from passage_jax.run.loop import _LOCK, RUN_STARTED, run_spec
+from passage_jax.run.folder import LOCK as _LOCK
+from passage_jax.run.loop import RUN_STARTED, run_spec
 from passage_jax.run.spec import ECHO_LIMIT, SPEC_MAX_BYTES
 
 FAST = {"latency_warmup": 0, "latency_repeats": 1, "quality_repeat_index": 0}

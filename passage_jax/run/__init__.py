@@ -4,8 +4,8 @@ folders and conformance checks.
 ``run_spec(spec, output)`` admits a spec and writes one ``seed-<seed>/`` folder per
 seed (formats in :mod:`passage_jax.protocol.records`; every record is made durable in
 a journal as it completes, and ``run_spec(..., resume=True)`` continues a killed
-run); :mod:`passage_jax.evaluate` scores those folders offline and never imports this
-package.
+run; ``progress=`` takes a callable that receives :class:`ProgressEvent` values);
+:mod:`passage_jax.evaluate` scores those folders offline and never imports this package.
 """
 from passage_jax.run.admission import AdmissionError, Admitted, References, admit
 from passage_jax.run.conform import conform
@@ -18,6 +18,7 @@ from passage_jax.run.loop import (
     run_seed,
     run_spec,
 )
+from passage_jax.run.progress import ProgressEvent
 from passage_jax.run.spec import (
     DEFAULTS,
     KNOWN,
@@ -36,5 +37,5 @@ __all__ = [
     "RunSpec", "SpecError", "load_spec", "parse_spec", "DEFAULTS", "KNOWN", "REQUIRED",
     "STARTER_SPEC", "Admitted", "AdmissionError", "References", "admit", "execute",
     "block_until_ready", "RunError", "OutputFolderTaken", "ResumeError", "holds_run", "passes",
-    "run_seed", "run_spec", "conform",
+    "run_seed", "run_spec", "conform", "ProgressEvent",
 ]

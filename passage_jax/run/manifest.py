@@ -1,0 +1,152 @@
+"""What a run folder says about itself: the run identity (what a resume must find
+unchanged, stored in ``run_started.json``) and the seed manifest (``manifest.json``)."""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from pathlib import Path
+
+from passage_jax.compilation import compile_stats
+from passage_jax.fileio import jsonable, sha256_file, utc_now
+from passage_jax.protocol.records import RUN_FORMAT, package_versions
+from passage_jax.run import admission as adm
+from passage_jax.run.context import RunContext
+from passage_jax.run.journal import JOURNAL_NAME
+from passage_jax.run.plan import passes
+from passage_jax.run.protocol_record import run_protocol
+from passage_jax.run.provenance import provenance
+from passage_jax.run.seed_state import Build, SeedState
+
+__all__ = ["run_identity", "tasks_sha256", "SeedFiles", "seed_manifest"]
+
+_COMPILATION_SCOPE = ("the run's process (admission, references and in-process planners; "
+                      "a supervised worker's compilations are its own)")
+
+
+def tasks_sha256(admitted: adm.Admitted) -> str:
+    """sha256 over the tasks' ``sample_id:input_hash`` lines, in task order."""
+    h = hashlib.sha256()
+    for sid, ih in zip(admitted.sample_ids, admitted.input_hashes()):
+        h.update(f"{sid}:{ih}\n".encode())
+    return h.hexdigest()
+
+
+def run_identity(admitted: adm.Admitted, code: dict, prov: dict | None = None) -> dict:
+    """What a resumed run must share with the stored one: spec hash, data (shards by
+    name, sha256 and rows; sample ids; tasks hash), references identity, planner entry,
+    checkpoints, runtime bundle, code hash, and the calibration decisions and roster
+    (:mod:`passage_jax.run.provenance`)."""
+    spec = admitted.spec
+    prov = prov or {}
+    return jsonable({
+        "calibration_decisions": prov.get("calibration_decisions"),
+        "roster": prov.get("roster"),
+        "spec_sha256": spec.sha256(),
+        "data": {"shards": [{"name": s["name"], "sha256": s["sha256"], "rows_used": s["rows_used"]}
+                            for s in admitted.shards],
+                 "sample_ids": admitted.sample_ids, "tasks_sha256": tasks_sha256(admitted)},
+        "references": {"identity": admitted.references.identity(),
+                       "policy": admitted.references.policy},
+        "planner": {"inference": admitted.entry.get("inference"),
+                    "module_sha256": admitted.entry.get("module_sha256"),
+                    "qualname": admitted.entry.get("qualname")},
+        "checkpoints": admitted.checkpoints,
+        "runtime_bundle": (admitted.runtime_bundle or {}).get("files"),
+        "code_sha256": code["sha256"],
+    })
+
+
+@dataclasses.dataclass(frozen=True)
+class SeedFiles:
+    """The files of a finished seed as built from its journal: the number of records,
+    the status counts per series, the sha256 of each seed file and the journal's path."""
+
+    n_records: int
+    status_counts: dict
+    files: dict
+    journal: Path
+
+
+def seed_manifest(ctx: RunContext, seed: int, state: SeedState, made: SeedFiles) -> dict:
+    """The seed's ``manifest.json``."""
+    spec, admitted = ctx.spec, ctx.admitted
+    first = state.first_build
+    return {
+        "format": RUN_FORMAT,
+        "seed": int(seed),
+        "method_name": spec.method_name,
+        "spec": spec.to_dict(),
+        "spec_sha256": spec.sha256(),
+        "spec_source": spec.source,
+        "inference_kwargs": spec.kwargs_for_seed(seed),
+        "planner": {**admitted.entry, "name": None if first is None else first.planner_name,
+                    "construction_ms": None if first is None else first.construction_ms},
+        "checkpoints": admitted.checkpoints.get(str(seed), {}),
+        "runtime_bundle": admitted.runtime_bundle,
+        "component_control": spec.component_control,
+        "inference_protocol": run_protocol(spec),
+        "provenance": ctx.provenance or provenance(spec, admitted.sample_ids),
+        "code": ctx.code,
+        "data": _data(admitted),
+        "references": _references(admitted.references),
+        "timing": _timing(spec, first),
+        "budget": spec.budget.to_dict(),
+        "hardware": adm.hardware(),
+        "device": None if admitted.device is None else str(admitted.device),
+        "versions": package_versions(),
+        "n_records": made.n_records,
+        "status_counts": made.status_counts,
+        "files": made.files,
+        "journal": {"file": JOURNAL_NAME, "sha256": sha256_file(made.journal),
+                    "entries": made.n_records, "durability": "each record fsynced as it completes"},
+        "resume": _resume(state),
+        "compilation": {"process": compile_stats().to_dict(), "scope": _COMPILATION_SCOPE},
+        "started_utc": state.started_utc,
+        "finished_utc": utc_now(),
+    }
+
+
+def _data(admitted: adm.Admitted) -> dict:
+    spec = admitted.spec
+    return {
+        "dataset_root": str(Path(admitted.root).resolve()),
+        "dataset_path": spec.dataset_path,
+        "dataset_repo": spec.dataset_repo,
+        "dataset_revision": spec.dataset_revision,
+        "resolution": spec.resolution, "split": spec.split,
+        "n_samples": spec.n_samples, "n_tasks": len(admitted.tasks),
+        "cost_model": spec.cost_model, "task_variant": spec.task_variant,
+        "shards": admitted.shards,
+        "sample_ids": admitted.sample_ids,
+        "tasks_sha256": tasks_sha256(admitted),
+    }
+
+
+def _references(refs: adm.References) -> dict:
+    return {
+        "policy": refs.policy, "cohort_id": refs.cohort_id,
+        "reference_max_expansions": refs.max_expansions,
+        "identity": refs.identity(), "n_qualified": int(refs.qualified.sum()),
+        "solvers": sorted(set(refs.solver)),
+        "precision": refs.precision, "precision_rtol": refs.precision_rtol,
+    }
+
+
+def _timing(spec, first: Build | None) -> dict:
+    return {
+        "profile": None if first is None else first.profile,
+        "latency_warmup": spec.latency_warmup, "latency_repeats": spec.latency_repeats,
+        "quality_repeat_index": spec.quality_repeat_index,
+        "passes": [list(p) for p in passes(spec)],
+        "timer": None if first is None else first.timer,
+    }
+
+
+def _resume(state: SeedState) -> dict:
+    return {
+        "resumed": bool(state.resumes),
+        "recovered_records": max((r["recovered_records"] for r in state.resumes), default=0),
+        "resumes": list(state.resumes),
+        "builds": [b.to_dict() for b in state.builds],
+        "repairs": list(state.repairs),
+    }

@@ -1,0 +1,130 @@
+"""The files of a finished seed, built from its journal: ``requests.jsonl``,
+``paths.npz``, ``references.npz`` and ``manifest.json`` (formats in
+:mod:`passage_jax.protocol.records` and ``docs/runner.md``).
+
+The journal is read entry by entry (three passes: the records and the route sizes,
+the route cells, the raw values of malformed routes), so memory stays bounded
+whatever the number of records.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from passage_jax import fileio
+from passage_jax.fileio import atomic_write_json, atomic_write_npz, sha256_file
+from passage_jax.protocol.records import REFERENCES_FORMAT, PathsWriter, pack_routes
+from passage_jax.run import admission as adm
+from passage_jax.run.context import RunContext
+from passage_jax.run.errors import ResumeError
+from passage_jax.run.folder import remove_temporaries
+from passage_jax.run.journal import JOURNAL_NAME, JournalError, fsync_dir, scan_journal
+from passage_jax.run.manifest import SeedFiles, seed_manifest
+from passage_jax.run.plan import RequestPlan, check_entry
+from passage_jax.run.seed_state import SeedState
+
+__all__ = ["SEED_FILES", "references_arrays", "clear_leftovers", "finish_seed"]
+
+#: the files of a finished seed that the manifest hashes (built from the journal)
+SEED_FILES = ("requests.jsonl", "paths.npz", "references.npz")
+
+
+def clear_leftovers(folder: Path) -> None:
+    """Remove what a killed run may have left in a seed folder in progress: final files
+    (rebuilt from the journal) and temporary files of interrupted atomic writes."""
+    remove_temporaries(folder)
+    for name in (*SEED_FILES, "manifest.json"):
+        (folder / name).unlink(missing_ok=True)
+
+
+def references_arrays(admitted: adm.Admitted) -> dict:
+    """The arrays of ``references.npz`` (from the compact task facts: no grids are read).
+    Route cells are stored as int16 when the grid fits (every reference and released
+    route is a legal in-grid route); readers widen them to int32."""
+    refs, stubs = admitted.references, admitted.tasks.stubs
+    cell = np.int16 if admitted.spec.resolution <= np.iinfo(np.int16).max else np.int32
+    coords, offsets = pack_routes(refs.routes)
+    rel_coords, rel_offsets = pack_routes([t.route for t in stubs])
+    n = len(stubs)
+    tiles = [json.dumps(t.tile, sort_keys=True) if t.tile is not None else "" for t in stubs]
+    return {
+        "format": np.array(REFERENCES_FORMAT),
+        "policy": np.array(refs.policy),
+        "cohort_id": np.array(refs.cohort_id or ""),
+        "identity": np.array(refs.identity()),
+        "precision": np.array(refs.precision),
+        "precision_rtol": np.array(refs.precision_rtol, np.float64),
+        "resolution": np.array(admitted.spec.resolution, np.int64),
+        "split": np.array(admitted.spec.split),
+        "task_index": np.arange(n, dtype=np.int64),
+        "sample_id": np.asarray(refs.sample_id, dtype=str),
+        "objective": np.asarray([t.objective for t in stubs], dtype=str),
+        "variant": np.asarray([t.variant for t in stubs], dtype=str),
+        "cost_weight": np.asarray([t.weight for t in stubs], np.float64),
+        "start": np.asarray([t.start for t in stubs], np.int32).reshape(n, 2),
+        "goal": np.asarray([t.goal for t in stubs], np.int32).reshape(n, 2),
+        "c_star": refs.c_star,
+        "qualified": refs.qualified,
+        "released_cost": refs.released_cost,
+        "solver": np.asarray(refs.solver, dtype=str),
+        "reason": np.asarray(refs.reason, dtype=str),
+        "solver_work": refs.work,
+        "route_coords": coords.astype(cell),
+        "route_offsets": offsets,
+        "released_coords": rel_coords.astype(cell),
+        "released_offsets": rel_offsets,
+        "input_sha256": np.asarray(admitted.input_hashes(), dtype=str),
+        "tile_json": np.asarray(tiles, dtype=str),
+    }
+
+
+def finish_seed(ctx: RunContext, seed: int, folder: Path, state: SeedState) -> dict:
+    """Build the seed's files from its journal (which must be complete) and its manifest;
+    returns the manifest."""
+    admitted = ctx.admitted
+    admitted.tasks.release()
+    rows = RequestPlan(ctx.spec, admitted.tasks.stubs)
+    jpath = folder / JOURNAL_NAME
+    try:
+        sizes, counts = _write_requests(folder, jpath, rows, seed)
+        sizes.write_streamed(folder / "paths.npz", lambda visit: scan_journal(jpath, visit))
+    except (OSError, JournalError) as e:
+        raise ResumeError(f"{jpath}: cannot read the record journal: {e}") from None
+    atomic_write_npz(folder / "references.npz", references_arrays(admitted))
+    made = SeedFiles(n_records=len(rows), status_counts=counts,
+                     files={name: sha256_file(folder / name) for name in SEED_FILES}, journal=jpath)
+    manifest = seed_manifest(ctx, seed, state, made)
+    atomic_write_json(folder / "manifest.json", manifest)
+    fsync_dir(folder)
+    return manifest
+
+
+def _write_requests(folder: Path, jpath: Path, rows: RequestPlan, seed: int
+                    ) -> tuple[PathsWriter, dict]:
+    """Write ``requests.jsonl`` from the journal (each entry checked against the request it
+    stands for); returns the route sizes (no cells are kept) and the status counts per
+    series."""
+    sizes = PathsWriter()
+    counts: dict = {}
+
+    def visit(out):
+        def one(i, line, snap):
+            rows.check_count(i, jpath)
+            rec = json.loads(line)
+            check_entry(rec, i, seed, rows[i], jpath)
+            fmt, route, raw, desc = snap
+            sizes.add_sizes(fmt, 0 if route is None else len(route), 0 if raw is None else len(raw),
+                            desc)
+            out.write(line.encode("utf-8") + b"\n")
+            counts.setdefault(rec["series"], {}).setdefault(rec["status"], 0)
+            counts[rec["series"]][rec["status"]] += 1
+        return one
+
+    with fileio.atomic_file(folder / "requests.jsonl") as out:
+        scan = scan_journal(jpath, visit(out))
+        if scan.torn is not None or scan.count != len(rows):
+            raise ResumeError(f"{jpath}: {scan.count} complete entries (torn: {scan.torn}) "
+                              f"for a seed of {len(rows)} requests")
+    return sizes, counts

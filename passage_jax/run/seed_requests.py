@@ -1,0 +1,92 @@
+"""A seed's requests, executed one at a time on one planner build and journalled.
+
+The planner is built (not timed), the build is recorded in the seed state, every
+missing request runs and its record is appended to the journal (fsynced before the
+next request starts), then the build records what the executor saw and what it
+compiled in the run's process.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from passage_jax.compilation import CompileCounter
+from passage_jax.fileio import utc_now
+from passage_jax.protocol.records import RECORD_KEYS
+from passage_jax.run.context import RunContext
+from passage_jax.run.errors import RunError
+from passage_jax.run.executors import PlannerBuildError, open_executor
+from passage_jax.run.journal import Journal
+from passage_jax.run.plan import RequestPlan
+from passage_jax.run.progress import ProgressEvent
+from passage_jax.run.seed_state import Build, SeedState, save_state
+from passage_jax.run.working_directory import WorkingDirectory
+
+__all__ = ["execute_requests"]
+
+
+def execute_requests(ctx: RunContext, seed: int, rows: RequestPlan, journal: Journal,
+                     state: SeedState, planner=None, resumed: bool = False) -> SeedState:
+    """Run requests ``journal.n_entries ..`` of ``rows`` on one planner build (``planner``:
+    an already-built planner, in-process only); the first carries ``resumed``. Returns
+    the seed state with the build recorded (saved)."""
+    folder = journal.path.parent
+    done = journal.n_entries
+    _report(ctx, seed, done, len(rows))
+    cwd = WorkingDirectory(seed, ctx.log)
+    counter = CompileCounter().__enter__()  # what this build compiled in the run's process
+    with _open(ctx, seed, planner, cwd) as ex:
+        state = save_state(folder, state.with_build(_build(ex, done)))
+        _run_rows(ctx, seed, rows, journal, ex, cwd, resumed)
+        # what the executor saw (requests; for workers also starts, kills, crashes, warm-ups)
+        stats = dict(ex.stats or {})
+        counter.__exit__(None, None, None)
+        state = state.with_build_finished(stats, counter.stats.to_dict(), cwd.record())
+        return save_state(folder, state)
+
+
+def _open(ctx: RunContext, seed: int, planner, cwd: WorkingDirectory):
+    """The seed's executor (its planner built), the working directory restored after."""
+    try:
+        return open_executor(ctx.spec, seed, device=ctx.admitted.device, planner=planner)
+    except PlannerBuildError as e:
+        raise RunError(f"seed {seed}: {e}") from e
+    finally:
+        cwd.restore("the planner's construction")
+
+
+def _build(ex, at_record: int) -> Build:
+    return Build(utc=utc_now(), at_record=at_record, construction_ms=ex.construction_ms,
+                 planner_name=ex.planner_name, profile=ex.profile, timer=ex.timer)
+
+
+def _run_rows(ctx: RunContext, seed: int, rows: RequestPlan, journal: Journal, ex,
+              cwd: WorkingDirectory, resumed: bool) -> None:
+    spec = ctx.spec
+    first = resumed
+    for i in range(journal.n_entries, len(rows)):
+        series, rep, ti, _sid = rows[i]
+        task = ctx.admitted.tasks[ti]  # the chunk holding it is read when first needed
+        try:
+            rec, snap = ex.execute(task, spec.budget)
+        finally:
+            cwd.restore(f"request {i}")
+        rec.update(record=i, seed=int(seed), series=series, repeat=rep, task_index=ti,
+                   sample_id=task.id, resumed=first,
+                   quality=series == "warm" and rep == spec.quality_repeat_index)
+        first = False
+        ordered = {k: rec.get(k) for k in RECORD_KEYS}
+        journal.append(json.dumps(ordered, default=_json_num, allow_nan=False), snap)
+        _report(ctx, seed, i + 1, len(rows), series, rep)
+
+
+def _report(ctx: RunContext, seed: int, done: int, total: int, series=None, repeat=None) -> None:
+    if ctx.progress is not None:
+        ctx.progress(ProgressEvent(ctx.spec.method_name, int(seed), done, total, series, repeat))
+
+
+def _json_num(o):
+    if isinstance(o, np.generic):
+        return o.item()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
