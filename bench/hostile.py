@@ -1,0 +1,592 @@
+"""Hostile inputs against the CLI, as a user would type them: every probe is one
+``python -m cli ...`` process on the shipped real terrain, and the table says what it
+did: probe, family, outcome, exit code, and the first words of its error line.
+
+A probe passes when the command either refuses with one line that names what is
+wrong (non-zero exit, no traceback, nothing written outside the folders it was
+given) or, where the input is legal after all, does the right thing (exit 0 with the
+correct result). Exits 1 when any probe fails.
+
+    python bench/hostile.py                 # every probe (about two minutes on 2 cores)
+    python bench/hostile.py --only score    # probes whose name contains "score"
+    python bench/hostile.py --keep DIR      # build the material in DIR and keep it
+
+Families (issue 21): 1 seeds dropped or mixed, 2 a run still being written, 3 a killed
+score, 4 a full disk (needs root and tmpfs; otherwise reported as skipped), 5 names
+escaping the results folder, 6 YAML alias bombs, 7 a planner that changes directory,
+8 planner children outliving their worker, 9 tracebacks for odd files and paths, 10
+shard decoding, 11 outputs inside the dataset root, 12 checkpoints overwritten, m the
+minor ones.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+BASE_SPEC = {
+    "method_name": "bfs", "inference": "passage_jax.planners.bfs:make_planner", "resolution": 64,
+    "cost_model": "energy", "split": "test", "n_samples": 3, "seeds": [1234, 2026, 3407],
+    "dataset_path": "shipped", "latency_warmup": 0, "latency_repeats": 1,
+}
+
+
+@dataclasses.dataclass
+class Outcome:
+    code: int
+    err: str
+    seconds: float
+
+    @property
+    def line(self) -> str:
+        lines = [ln for ln in self.err.strip().splitlines() if ln.strip()]
+        return lines[-1] if lines else ""
+
+    @property
+    def named_refusal(self) -> bool:
+        return self.code not in (0, None) and "Traceback" not in self.err and bool(self.line)
+
+
+def cli(*args, cwd=None, env=None, timeout=300) -> Outcome:
+    e = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    e.update(env or {})
+    t0 = time.monotonic()
+    try:
+        p = subprocess.run([sys.executable, "-m", "cli", *map(str, args)], cwd=cwd or ROOT, env=e,
+                           capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return Outcome(None, f"timed out after {timeout} s", time.monotonic() - t0)
+    return Outcome(p.returncode, p.stderr, time.monotonic() - t0)
+
+
+def write_spec(path: Path, **over) -> Path:
+    d = dict(BASE_SPEC, **over)
+    path.write_text(json.dumps(d))
+    return path
+
+
+class Material:
+    """A scored three-seed run and a second method's, built once."""
+
+    def __init__(self, base: Path):
+        self.base = base
+        self.spec = write_spec(base / "bfs.json")
+        self.run = base / "bfs_run"
+        self.other = base / "greedy_run"
+        if not (self.run / "run.json").exists():
+            for spec, out in ((self.spec, self.run),
+                              (write_spec(base / "greedy.json", method_name="greedy",
+                                          inference="passage_jax.planners.greedy:make_planner"),
+                               self.other)):
+                for args in (("run", "--spec", spec, "--output", out, "--no-progress"),
+                             ("score", "--run", out)):
+                    o = cli(*args)
+                    if o.code != 0:
+                        raise SystemExit(f"material: {' '.join(map(str, args))} failed: {o.err[-2000:]}")
+            o = cli("compare", "--score", self.run, "--score", self.other, "--output",
+                    base / "cmp.json", "--bootstrap-resamples", "200")
+            if o.code != 0:
+                raise SystemExit(f"material: compare failed: {o.err[-2000:]}")
+
+    def copy(self, name: str, src: Path | None = None) -> Path:
+        dst = self.base / "probes" / name
+        shutil.rmtree(dst, ignore_errors=True)
+        shutil.copytree(src or self.run, dst)
+        return dst
+
+
+def refused(o: Outcome, *words) -> tuple[bool, str]:
+    ok = o.named_refusal and all(w.lower() in o.line.lower() for w in words)
+    return ok, o.line
+
+
+def _unscore(run: Path) -> None:
+    for s in run.glob("seed-*"):
+        for n in ("per_sample.npz", "metrics.json", "score_receipt.json"):
+            (s / n).unlink(missing_ok=True)
+
+
+def _rehash(seed: Path, name: str) -> None:
+    """Record a changed run file's hash in its manifest (a tampering the hashes cannot see)."""
+    from passage_jax.fileio import sha256_file  # noqa: PLC0415 (bench start-up)
+
+    m = json.loads((seed / "manifest.json").read_text())
+    m["files"][name] = sha256_file(seed / name)
+    (seed / "manifest.json").write_text(json.dumps(m))
+
+
+# --------------------------------------------------------------------------- #
+# probes: name -> (family, function(material) -> (passed, outcome, detail))
+# --------------------------------------------------------------------------- #
+
+def p_seed_manifest_missing(m):
+    run = m.copy("seed_manifest_missing")
+    _unscore(run)
+    (run / "seed-2026" / "manifest.json").unlink()
+    o = cli("score", "--run", run)
+    return (*refused(o, "seed-2026"), o)
+
+
+def p_seed_folder_missing(m):
+    run = m.copy("seed_folder_missing")
+    _unscore(run)
+    shutil.rmtree(run / "seed-3407")
+    o = cli("score", "--run", run)
+    return (*refused(o, "3407"), o)
+
+
+def p_foreign_seed_folder(m):
+    run = m.copy("foreign_seed")
+    _unscore(run)
+    shutil.rmtree(run / "seed-2026")
+    shutil.copytree(m.other / "seed-2026", run / "seed-2026")
+    _unscore(run)
+    o = cli("score", "--run", run)
+    return (*refused(o, "seed-2026"), o)
+
+
+def p_run_still_written(m):
+    run = m.copy("unfinished")
+    _unscore(run)
+    (run / "run.json").unlink()
+    shutil.move(run / "seed-3407", run / ".seed-3407.partial")
+    o = cli("score", "--run", run)
+    ok, line = refused(o, "resume")
+    return ok and not (run / "seed-1234" / "score_receipt.json").exists(), line, o
+
+
+def p_killed_score_rescored(m):
+    run = m.copy("killed_score")
+    for s in run.glob("seed-*"):
+        (s / "score_receipt.json").unlink()
+        (s / "metrics.json").unlink()
+    o = cli("score", "--run", run)
+    ok = o.code == 0 and all((s / "score_receipt.json").is_file() for s in run.glob("seed-*"))
+    return ok, o.line or "scored again", o
+
+
+def p_full_disk(m):
+    point = m.base / "tmpfs"
+    point.mkdir(exist_ok=True)
+    mnt = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(point)],
+                         capture_output=True, text=True)
+    if mnt.returncode != 0:
+        return None, f"skipped: cannot mount a tmpfs ({mnt.stderr.strip()[:60]})", Outcome(None, "", 0)
+    try:
+        run = point / "run"
+        shutil.copytree(m.run, run)
+        _unscore(run)
+        st = os.statvfs(point)
+        with open(point / "filler", "wb") as f:
+            f.write(b"\0" * (st.f_bavail * st.f_frsize - 4096))
+        o = cli("score", "--run", run)
+        ok, line = refused(o, "no space left")
+        return ok and not any((s / "score_receipt.json").exists() for s in run.glob("seed-*")), line, o
+    finally:
+        subprocess.run(["umount", "-l", str(point)], capture_output=True)
+
+
+def p_method_name_escapes(m):
+    results = m.base / "probes" / "results_root"
+    outside = m.base / "probes" / "escaped"
+    shutil.rmtree(outside, ignore_errors=True)
+    spec = write_spec(m.base / "escape.json", method_name=f"../{outside.name}/x",
+                      results_root=str(results))
+    o = cli("bench", "--spec", spec, "--no-progress")
+    ok, line = refused(o, "method_name")
+    return ok and not outside.exists(), line, o
+
+
+def p_method_name_absolute(m):
+    target = m.base / "probes" / "absolute_target"
+    shutil.rmtree(target, ignore_errors=True)
+    spec = write_spec(m.base / "absolute.json", method_name=str(target))
+    o = cli("bench", "--spec", spec, "--no-progress", "--output", m.base / "probes" / "abs_out")
+    ok, line = refused(o, "method_name")
+    return ok and not target.exists(), line, o
+
+
+def p_yaml_alias_bomb(m):
+    spec = m.base / "bomb.yaml"
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 9)]
+    body = "\n".join("  " + ln for ln in lines)
+    spec.write_text(textwrap.dedent("""\
+        method_name: bomb
+        inference: passage_jax.planners.bfs:make_planner
+        resolution: 64
+        cost_model: energy
+        split: test
+        dataset_path: shipped
+        inference_kwargs:
+        """) + body + "\n")
+    out = m.base / "probes" / "bomb_out"
+    shutil.rmtree(out, ignore_errors=True)
+    o = cli("run", "--spec", spec, "--output", out, timeout=120)
+    ok, line = refused(o, "alias")
+    return ok and o.seconds < 30 and not out.exists(), line, o
+
+
+def p_chdir_planner(m):
+    mod = m.base / "chdir_planner.py"
+    mod.write_text(textwrap.dedent(f"""\
+        import os
+        from passage_jax.planners.bfs import make_planner as _bfs
+
+        def make_planner(**kw):
+            inner = _bfs()
+            class P:
+                def plan(self, request):
+                    os.chdir({str(m.base / 'probes')!r})
+                    return inner.plan(request)
+            return P()
+        """))
+    work = m.base / "probes" / "chdir_work"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    spec = write_spec(m.base / "chdir.json", method_name="chdir", inference="chdir_planner:make_planner",
+                      seeds=[1234])
+    o = cli("run", "--spec", spec, "--output", "relative_out", "--no-progress", cwd=work,
+            env={"PYTHONPATH": os.pathsep.join([str(ROOT), str(m.base)])})
+    stray = m.base / "probes" / "relative_out"
+    if o.code == 0:
+        return (work / "relative_out" / "run.json").is_file() and not stray.exists(), \
+            "run completed in the folder named at launch", o
+    ok, line = refused(o)
+    return ok and "--resume" not in line and not stray.exists(), line, o
+
+
+def p_planner_children(m):
+    mod = m.base / "spawning_planner.py"
+    pids = m.base / "probes" / "child_pids.txt"
+    pids.parent.mkdir(parents=True, exist_ok=True)
+    pids.unlink(missing_ok=True)
+    mod.write_text(textwrap.dedent(f"""\
+        import subprocess, sys, time
+
+        def make_planner(**kw):
+            class P:
+                def plan(self, request):
+                    for session in (False, True):
+                        p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                                             start_new_session=session)
+                        with open({str(pids)!r}, "a") as f:
+                            f.write(f"{{p.pid}}\\n")
+                    time.sleep(600)
+            return P()
+        """))
+    spec = write_spec(m.base / "spawn.json", method_name="spawn", inference="spawning_planner:make_planner",
+                      seeds=[1234], n_samples=1, execution="supervised", worker_warmup=0,
+                      budget={"wall_time_ms": 500})
+    out = m.base / "probes" / "spawn_out"
+    shutil.rmtree(out, ignore_errors=True)
+    o = cli("run", "--spec", spec, "--output", out, "--no-progress",
+            env={"PYTHONPATH": os.pathsep.join([str(ROOT), str(m.base)])})
+    time.sleep(1.0)
+    alive = []
+    for pid in (int(x) for x in pids.read_text().split()) if pids.exists() else []:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            alive.append(pid)
+            os.kill(pid, 9)
+    ok = o.code == 0 and not alive and pids.exists()
+    return ok, f"run exit {o.code}; children left alive: {alive or 'none'}", o
+
+
+def p_binary_spec(m):
+    spec = m.base / "binary.yaml"
+    spec.write_bytes(bytes(range(256)) * 4)
+    o = cli("run", "--spec", spec, "--output", m.base / "probes" / "binary_out")
+    return (*refused(o, str(spec)), o)
+
+
+def _output_probe(path_of):
+    def probe(m):
+        target = path_of(m)
+        o = cli("run", "--spec", m.spec, "--output", target)
+        return (*refused(o), o)
+    return probe
+
+
+def _file(m):
+    f = m.base / "probes" / "a_file"
+    f.parent.mkdir(parents=True, exist_ok=True)
+    f.write_text("x")
+    return f
+
+
+def _loop(m):
+    a = m.base / "probes" / "loop_a"
+    if not a.is_symlink():
+        a.parent.mkdir(parents=True, exist_ok=True)
+        b = m.base / "probes" / "loop_b"
+        a.symlink_to(b)
+        b.symlink_to(a)
+    return a / "out"
+
+
+def p_compare_output_folder(m):
+    d = m.base / "probes" / "cmp_folder"
+    d.mkdir(parents=True, exist_ok=True)
+    o = cli("compare", "--score", m.run, "--score", m.other, "--output", d, "--force",
+            "--bootstrap-resamples", "200")
+    return (*refused(o, str(d)), o)
+
+
+def p_report_missing_keys(m):
+    bad = m.base / "probes" / "cmp_missing.json"
+    doc = json.loads((m.base / "cmp.json").read_text())
+    doc.pop("pairs", None)
+    bad.write_text(json.dumps(doc))
+    o = cli("report", "--compare", bad, "--output", m.base / "probes" / "rep_missing" / "r.md")
+    return (*refused(o, str(bad)), o)
+
+
+def p_report_not_object(m):
+    bad = m.base / "probes" / "cmp_list.json"
+    bad.write_text("[1, 2, 3]")
+    o = cli("report", "--compare", bad, "--output", m.base / "probes" / "rep_list" / "r.md")
+    return (*refused(o, str(bad)), o)
+
+
+def p_truncated_paths(m):
+    run = m.copy("truncated_paths")
+    _unscore(run)
+    seed = run / "seed-1234"
+    data = (seed / "paths.npz").read_bytes()
+    (seed / "paths.npz").write_bytes(data[:len(data) // 2])
+    _rehash(seed, "paths.npz")
+    o = cli("score", "--run", run, "--force")
+    return (*refused(o, "paths.npz"), o)
+
+
+def p_truncated_per_sample(m):
+    run = m.copy("truncated_per_sample")
+    seed = run / "seed-1234"
+    data = (seed / "per_sample.npz").read_bytes()
+    (seed / "per_sample.npz").write_bytes(data[:len(data) // 2])
+    from passage_jax.fileio import sha256_file  # noqa: PLC0415 (bench start-up)
+
+    r = json.loads((seed / "score_receipt.json").read_text())
+    r["outputs"]["per_sample.npz"] = sha256_file(seed / "per_sample.npz")
+    (seed / "score_receipt.json").write_text(json.dumps(r))
+    o = cli("compare", "--score", run, "--score", m.other, "--output",
+            m.base / "probes" / "trunc_cmp.json", "--bootstrap-resamples", "200")
+    return (*refused(o, "per_sample.npz"), o)
+
+
+def p_latency_not_number(m):
+    run = m.copy("latency_fast")
+    _unscore(run)
+    seed = run / "seed-1234"
+    lines = (seed / "requests.jsonl").read_text().splitlines()
+    rec = json.loads(lines[0])
+    rec["latency_ms"] = "fast"
+    lines[0] = json.dumps(rec)
+    (seed / "requests.jsonl").write_text("\n".join(lines) + "\n")
+    _rehash(seed, "requests.jsonl")
+    o = cli("score", "--run", run)
+    return (*refused(o, "latency_ms"), o)
+
+
+def _shard_probe(mutate, *words):
+    def probe(m):
+        from passage_jax.data import shipped_cohort_root  # noqa: PLC0415 (bench start-up)
+
+        root = m.base / "probes" / f"root_{mutate.__name__}"
+        shutil.rmtree(root, ignore_errors=True)
+        shutil.copytree(Path(shipped_cohort_root()) / "64x64", root / "64x64")
+        shard = sorted((root / "64x64" / "test").glob("*.parquet"))[0]
+        mutate(shard)
+        o = cli("audit", "--dataset-path", root, "--resolution", "64")
+        ok = o.code == 1 and "Traceback" not in o.err and all(w in (o.err + o.line) for w in words)
+        return ok, o.line, o
+    return probe
+
+
+def _rewrite_first_row(shard: Path, column: str, fn) -> None:
+    import pyarrow as pa  # noqa: PLC0415 (bench start-up)
+    import pyarrow.parquet as pq  # noqa: PLC0415 (bench start-up)
+
+    t = pq.read_table(shard)
+    vals = t.column(column).to_pylist()
+    vals[0] = fn(vals[0])
+    t = t.set_column(t.schema.get_field_index(column), column, pa.array(vals, t.schema.field(column).type))
+    pq.write_table(t, shard)
+
+
+def nested_metadata(shard):
+    _rewrite_first_row(shard, "metadata", lambda v: "[" * 100_000 + "]" * 100_000)
+
+
+def trailing_frame_bytes(shard):
+    _rewrite_first_row(shard, "tensor", lambda v: v + b"trailing bytes")
+
+
+def second_frame(shard):
+    _rewrite_first_row(shard, "tensor", lambda v: v + v)
+
+
+def p_output_in_dataset(m):
+    from passage_jax.data import shipped_cohort_root  # noqa: PLC0415 (bench start-up)
+
+    root = m.base / "probes" / "dataset_copy"
+    shutil.rmtree(root, ignore_errors=True)
+    shutil.copytree(Path(shipped_cohort_root()) / "64x64", root / "64x64")
+    spec = write_spec(m.base / "inside.json", dataset_path=str(root), seeds=[1234])
+    out = root / "64x64" / "test" / "run_here"
+    o = cli("run", "--spec", spec, "--output", out)
+    ok, line = refused(o, "dataset")
+    return ok and not out.exists(), line, o
+
+
+def p_train_over_checkpoint(m):
+    out = m.base / "probes" / "ckpt"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "params.msgpack").write_bytes(b"precious")
+    (out / "checkpoint.json").write_text("{}")
+    o = cli("train", "--config", ROOT / "configs" / "train_value64.yaml", "--out", out, "--no-progress")
+    ok, line = refused(o, "force")
+    return ok and (out / "params.msgpack").read_bytes() == b"precious" and o.seconds < 60, line, o
+
+
+def p_train_shipped_checkpoint(m):
+    from passage_jax.learned.checkpoint import SHIPPED_CHECKPOINT_DIR  # noqa: PLC0415 (bench start-up)
+
+    o = cli("train", "--config", ROOT / "configs" / "train_value64.yaml", "--out",
+            SHIPPED_CHECKPOINT_DIR / "value64-1234.json", "--force", "--no-progress")
+    return (*refused(o), o)
+
+
+def p_resume_prefix(m):
+    o = cli("run", "--spec", m.spec, "--output", m.run)
+    ok, line = refused(o)
+    return ok and "--resume:" not in line, line, o
+
+
+def p_score_shipped_alias(m):
+    run = m.copy("alias")
+    _unscore(run)
+    o = cli("score", "--run", run, "--dataset-path", "shipped")
+    return o.code == 0, o.line or "scored with the shipped alias", o
+
+
+def p_audit_json_overwrite(m):
+    f = m.base / "probes" / "audit.json"
+    f.write_text("keep me")
+    o = cli("audit", "--dataset-path", "shipped", "--resolution", "64", "--json", f)
+    ok, line = refused(o, str(f))
+    return ok and f.read_text() == "keep me", line, o
+
+
+def p_dataset_symlink_loop(m):
+    a = m.base / "probes" / "ds_loop_a"
+    if not a.is_symlink():
+        a.symlink_to(m.base / "probes" / "ds_loop_b")
+        (m.base / "probes" / "ds_loop_b").symlink_to(a)
+    o = cli("audit", "--dataset-path", a, "--resolution", "64")
+    ok, line = refused(o)
+    return ok and "does not exist" not in line, line, o
+
+
+def p_train_batch_string(m):
+    cfg = m.base / "probes" / "train_bad.yaml"
+    cfg.write_text("batch: sixteen\n")
+    o = cli("train", "--config", cfg, "--out", m.base / "probes" / "never")
+    return (*refused(o, "batch"), o)
+
+
+def p_planner_build_fails(m):
+    out = m.base / "probes" / "build_fails"
+    shutil.rmtree(out, ignore_errors=True)
+    bad = write_spec(m.base / "buildfail.json", seeds=[1234], inference="passage_jax.planners.bfs:no_such")
+    o1 = cli("run", "--spec", bad, "--output", out)
+    good = write_spec(m.base / "buildok.json", seeds=[1234])
+    o2 = cli("run", "--spec", good, "--output", out, "--no-progress")
+    return o1.named_refusal and o2.code == 0, f"first: {o1.line[:60]} / fixed spec: exit {o2.code}", o2
+
+
+PROBES = {
+    "score: a seed's manifest missing": ("1", p_seed_manifest_missing),
+    "score: a seed folder missing": ("1", p_seed_folder_missing),
+    "score: another method's seed folder": ("1", p_foreign_seed_folder),
+    "score: a run still being written": ("2", p_run_still_written),
+    "score: a killed score is redone": ("3", p_killed_score_rescored),
+    "score: a full disk": ("4", p_full_disk),
+    "bench: method_name ../x": ("5", p_method_name_escapes),
+    "bench: method_name absolute": ("5", p_method_name_absolute),
+    "run: YAML alias bomb": ("6", p_yaml_alias_bomb),
+    "run: planner calls os.chdir": ("7", p_chdir_planner),
+    "run: planner children outlive it": ("8", p_planner_children),
+    "run: binary spec file": ("9", p_binary_spec),
+    "run: --output is a file": ("9", _output_probe(lambda m: _file(m))),
+    "run: --output below a file": ("9", _output_probe(lambda m: _file(m) / "x")),
+    "run: --output in a symlink loop": ("9", _output_probe(_loop)),
+    "run: --output /dev/null/x": ("9", _output_probe(lambda m: "/dev/null/x")),
+    "run: --output /proc/x": ("9", _output_probe(lambda m: "/proc/passage_probe")),
+    "compare: --output a folder --force": ("9", p_compare_output_folder),
+    "report: compare JSON missing keys": ("9", p_report_missing_keys),
+    "report: compare JSON not an object": ("9", p_report_not_object),
+    "score: truncated paths.npz (rehashed)": ("9", p_truncated_paths),
+    "compare: truncated per_sample.npz (rehashed)": ("9", p_truncated_per_sample),
+    "score: latency_ms \"fast\"": ("9", p_latency_not_number),
+    "audit: metadata nested 100,000 deep": ("10", _shard_probe(nested_metadata, "nest")),
+    "audit: bytes after the tensor frame": ("10", _shard_probe(trailing_frame_bytes, "trailing")),
+    "audit: a second tensor frame": ("10", _shard_probe(second_frame, "second")),
+    "run: --output inside the dataset root": ("11", p_output_in_dataset),
+    "train: --out over a checkpoint": ("12", p_train_over_checkpoint),
+    "train: --out a shipped checkpoint": ("12", p_train_shipped_checkpoint),
+    "run: refusal without --resume": ("m", p_resume_prefix),
+    "score: --dataset-path shipped": ("m", p_score_shipped_alias),
+    "audit: --json over a file": ("m", p_audit_json_overwrite),
+    "audit: dataset path a symlink loop": ("m", p_dataset_symlink_loop),
+    "train: batch: sixteen": ("m", p_train_batch_string),
+    "run: planner build fails, folder reusable": ("m", p_planner_build_fails),
+}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", default=None, help="run the probes whose name contains this text")
+    ap.add_argument("--keep", type=Path, default=None, help="build the material here and keep it")
+    args = ap.parse_args(argv)
+    base = args.keep or Path(tempfile.mkdtemp(prefix="passage_hostile_"))
+    base.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    try:
+        m = Material(base)
+        print(f"material built in {time.monotonic() - t0:.0f} s under {base}")
+        print(f"| {'probe':<44} | fam | {'outcome':<7} | exit | {'seconds':>7} | error line |")
+        print(f"|{'-' * 46}|-----|---------|------|---------|------------|")
+        failed = 0
+        for name, (family, probe) in PROBES.items():
+            if args.only and args.only not in name:
+                continue
+            passed, detail, o = probe(m)
+            outcome = "skipped" if passed is None else "pass" if passed else "FAIL"
+            failed += passed is False
+            code = "-" if o.code is None else str(o.code)
+            print(f"| {name:<44} | {family:>3} | {outcome:<7} | {code:>4} | {o.seconds:7.1f} | "
+                  f"{' '.join(str(detail).split())[:110]} |", flush=True)
+        print(f"{failed} probe(s) failed; {time.monotonic() - t0:.0f} s in all")
+        return 1 if failed else 0
+    finally:
+        if args.keep is None:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
