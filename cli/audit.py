@@ -135,7 +135,7 @@ def main(args) -> int:
         report = audit_dataset(args.dataset_path, args.resolution, args.split, workers=args.workers,
                                qualify=args.qualify, budget=budget)
     except DataError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"audit: {e}", file=sys.stderr)
         return 2
     except cluster.ClusterError as e:
         return launch.fail("audit", e)
