@@ -14,7 +14,11 @@ docs, section "Without float64", say what runs where and state the tolerances).
 * :func:`kernel_precision` / :func:`kernel_dtype` — ``"float64"`` or ``"float32"`` (to
   state in results) and the matching NumPy dtype for host arrays bound for the kernels;
 * :func:`pairwise_sum` — a jittable pairwise (cascade) sum whose rounding error grows
-  with ``log2 n`` instead of ``n``, for float32 reductions over tasks or cells.
+  with ``log2 n`` instead of ``n``, for float32 reductions over tasks or cells;
+* :func:`resolve_reference_precision` — the arithmetic the exact reference solver
+  (:mod:`passage_jax.reference.vi`) computes c* in: ``"float64"`` or ``"double_float"``
+  (float32 pairs), from its argument, the environment variable
+  ``PASSAGE_JAX_REFERENCE_PRECISION`` and this module's switch.
 
 A leaf module: it imports only JAX and NumPy.
 """
@@ -28,7 +32,8 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = ["NO_X64_ENV", "NO_FLOAT64_PLATFORMS", "PRECISIONS", "no_x64", "float64_available",
-           "kernel_x64", "kernel_precision", "kernel_dtype", "pairwise_sum"]
+           "kernel_x64", "kernel_precision", "kernel_dtype", "pairwise_sum",
+           "REFERENCE_PRECISIONS", "REFERENCE_PRECISION_ENV", "resolve_reference_precision"]
 
 #: Environment variable: "1" (or "true"/"yes") runs every kernel without float64.
 NO_X64_ENV = "PASSAGE_JAX_NO_X64"
@@ -36,6 +41,12 @@ NO_X64_ENV = "PASSAGE_JAX_NO_X64"
 NO_FLOAT64_PLATFORMS = ("tpu",)
 #: The two kernel precisions :func:`kernel_precision` states.
 PRECISIONS = ("float64", "float32")
+#: The reference solver's two arithmetic paths: float64 (needs x64) and double-float
+#: (float32 pairs, runs with x64 off; :mod:`passage_jax.reference.dfloat`).
+REFERENCE_PRECISIONS = ("float64", "double_float")
+#: Environment variable read at each reference solve: "auto" (default), "float64" or
+#: "double_float".
+REFERENCE_PRECISION_ENV = "PASSAGE_JAX_REFERENCE_PRECISION"
 
 
 def no_x64() -> bool:
@@ -99,3 +110,30 @@ def pairwise_sum(x, axis: int = -1):
         size //= 2
         x = x[..., :size] + x[..., size:]
     return x[..., 0]
+
+
+def resolve_reference_precision(precision: str = "auto", platform: str | None = None) -> str:
+    """The arithmetic a reference solve uses: ``precision`` when it is ``"float64"`` or
+    ``"double_float"``; for ``"auto"`` the environment variable ``PASSAGE_JAX_REFERENCE_PRECISION``
+    (read now), and when that is ``"auto"`` too, ``"double_float"`` if the platform
+    (``platform``, default: the default backend) has no float64 or ``PASSAGE_JAX_NO_X64``
+    is set, else ``"float64"``. ValueError for an unknown value (naming the variable when
+    it came from the environment) and for ``"float64"`` under ``PASSAGE_JAX_NO_X64``."""
+    known = ("auto",) + REFERENCE_PRECISIONS
+    if precision not in known:
+        raise ValueError(f"unknown reference precision {precision!r}; known: {list(known)}")
+    source = "precision argument"
+    if precision == "auto":
+        precision = os.environ.get(REFERENCE_PRECISION_ENV, "auto").strip() or "auto"
+        source = f"environment variable {REFERENCE_PRECISION_ENV}"
+        if precision not in known:
+            raise ValueError(f"{source}={precision!r} is not one of {list(known)}")
+    off = no_x64()
+    if precision == "auto":
+        platform = jax.default_backend() if platform is None else platform
+        no_f64 = off or str(platform).lower() in NO_FLOAT64_PLATFORMS
+        return "double_float" if no_f64 else "float64"
+    if precision == "float64" and off:
+        raise ValueError(f"reference precision 'float64' ({source}) needs x64, and "
+                         f"{NO_X64_ENV} is set; use 'double_float' or 'auto'")
+    return precision

@@ -42,10 +42,11 @@ from typing import NamedTuple
 
 import numpy as np
 
+from passage_jax.checks import is_int
 from passage_jax.graph.costs import edge_cost_field_np
 from passage_jax.graph.moves import MOVES, STEP_PIXELS
 from passage_jax.learned.model import octile_grid
-from passage_jax.protocol.contracts import PlanRequest
+from passage_jax.protocol.contracts import SEARCH_STATUS, PlanRequest, work_counters
 from passage_jax.reference.search import search
 from passage_jax.reference.vi import solve_batch
 
@@ -56,8 +57,6 @@ __all__ = ["DecodeResult", "START_FROM", "FALLBACK_SOLVERS", "check_field", "req
 START_FROM = ("replace", "failed_direct")
 #: Exact solvers :func:`exact_fallback` can run.
 FALLBACK_SOLVERS = ("astar", "value_iteration")
-
-_SEARCH_STATUS = {"ok": "ok", "unreachable": "no_path", "budget_exhausted": "budget_exhausted"}
 
 
 class DecodeResult(NamedTuple):
@@ -131,7 +130,7 @@ def direct(field, request: PlanRequest, *, max_steps: int | None = None,
     expansions = 0
 
     def fail(status, message):
-        work = {"expansions": expansions, "queue_operations": 0, "live_states": 1}
+        work = work_counters(expansions, 0, 1)
         return DecodeResult(None, status, work, message, np.asarray(cells, np.int32))
 
     while cur != goal:
@@ -155,7 +154,7 @@ def direct(field, request: PlanRequest, *, max_steps: int | None = None,
         cur = best
         cells.append(cur)
         seen.add(cur)
-    work = {"expansions": expansions, "queue_operations": 0, "live_states": 1}
+    work = work_counters(expansions, 0, 1)
     return DecodeResult(np.asarray(cells, np.int32), "ok", work, None, np.asarray(cells, np.int32))
 
 
@@ -180,7 +179,7 @@ def bounded_repair(field, request: PlanRequest, *, max_expansions: int | None,
     f = check_field(field, request)
     if start_from not in START_FROM:
         raise ValueError(f"start_from={start_from!r} is not one of {list(START_FROM)}")
-    if max_expansions is not None and (isinstance(max_expansions, bool) or int(max_expansions) < 0):
+    if max_expansions is not None and (not is_int(max_expansions) or max_expansions < 0):
         raise ValueError(f"max_expansions={max_expansions!r} must be a non-negative integer or None")
     source = tuple(request.start)
     if start_from == "failed_direct":
@@ -194,9 +193,8 @@ def bounded_repair(field, request: PlanRequest, *, max_expansions: int | None,
     res = search(request.elevation, request.obstacles, source, request.goal, request.cost_model,
                  request.cost_weight, heuristic=f, max_expansions=max_expansions,
                  pixel_size_m=request.graph.pixel_size_m, cost_field=cost_field)
-    work = {"expansions": int(res.expansions), "queue_operations": int(res.queue_operations),
-            "live_states": int(res.live_states)}
-    status = _SEARCH_STATUS[res.status]
+    work = work_counters(res.expansions, res.queue_operations, res.live_states)
+    status = SEARCH_STATUS[res.status]
     if status != "ok":
         what = (f"expansion budget of {max_expansions} spent" if status == "budget_exhausted"
                 else "the goal cannot be reached")
@@ -221,8 +219,7 @@ def exact_fallback(request: PlanRequest, *, solver: str = "astar",
         res = search(request.elevation, request.obstacles, request.start, request.goal,
                      request.cost_model, request.cost_weight, heuristic=True,
                      pixel_size_m=request.graph.pixel_size_m, cost_field=_costs(request, cost_field))
-        work = {"expansions": int(res.expansions), "queue_operations": int(res.queue_operations),
-                "live_states": int(res.live_states)}
+        work = work_counters(res.expansions, res.queue_operations, res.live_states)
         if res.status == "ok":
             return DecodeResult(res.route, "ok", work)
         return DecodeResult(None, "no_path", work, "exact fallback: the goal cannot be reached")

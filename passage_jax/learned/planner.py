@@ -35,8 +35,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-import numpy as np
-
+from passage_jax.checks import is_int
 from passage_jax.learned.decoders import (
     FALLBACK_SOLVERS,
     START_FROM,
@@ -78,7 +77,7 @@ def _positive(name, v):
     # the rule of protocol.contracts' BudgetSpec check, with this planner's error type
     if v is None:
         return None
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or int(v) <= 0:
+    if not is_int(v) or int(v) <= 0:
         raise ValueError(f"learned planner: {name}={v!r} must be a positive integer or null")
     return int(v)
 

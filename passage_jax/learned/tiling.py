@@ -28,6 +28,8 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
+from passage_jax.checks import is_int
+
 __all__ = [
     "CANONICAL_TILING",
     "BLENDS",
@@ -55,9 +57,9 @@ WEIGHT_FLOOR = 1e-6
 
 
 def _check_settings(tile: Any, stride: Any, blend: Any, stitch: Any) -> None:
-    if isinstance(tile, bool) or not isinstance(tile, (int, np.integer)) or tile < 1:
+    if not is_int(tile) or tile < 1:
         raise ValueError(f"tile must be a positive integer, got {tile!r}")
-    if isinstance(stride, bool) or not isinstance(stride, (int, np.integer)) or not 1 <= stride <= tile:
+    if not is_int(stride) or not 1 <= stride <= tile:
         raise ValueError(f"stride must be an integer in [1, tile={tile}], got {stride!r}")
     if blend not in BLENDS:
         raise ValueError(f"blend must be one of {BLENDS}, got {blend!r}")
@@ -183,7 +185,7 @@ def tiling_protocol(
     name is then ``passage_jax_tiled_v1``, otherwise ``passage_jax_tiled_v1_noncanonical``.
     """
     if stride is None:
-        stride = max(1, int(tile) // 2) if isinstance(tile, (int, np.integer)) else stride
+        stride = max(1, int(tile) // 2) if is_int(tile) else stride
     _check_settings(tile, stride, blend, stitch)
     if not isinstance(hflip, (bool, np.bool_)):
         raise ValueError(f"hflip must be a bool, got {hflip!r}")

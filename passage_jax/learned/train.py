@@ -34,7 +34,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import numbers
 import reprlib
 import time
 import typing
@@ -46,6 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from passage_jax.checks import is_number
 from passage_jax.data.terrain import RASTERS
 from passage_jax.fileio import utc_now
 from passage_jax.graph import MOVES, OBJECTIVES, edge_cost_field_by_index, move_values, neighbours
@@ -135,7 +135,7 @@ def _typed(kind, value):
         if not isinstance(value, str):
             raise TypeError(_TYPE_NAMES[str])
         return value
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+    if not is_number(value) or not math.isfinite(value):
         raise TypeError(_TYPE_NAMES[kind])
     if kind is int:
         if int(value) != value:
@@ -406,6 +406,23 @@ def train(config: TrainConfig | Mapping, *, seed: int | None = None,
     if seed is not None:
         config = dataclasses.replace(config, seed=int(seed))
     t0 = time.perf_counter()
+    train_m, eval_m = _materials(config, progress)
+    t_data = time.perf_counter() - t0
+    module = ValueFieldNet(width=config.width, dilations=config.dilations)
+    key, k_init = jax.random.split(jax.random.PRNGKey(config.seed))
+    n = config.resolution
+    params = module.init(k_init, jnp.zeros((1, n, n, 7), jnp.float32))
+    fit = _fit(module, params, key, train_m, eval_m, config, progress)
+    params = jax.device_get(fit.params)
+    fit.metrics["param_count"] = param_count(params)
+    return TrainResult(module=module, params=params, history=fit.history, metrics=fit.metrics,
+                       seconds={"data": round(t_data, 2), "train": round(fit.seconds, 2)},
+                       config=config, steps=config.steps)
+
+
+def _materials(config: TrainConfig, progress) -> tuple[Material, Material]:
+    """The training and held-out :class:`Material` of ``config`` (streams 0 and 1 of its
+    seed), reporting ``("data", done, total, {})`` to ``progress``."""
     n_total = config.n_train + config.n_eval
 
     def data_progress(offset):
@@ -417,26 +434,43 @@ def train(config: TrainConfig | Mapping, *, seed: int | None = None,
                             progress=data_progress(0), **common)
     eval_m = make_material(config.n_eval, config.resolution, seed=config.seed, stream=1,
                            progress=data_progress(config.n_train), **common)
-    t_data = time.perf_counter() - t0
+    return train_m, eval_m
 
-    module = ValueFieldNet(width=config.width, dilations=config.dilations)
-    key = jax.random.PRNGKey(config.seed)
-    key, k_init = jax.random.split(key)
-    n = config.resolution
-    params = module.init(k_init, jnp.zeros((1, n, n, 7), jnp.float32))
+
+def _optimizer(config: TrainConfig) -> optax.GradientTransformation:
+    """Adam on a warmup + cosine schedule, gradients clipped to global norm 1."""
     schedule = optax.warmup_cosine_decay_schedule(
         0.0, config.learning_rate, min(config.warmup_steps, config.steps), config.steps,
         config.learning_rate * 0.05)
-    tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(schedule))
+    return optax.chain(optax.clip_by_global_norm(1.0), optax.adam(schedule))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Fit:
+    """What the training loop returns: the final parameters (on device), the log, the
+    last held-out metrics and the loop's wall seconds."""
+
+    params: dict
+    history: list
+    metrics: dict
+    seconds: float
+
+
+_LOGGED = ("success_rate", "regret_median", "regret_p90")
+
+
+def _fit(module, params, key, train_m: Material, eval_m: Material, config: TrainConfig,
+         progress) -> _Fit:
+    """``config.steps`` optimizer steps from ``params``, evaluated on ``eval_m`` at step 0,
+    every ``eval_every`` steps and at the last one."""
+    tx = _optimizer(config)
     opt_state = tx.init(params)
     step = _make_step(module, tx, config)
     data = _device_material(train_m)
     ev = eval_set(eval_m)
-    history: list[dict] = []
     t1 = time.perf_counter()
     m0 = evaluate_params(module, params, ev)
-    history.append({"step": 0, "loss": None, "seconds": 0.0,
-                    **{k2: m0[k2] for k2 in ("success_rate", "regret_median", "regret_p90")}})
+    history: list[dict] = [{"step": 0, "loss": None, "seconds": 0.0, **{k: m0[k] for k in _LOGGED}}]
     losses = []
     metrics: dict = {}
     for i in range(1, config.steps + 1):
@@ -449,16 +483,11 @@ def train(config: TrainConfig | Mapping, *, seed: int | None = None,
             mean_loss = float(jnp.mean(jnp.stack(losses)))
             losses = []
             info = {"step": i, "loss": mean_loss, "seconds": round(time.perf_counter() - t1, 2),
-                    **{k2: metrics[k2] for k2 in ("success_rate", "regret_median", "regret_p90")}}
+                    **{k2: metrics[k2] for k2 in _LOGGED}}
             history.append(info)
         if progress:
             progress("train", i, config.steps, info or {"loss": None})
-    t_train = time.perf_counter() - t1
-    params = jax.device_get(params)
-    metrics["param_count"] = param_count(params)
-    return TrainResult(module=module, params=params, history=history, metrics=metrics,
-                       seconds={"data": round(t_data, 2), "train": round(t_train, 2)},
-                       config=config, steps=config.steps)
+    return _Fit(params=params, history=history, metrics=metrics, seconds=time.perf_counter() - t1)
 
 
 def write_checkpoint(result: TrainResult, path, *, overwrite: bool = False) -> object:

@@ -12,7 +12,7 @@ from collections import deque
 import numpy as np
 
 from passage_jax.planners._common import as_path, check_kwargs, effective_limit, free_neighbours
-from passage_jax.protocol.contracts import PlanRequest, PlanResult
+from passage_jax.protocol.contracts import PlanRequest, PlanResult, work_counters
 
 __all__ = ["BFSPlanner", "make_planner"]
 
@@ -53,7 +53,7 @@ class BFSPlanner:
                     queue.append(v)
                     pushes += 1
             peak = max(peak, len(queue))
-        work = {"expansions": expansions, "queue_operations": pushes + pops, "live_states": peak}
+        work = work_counters(expansions, pushes + pops, peak)
         if not found:
             return PlanResult(path=None, status=status, work=work,
                               stage_work={"primary": dict(work)}, message=message)

@@ -8,14 +8,13 @@ reported as ``work`` and as the ``primary`` stage.
 from __future__ import annotations
 
 from passage_jax.planners._common import check_kwargs, effective_limit
-from passage_jax.protocol.contracts import PlanRequest, PlanResult
+from passage_jax.protocol.contracts import SEARCH_STATUS, PlanRequest, PlanResult, work_counters
 from passage_jax.reference.search import astar, dijkstra
 
 __all__ = ["BoundedPlanner", "make_planner"]
 
 _KWARGS = ("max_expansions", "algorithm")
 _SEARCH = {"astar": astar, "dijkstra": dijkstra}
-_STATUS = {"ok": "ok", "unreachable": "no_path", "budget_exhausted": "budget_exhausted"}
 
 
 class BoundedPlanner:
@@ -35,9 +34,8 @@ class BoundedPlanner:
         res = search(request.elevation, request.obstacles, request.start, request.goal,
                      request.cost_model, request.cost_weight, max_expansions=limit,
                      pixel_size_m=request.graph.pixel_size_m)
-        work = {"expansions": int(res.expansions), "queue_operations": int(res.queue_operations),
-                "live_states": int(res.live_states)}
-        status = _STATUS.get(res.status, "runtime_error")
+        work = work_counters(res.expansions, res.queue_operations, res.live_states)
+        status = SEARCH_STATUS.get(res.status, "runtime_error")
         return PlanResult(path=res.route if status == "ok" else None, status=status,
                           work=work, stage_work={"primary": dict(work)}, precision="fp64",
                           message=None if status == "ok" else f"{self.algorithm}: {res.status}")

@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from passage_jax.planners._common import as_path, check_kwargs, free_neighbours
-from passage_jax.protocol.contracts import PlanRequest, PlanResult
+from passage_jax.protocol.contracts import PlanRequest, PlanResult, work_counters
 
 __all__ = ["GreedyPlanner", "make_planner"]
 
@@ -39,7 +39,7 @@ class GreedyPlanner:
                 if v not in seen and dist(v) < best_d:
                     best, best_d = v, dist(v)
             if best is None:
-                work = {"expansions": steps, "queue_operations": 0, "live_states": 1}
+                work = work_counters(steps, 0, 1)
                 return PlanResult(path=as_path(cells), status="no_path", work=work,
                                   stage_work={"primary": dict(work)},
                                   message=f"greedy walker stuck at {cur}")
@@ -47,7 +47,7 @@ class GreedyPlanner:
             cells.append(cur)
             seen.add(cur)
             steps += 1
-        work = {"expansions": steps, "queue_operations": 0, "live_states": 1}
+        work = work_counters(steps, 0, 1)
         return PlanResult(path=as_path(cells), status="ok", work=work,
                           stage_work={"primary": dict(work)})
 

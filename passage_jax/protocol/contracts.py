@@ -21,7 +21,8 @@ from passage_jax.graph.spec import GraphSpec
 __all__ = [
     "STATUSES", "WORK_KEYS", "STAGES", "LIMIT_COUNTER", "SUMMED_COUNTERS", "METADATA_ALLOWLIST",
     "REQUEST_FIELDS", "ProtocolError", "BudgetSpec", "PlanRequest", "PlanResult",
-    "filter_metadata", "accumulate_stages", "normalise_result", "budget_problem",
+    "SEARCH_STATUS", "filter_metadata", "accumulate_stages", "normalise_result", "budget_problem",
+    "work_counters",
 ]
 
 #: Terminal statuses of a request.
@@ -40,6 +41,9 @@ LIMIT_COUNTER = {
 #: Counters that accumulate over stages by summation; the others (``live_states``,
 #: the number of states alive at once) by maximum.
 SUMMED_COUNTERS = ("expansions", "queue_operations")
+#: The status of an exact search (``passage_jax.reference.search.SearchResult.status``)
+#: -> the request status a planner or decoder reports for it.
+SEARCH_STATUS = {"ok": "ok", "unreachable": "no_path", "budget_exhausted": "budget_exhausted"}
 
 #: Scene metadata keys a request may carry. Everything else (``solvers``,
 #: ``index``, free-form ``source`` ...) stays with the evaluator.
@@ -233,6 +237,12 @@ class PlanResult:
     resource_peaks: dict = dataclasses.field(default_factory=dict)
     message: str | None = None
     route_stage: str | None = None
+
+
+def work_counters(expansions, queue_operations, live_states) -> dict:
+    """The work counters of one stage (``PlanResult.work``, ``WORK_KEYS`` order) as ints."""
+    return {"expansions": int(expansions), "queue_operations": int(queue_operations),
+            "live_states": int(live_states)}
 
 
 def _counter_value(where: str, v) -> int:

@@ -14,11 +14,13 @@ import numpy as np
 
 from passage_jax.fileio import jsonable
 from passage_jax.graph import OBJECTIVES, VARIANTS, GraphSpec, route_cost, route_problem
+from passage_jax.reference._options import merge_options
 from passage_jax.reference.search import astar, dijkstra
 from passage_jax.reference.vi import PRECISION_RTOL, solve_batch
 
 __all__ = [
     "POLICIES", "SOLVERS", "TASK_KEYS", "CROSS_CHECK_RTOL", "ReferenceSolution", "Qualification",
+    "QualifyOptions",
     "solve_tasks", "qualify_scene", "qualify_scenes", "qualification_failures",
 ]
 
@@ -220,21 +222,64 @@ def _qualify(task, sol: ReferenceSolution, policy: str, cross: ReferenceSolution
     return q
 
 
-def _check_policy(policy, reference_cohort_id):
-    if policy not in POLICIES:
-        raise ValueError(f"unknown reference_policy {policy!r}; known: {list(POLICIES)}")
-    if policy == "independent_analytic_reference" and not reference_cohort_id:
-        raise ValueError("reference_policy 'independent_analytic_reference' needs a "
-                         "reference_cohort_id (it defines a different cohort)")
+@dataclasses.dataclass(frozen=True)
+class QualifyOptions:
+    """Settings of :func:`qualify_scenes` (validated here, once).
+
+    policy: one of ``POLICIES``; reference_cohort_id: needed by
+    ``"independent_analytic_reference"``; solver: the exact solver of the references
+    (``SOLVERS``); max_expansions: the CPU search's budget per task (None: unbounded);
+    max_sweeps: value iteration's budget; cross_check: solve every task by the other
+    exact solver too; batch_size: value-iteration tasks per batch; sharding: their
+    placement; keys: the task keys (``"<objective>/<variant>"``) to qualify, None for
+    all of ``TASK_KEYS`` (kept as a tuple); censor: a solve out of its budget censors
+    the task instead of failing it; precision: value iteration's arithmetic.
+    """
+
+    policy: str = "released_labels"
+    reference_cohort_id: str | None = None
+    solver: str = "vi"
+    max_expansions: int | None = None
+    max_sweeps: int = DEFAULT_MAX_SWEEPS
+    cross_check: bool = True
+    batch_size: int = DEFAULT_BATCH
+    sharding: object = None
+    keys: tuple | None = None
+    censor: bool = False
+    precision: str = "auto"
+
+    def __post_init__(self):
+        if self.policy not in POLICIES:
+            raise ValueError(f"unknown reference_policy {self.policy!r}; known: {list(POLICIES)}")
+        if self.policy == "independent_analytic_reference" and not self.reference_cohort_id:
+            raise ValueError("reference_policy 'independent_analytic_reference' needs a "
+                             "reference_cohort_id (it defines a different cohort)")
+        keys = TASK_KEYS if self.keys is None else tuple(self.keys)
+        unknown = [k for k in keys if k not in TASK_KEYS]
+        if unknown:
+            raise ValueError(f"unknown task key(s) {unknown}; known: {list(TASK_KEYS)}")
+        object.__setattr__(self, "keys", keys)
+        if self.solver not in SOLVERS:
+            raise ValueError(f"unknown reference solver {self.solver!r}; known: {sorted(SOLVERS)}")
+
+    def solve(self, tasks, solver: str) -> list[ReferenceSolution]:
+        """:func:`solve_tasks` of ``tasks`` by ``solver`` with these budgets."""
+        return solve_tasks(tasks, solver, max_expansions=self.max_expansions,
+                           max_sweeps=self.max_sweeps, batch_size=self.batch_size,
+                           sharding=self.sharding, precision=self.precision)
 
 
-def qualify_scenes(scenes, policy: str = "released_labels", *, reference_cohort_id=None,
-                   solver: str = "vi", max_expansions=None, max_sweeps: int = DEFAULT_MAX_SWEEPS,
-                   cross_check: bool = True, batch_size: int = DEFAULT_BATCH,
-                   sharding=None, keys=None, censor: bool = False,
-                   precision: str = "auto") -> list[dict]:
+def qualify_scenes(scenes, policy: str | None = None, *, options: QualifyOptions | None = None,
+                   **overrides) -> list[dict]:
     """Qualify the tasks of each scene: all 6 (3 objectives x 2 variants), or only
     those named in ``keys`` (``"<objective>/<variant>"``), e.g. the one a run uses.
+
+    The settings are ``options`` (a :class:`QualifyOptions`) with any of its fields as
+    keywords on top (``reference_cohort_id``, ``solver="vi"``, ``max_expansions``,
+    ``max_sweeps``, ``cross_check=True``, ``batch_size``, ``sharding``, ``keys``,
+    ``censor=False``, ``precision="auto"``); ``policy`` (default
+    ``"released_labels"``) may also come second, by position. An unknown keyword is a
+    TypeError naming it.
 
     The exact references are solved with ``solver`` (value iteration batched
     over scenes by default); with ``cross_check`` every task is also solved by
@@ -254,26 +299,21 @@ def qualify_scenes(scenes, policy: str = "released_labels", *, reference_cohort_
     value-iteration batches are padded to rungs of one ladder (:func:`solve_tasks`),
     the same for every chunk of a grid size.
     """
-    _check_policy(policy, reference_cohort_id)
-    scenes = list(scenes)
-    keys = TASK_KEYS if keys is None else tuple(keys)
-    unknown = [k for k in keys if k not in TASK_KEYS]
-    if unknown:
-        raise ValueError(f"unknown task key(s) {unknown}; known: {list(TASK_KEYS)}")
+    if policy is not None:
+        overrides = {**overrides, "policy": policy}
+    opts = merge_options(QualifyOptions, options, overrides, "qualify_scenes")
+    scenes, keys = list(scenes), opts.keys
     tasks = [s.task(*k.split("/")) for s in scenes for k in keys]
-    sols = solve_tasks(tasks, solver, max_expansions=max_expansions, max_sweeps=max_sweeps,
-                       batch_size=batch_size, sharding=sharding, precision=precision)
+    sols = opts.solve(tasks, opts.solver)
     cross = [None] * len(tasks)
-    if cross_check:
-        other = "astar" if solver == "vi" else "vi"
-        cross = solve_tasks(tasks, other, max_expansions=max_expansions, max_sweeps=max_sweeps,
-                            batch_size=batch_size, sharding=sharding, precision=precision)
+    if opts.cross_check:
+        cross = opts.solve(tasks, "astar" if opts.solver == "vi" else "vi")
     out = []
     for i in range(len(scenes)):
         d = {}
         for j, key in enumerate(keys):
             t = i * len(keys) + j
-            d[key] = _qualify(tasks[t], sols[t], policy, cross[t], censor)
+            d[key] = _qualify(tasks[t], sols[t], opts.policy, cross[t], opts.censor)
         out.append(d)
     return out
 

@@ -19,6 +19,7 @@ Tie-break: the open set is ordered by ``(f, flat cell index)``; among equal
 """
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 from typing import NamedTuple
@@ -26,8 +27,9 @@ from typing import NamedTuple
 import numpy as np
 
 from passage_jax.graph import MOVES, edge_cost_field_np
+from passage_jax.reference._options import merge_options
 
-__all__ = ["SearchResult", "search", "dijkstra", "astar"]
+__all__ = ["SearchResult", "SearchOptions", "search", "dijkstra", "astar"]
 
 
 class SearchResult(NamedTuple):
@@ -65,37 +67,78 @@ def _check(z, obstacles, start, goal):
     return z, obst, out[0], out[1]
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class SearchOptions:
+    """Settings of :func:`search` (validated here, once).
+
+    heuristic: True (A*, the Euclidean distance in metres), False (Dijkstra), or an
+    (H, W) float array of estimated costs to the goal (no NaN or -inf; +inf is searched
+    last; its shape is checked against the grid by :func:`search`); max_expansions:
+    None (no budget) or the most cells expanded; pixel_size_m: the cell size of the
+    step costs and the heuristic; cost_field: None, or a precomputed (8, H, W) NumPy
+    edge-cost field to reuse.
+    """
+
+    heuristic: bool | np.ndarray = True
+    max_expansions: int | None = None
+    pixel_size_m: float = 30.0
+    cost_field: np.ndarray | None = None
+
+    def __post_init__(self):
+        if self.max_expansions is not None:
+            object.__setattr__(self, "max_expansions", int(self.max_expansions))
+        object.__setattr__(self, "pixel_size_m", float(self.pixel_size_m))
+
+
 def search(z, obstacles, start, goal, model: str, weight: float, *,
-           heuristic: bool | np.ndarray = True, max_expansions: int | None = None,
-           pixel_size_m: float = 30.0, cost_field: np.ndarray | None = None) -> SearchResult:
+           options: SearchOptions | None = None, **overrides) -> SearchResult:
     """A* (``heuristic=True``) or Dijkstra from ``start`` to ``goal``.
 
-    ``heuristic`` may also be an (H, W) float array of estimated costs to ``goal``
-    (no NaN or -inf; +inf is searched last). ``cost_field`` (8, H, W) may be passed
-    to reuse a precomputed NumPy field.
+    The settings are ``options`` (a :class:`SearchOptions`) with any of its fields as
+    keywords on top (``heuristic``, ``max_expansions``, ``pixel_size_m``,
+    ``cost_field``); an unknown keyword is a TypeError naming it. ``heuristic`` may
+    also be an (H, W) float array of estimated costs to ``goal`` (no NaN or -inf; +inf
+    is searched last). ``cost_field`` (8, H, W) may be passed to reuse a precomputed
+    NumPy field.
     """
+    opts = merge_options(SearchOptions, options, overrides, "search")
     z, obst, (sr, sc), (gr, gc) = _check(z, obstacles, start, goal)
     h, w = z.shape
+    cost_field = opts.cost_field
     if cost_field is None:
-        cost_field = edge_cost_field_np(z, obst, model, float(weight), pixel_size_m)
-    n = h * w
-    # per-cell step costs of the 8 moves (MOVES order), one row per cell; a row is
-    # turned into Python floats only when its cell is expanded, so a search that
-    # stops early (goal or budget) does no per-cell Python work for the rest
-    offs = (MOVES[:, 0] * w + MOVES[:, 1]).tolist()
-    cost_row = np.ascontiguousarray(cost_field.reshape(8, n).T).__getitem__
+        cost_field = edge_cost_field_np(z, obst, model, float(weight), opts.pixel_size_m)
+    hfield = _heuristic_field(opts.heuristic, (h, w), (gr, gc), opts.pixel_size_m)
+    budget = math.inf if opts.max_expansions is None else opts.max_expansions
     src, dst = sr * w + sc, gr * w + gc
+    return _best_first(cost_field, hfield, src, dst, w, budget)
+
+
+def _heuristic_field(heuristic, shape, goal, pixel_size_m: float) -> np.ndarray:
+    """The (H*W,) float64 heuristic of every cell: the given field, the Euclidean
+    distance to ``goal`` in metres (``heuristic`` true) or zeros (Dijkstra)."""
+    h, w = shape
     if isinstance(heuristic, np.ndarray):
         hf = np.asarray(heuristic, np.float64)
         if hf.shape != (h, w) or np.any(np.isnan(hf) | (hf == -math.inf)):
             raise ValueError(f"heuristic field must be an ({h}, {w}) array without NaN or -inf, "
                              f"got shape {hf.shape}")
-        hfield = np.ascontiguousarray(hf.ravel())
-    elif heuristic:
-        rr, cc = np.divmod(np.arange(n), w)
-        hfield = np.hypot(rr - gr, cc - gc) * float(pixel_size_m)
-    else:
-        hfield = np.zeros(n)
+        return np.ascontiguousarray(hf.ravel())
+    if heuristic:
+        rr, cc = np.divmod(np.arange(h * w), w)
+        return np.hypot(rr - goal[0], cc - goal[1]) * float(pixel_size_m)
+    return np.zeros(h * w)
+
+
+def _best_first(cost_field, hfield, src: int, dst: int, w: int, budget) -> SearchResult:
+    """The heap search from cell ``src`` to ``dst`` (flat indices of a grid ``w`` wide)
+    with the step costs ``cost_field`` (8, H, W), the flat heuristic ``hfield`` and at
+    most ``budget`` expansions."""
+    n = hfield.shape[0]
+    # per-cell step costs of the 8 moves (MOVES order), one row per cell; a row is
+    # turned into Python floats only when its cell is expanded, so a search that
+    # stops early (goal or budget) does no per-cell Python work for the rest
+    offs = (MOVES[:, 0] * w + MOVES[:, 1]).tolist()
+    cost_row = np.ascontiguousarray(cost_field.reshape(8, n).T).__getitem__
     hval = hfield.item  # one cell's heuristic as a Python float
     inf = math.inf
     g = [inf] * n
@@ -103,12 +146,8 @@ def search(z, obstacles, start, goal, model: str, weight: float, *,
     g[src] = 0.0
     heap = [(hval(src), src)]
     push, pop = heapq.heappush, heapq.heappop
-    qops = 1
-    live = 1
-    expansions = 0
-    budget = math.inf if max_expansions is None else int(max_expansions)
-    found = False
-    exhausted = False
+    qops, live, expansions = 1, 1, 0
+    found = exhausted = False
     rng = range(8)
     while heap:
         f, u = pop(heap)
@@ -141,12 +180,16 @@ def search(z, obstacles, start, goal, model: str, weight: float, *,
         return SearchResult(math.nan, None, "budget_exhausted", expansions, qops, live)
     if not found:
         return SearchResult(inf, None, "unreachable", expansions, qops, live)
+    return SearchResult(float(g[dst]), _route(parent, src, dst, w), "ok", expansions, qops, live)
+
+
+def _route(parent: list, src: int, dst: int, w: int) -> np.ndarray:
+    """The (L, 2) int32 route from ``src`` to ``dst`` along the parent links."""
     path = [dst]
     while path[-1] != src:
         path.append(parent[path[-1]])
     path.reverse()
-    route = np.stack(np.divmod(np.asarray(path, np.int64), w), axis=1).astype(np.int32)
-    return SearchResult(float(g[dst]), route, "ok", expansions, qops, live)
+    return np.stack(np.divmod(np.asarray(path, np.int64), w), axis=1).astype(np.int32)
 
 
 def dijkstra(z, obstacles, start, goal, model: str, weight: float, max_expansions=None,
