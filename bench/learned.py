@@ -19,7 +19,7 @@ value iteration) by ``metrics.score_routes``, and one table prints per method:
   method is planned once untimed).
 
 The classical baselines are deterministic: they run once and stand for every seed.
-Then the timing block of :mod:`passage_jax.learned.timing` for the first seed's
+Then the timing block of :mod:`passage_jax.learned.profiling` for the first seed's
 checkpoint on the ``bounded_repair`` planner: bare forward, guide call, forward +
 decoder and the decoder alone, float32 and bfloat16, parameter count, peak device
 memory (``None`` where the backend reports none, e.g. the CPU).
@@ -53,7 +53,7 @@ from passage_jax.contract import DEFAULT_SEEDS, FAILURE_REGRET
 from passage_jax.data import load_scenes, shipped_cohort_root
 from passage_jax.learned.guide import load_guide
 from passage_jax.learned.planner import make_planner
-from passage_jax.learned.timing import timing_report
+from passage_jax.learned.profiling import timing_report
 from passage_jax.metrics import primary_metrics, score_routes
 from passage_jax.planners.bfs import make_planner as make_bfs
 from passage_jax.planners.bounded import make_planner as make_bounded

@@ -15,6 +15,7 @@ from passage_jax.protocol.contracts import (  # noqa: F401
     LIMIT_COUNTER,
     METADATA_ALLOWLIST,
     REQUEST_FIELDS,
+    SEARCH_STATUS,
     STAGES,
     STATUSES,
     SUMMED_COUNTERS,
@@ -27,6 +28,7 @@ from passage_jax.protocol.contracts import (  # noqa: F401
     budget_problem,
     filter_metadata,
     normalise_result,
+    work_counters,
 )
 from passage_jax.protocol.records import (  # noqa: F401
     PATHS_FORMAT,
@@ -57,7 +59,7 @@ __all__ = [
     "GraphSpec", "PlanRequest", "PlanResult", "BudgetSpec", "ProtocolError", "STATUSES",
     "WORK_KEYS", "STAGES", "LIMIT_COUNTER", "SUMMED_COUNTERS", "METADATA_ALLOWLIST",
     "REQUEST_FIELDS", "filter_metadata", "accumulate_stages", "normalise_result",
-    "budget_problem", "build_request", "request_graph",
+    "budget_problem", "build_request", "request_graph", "SEARCH_STATUS", "work_counters",
     # adapters
     "INFERENCE_FORMATS", "Planner", "FlaxPlanner", "as_planner", "import_entry", "is_factory",
     "load_planner", "planner_factory",

@@ -40,6 +40,7 @@ from passage_jax import precision as _precision
 from passage_jax.checks import require_int
 from passage_jax.graph import MODEL_INDEX, MODEL_NAMES, MOVES, edge_cost_field_np
 from passage_jax.graph.grid import descent_policy
+from passage_jax.placement import device_count, resolve_sharding
 from passage_jax.precision import REFERENCE_PRECISION_ENV as PRECISION_ENV
 from passage_jax.precision import REFERENCE_PRECISIONS as PRECISIONS
 from passage_jax.precision import resolve_reference_precision as resolve_precision
@@ -355,8 +356,8 @@ def solve_batch(elevation_m, obstacles, start, goal, model_index, weight, *,
     precision = resolve_precision(opts.precision)
     config = opts.solver_config(precision)
     batch = host_batch(elevation_m, obstacles, start, goal, model_index, weight)
-    B, sharding = batch.size, opts.sharding
-    nd = sharding.num_devices if sharding is not None and hasattr(sharding, "num_devices") else 1
+    B, sharding = batch.size, resolve_sharding(opts.sharding, modes=())
+    nd = device_count(sharding)
     sizes = (call_sizes(B, batch.cells, nd) if opts.bucket else []) or [-(-B // nd) * nd]
     chunk = opts.kernel_chunk()
     with jax.enable_x64(precision == "float64"):

@@ -53,10 +53,10 @@ from passage_jax.run.folder import (
     undo_launch,
 )
 from passage_jax.run.journal import JOURNAL_NAME, Journal, fsync_dir
+from passage_jax.run.launch_record import write_resolved_protocol
 from passage_jax.run.manifest import run_identity
 from passage_jax.run.plan import SERIES, RequestPlan, check_entry, passes
 from passage_jax.run.progress import ProgressEvent
-from passage_jax.run.protocol_record import write_resolved_protocol
 from passage_jax.run.resume import (
     finished_summary,
     keep_completed_seed,
@@ -99,7 +99,7 @@ def run_spec(spec: RunSpec | str | os.PathLike, output, progress=None,
     (``None``, ``False``, ``True``) reports nothing: drawing progress is the command
     line's job. ``log``: a callable taking one line, or None.
 
-    Every launch writes ``resolved_protocol.json`` (:mod:`passage_jax.run.protocol_record`).
+    Every launch writes ``resolved_protocol.json`` (:mod:`passage_jax.run.launch_record`).
     With ``dry_run=True`` the run is admitted and that record written, nothing else: no
     request runs and no seed folder is made; returns ``{"dry_run": True, ...}``.
     """

@@ -12,8 +12,8 @@ from passage_jax.protocol.records import RUN_FORMAT, package_versions
 from passage_jax.run import admission as adm
 from passage_jax.run.context import RunContext
 from passage_jax.run.journal import JOURNAL_NAME
+from passage_jax.run.launch_record import run_protocol
 from passage_jax.run.plan import passes
-from passage_jax.run.protocol_record import run_protocol
 from passage_jax.run.provenance import provenance
 from passage_jax.run.seed_state import Build, SeedState
 

@@ -1,4 +1,4 @@
-"""Timing helpers (passage_jax.learned.timing): structure and invariants only; no
+"""Timing helpers (passage_jax.learned.profiling): structure and invariants only; no
 test asserts how long anything takes."""
 import math
 
@@ -12,7 +12,7 @@ from passage_jax.graph import GraphSpec
 from passage_jax.learned.guide import NetworkGuide
 from passage_jax.learned.model import N_FEATURES, ValueFieldNet
 from passage_jax.learned.planner import LearnedPlanner
-from passage_jax.learned.timing import (
+from passage_jax.learned.profiling import (
     BOUNDARIES,
     PrecomputedGuide,
     Timing,
