@@ -58,7 +58,7 @@ def print_report(report: dict, console) -> None:
     """The audit's tables: scenes per split, route lengths, failing scenes."""
     res = report["summary"]["resolutions"]
     t = Table(title=f"scenes in {report['summary']['dataset_path']}",
-              caption="qualified: reference tasks qualified / tasks (SPEC §3); censored: tasks "
+              caption="qualified: reference tasks qualified / tasks (contract §3); censored: tasks "
                       "whose exact solve ran out of its budget; "
                       "coverage: obstacle share (min/med/max); blocks: count (largest share) "
                       "under main_tile_5deg and union_5deg")

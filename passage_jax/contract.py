@@ -1,4 +1,4 @@
-"""The contract's constants, in one place (SPEC §5–7).
+"""The contract's constants, in one place (contract §5–7).
 
 Every module that names a primary metric, its direction, the censoring of failed
 routes, the default training seeds, the block of a task without a tile or a timing

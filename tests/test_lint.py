@@ -1,6 +1,6 @@
 """The tree is clean under the project's ruff configuration (pyproject.toml), and
 no package of passage_jax imports a live-execution or offline-evaluation room it
-should not (DESIGN.md: arrows point down the stage table)."""
+should not (docs/architecture.md: arrows point down the stage table)."""
 from __future__ import annotations
 
 import ast

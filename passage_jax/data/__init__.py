@@ -1,5 +1,5 @@
 """Data stage: PASSAGE v1.0 shards (codec, writer, validating streaming reader),
-scenes and tasks, dataset-root resolution (SPEC §1) and the dataset audit.
+scenes and tasks, dataset-root resolution (contract §1) and the dataset audit.
 
 The shipped terrain (``passage_jax.data.terrain``) and the cohort maker
 (``passage_jax.data.cohort``) are imported from their modules.

@@ -1,10 +1,10 @@
-"""Dataset audit: validate every scene of a dataset root and summarise it (SPEC §1, §3, §5).
+"""Dataset audit: validate every scene of a dataset root and summarise it (contract §1, §3, §5).
 
 Per resolution and split: scene counts; every scene valid or not (the first error
 of each failing scene, naming file, row and id); obstacle coverage and released
 route lengths (cells) as min/median/max; the block census under both block rules
-of SPEC §5 (computed over the valid scenes of the split); and, with ``qualify``,
-reference qualification of every valid scene's six tasks (SPEC §3: value
+of contract §5 (computed over the valid scenes of the split); and, with ``qualify``,
+reference qualification of every valid scene's six tasks (contract §3: value
 iteration cross-checked by A*, released route legal and optimal).
 
 Qualification is bounded by default: the A* cross-check of each task gets an
@@ -101,7 +101,7 @@ def qualify_chunk(scenes, max_expansions=None) -> list[dict]:
     """Per scene, ``{"<objective>/<variant>": Qualification.to_dict()}``: value
     iteration batched over every task of ``scenes``, cross-checked by the
     independent A* within ``max_expansions`` per task (None: unbounded); a solve
-    that runs out of its budget censors the task (SPEC §3)."""
+    that runs out of its budget censors the task (contract §3)."""
     scenes = list(scenes)
     if not scenes:
         return []

@@ -1,4 +1,4 @@
-"""Real-terrain fixture cohorts (SPEC §8): crops, markers, obstacles, exact labels.
+"""Real-terrain fixture cohorts (contract §8): crops, markers, obstacles, exact labels.
 
 A scene is an N x N crop of a shipped raster (``passage_jax.data.terrain``) at its
 native grid, stepped at PASSAGE's 30 m convention; a start and a goal far
@@ -47,7 +47,7 @@ from passage_jax.graph import (
 )
 from passage_jax.reference.csgraph import scipy_task_graph
 
-#: Objective weights used when writing fixture cohorts (SPEC §2 defaults).
+#: Objective weights used when writing fixture cohorts (contract §2 defaults).
 DEFAULT_WEIGHTS = {obj: COST_MODELS[obj].default_weight for obj in OBJECTIVES}
 CELL_SIZE_M = 30.0
 SOLVER = "scipy.csgraph.dijkstra"

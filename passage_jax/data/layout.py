@@ -1,4 +1,4 @@
-"""The PASSAGE v1.0 shard layout (SPEC §1): dataset roots, resolution and split folders,
+"""The PASSAGE v1.0 shard layout (contract §1): dataset roots, resolution and split folders,
 the shard files of a split, and why a path is not a usable folder.
 
 ``<root>/<N>x<N>/<split>/*.parquet``; shards in sorted file-name order. A root, folder

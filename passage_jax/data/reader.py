@@ -1,4 +1,4 @@
-"""The row reader for the PASSAGE v1.0 shard layout (SPEC §1).
+"""The row reader for the PASSAGE v1.0 shard layout (contract §1).
 
 Shards in sorted file-name order (:mod:`passage_jax.data.layout`), rows in file order, a
 cap of ``n_samples`` takes that deterministic prefix. Parquet record batches are read

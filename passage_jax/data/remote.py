@@ -1,4 +1,4 @@
-"""Choosing the dataset root: a local folder, or a pinned hub snapshot (SPEC §1).
+"""Choosing the dataset root: a local folder, or a pinned hub snapshot (contract §1).
 
 A hub snapshot is selected by ``dataset_repo`` (``owner/name``) and
 ``dataset_revision``, which must be exactly 40 hexadecimal characters (a full

@@ -1,4 +1,4 @@
-"""In-memory scene and task types (SPEC §1)."""
+"""In-memory scene and task types (contract §1)."""
 from __future__ import annotations
 
 import dataclasses

@@ -1,6 +1,6 @@
-"""Validation of released scenes (SPEC §1).
+"""Validation of released scenes (contract §1).
 
-Every check of SPEC §1 for one shard row lives in :func:`validate_row`, which turns
+Every check of contract §1 for one shard row lives in :func:`validate_row`, which turns
 a raw row into a :class:`~passage_jax.data.scene.Scene` or raises
 :class:`DataError` naming the file, row and scene id. Nothing is skipped,
 repaired or replaced.

@@ -1,4 +1,4 @@
-"""Writer for the PASSAGE v1.0 shard layout (SPEC §1)."""
+"""Writer for the PASSAGE v1.0 shard layout (contract §1)."""
 from __future__ import annotations
 
 import json
@@ -18,7 +18,7 @@ ROUTE_TYPE = pa.list_(pa.list_(pa.int32()))
 
 
 def shard_schema() -> pa.Schema:
-    """The columns a shard is written with (SPEC §1), in order."""
+    """The columns a shard is written with (contract §1), in order."""
     fields = [pa.field("id", pa.string()), pa.field("tensor", pa.binary())]
     fields += [pa.field(col, ROUTE_TYPE) for col in ROUTE_COLUMNS.values()]
     fields += [pa.field("metadata", pa.string())]

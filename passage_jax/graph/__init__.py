@@ -1,4 +1,4 @@
-"""Graph stage (SPEC §2): the move table (:mod:`~passage_jax.graph.moves`), grid
+"""Graph stage (contract §2): the move table (:mod:`~passage_jax.graph.moves`), grid
 operators — shifts, neighbour gathers, Bellman backup, descent policy
 (:mod:`~passage_jax.graph.grid`), ``GraphSpec`` (:mod:`~passage_jax.graph.spec`), the
 cost-model registry and edge-cost fields (:mod:`~passage_jax.graph.costs`), and host

@@ -1,4 +1,4 @@
-"""Cost-model registry and the edge-cost field kernels (SPEC §2).
+"""Cost-model registry and the edge-cost field kernels (contract §2).
 
 Every formula is written once, against an array namespace ``xp`` (NumPy or
 ``jax.numpy``), so the float64 host recoster, the CPU exact search and the JAX
@@ -112,7 +112,7 @@ def step_cost(model: str, d, z_u, z_v, w, stats: CropStats, xp=np):
 def legal_move_mask(obstacles, xp=np):
     """(8, H, W) bool: the move from (r, c) by MOVES[k] lands in bounds on a free cell.
 
-    Diagonal moves check their destination only (SPEC §2 ``destination_only``).
+    Diagonal moves check their destination only (contract §2 ``destination_only``).
     """
     blocked = xp.asarray(obstacles).astype(bool)
     return ~neighbours(blocked, True, xp)

@@ -1,4 +1,4 @@
-"""Grid operators on the 8-connected grid, written once (SPEC §2, §3.1).
+"""Grid operators on the 8-connected grid, written once (contract §2, §3.1).
 
 Every field is indexed ``[..., r, c]`` (leading axes are batch axes); a move is
 ``MOVES[k] = (d_row, d_col)``; an edge-cost field ``C`` has shape ``(..., 8, H, W)``

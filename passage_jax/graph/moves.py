@@ -1,4 +1,4 @@
-"""The fixed 8-neighbour move table (SPEC §2).
+"""The fixed 8-neighbour move table (contract §2).
 
 ``MOVES[k]`` is the k-th move as ``(d_row, d_col)``; its order is also the
 tie-break everywhere a choice among moves is made (descent, search).

@@ -1,4 +1,4 @@
-"""Host-side route checks and float64 recosting (SPEC §2, §4).
+"""Host-side route checks and float64 recosting (contract §2, §4).
 
 These are the strict, plain-NumPy definitions used for validation at load and as
 the scoring ground truth: :func:`route_problem` is the one host implementation of

@@ -1,4 +1,4 @@
-"""GraphSpec: the graph a scene is planned on, and the objective names (SPEC §2).
+"""GraphSpec: the graph a scene is planned on, and the objective names (contract §2).
 
 The move table lives in :mod:`passage_jax.graph.moves`, the cost-model registry in
 :mod:`passage_jax.graph.costs`.
@@ -16,7 +16,7 @@ from passage_jax.graph.moves import STEP_PIXELS
 __all__ = ["GraphSpec", "OBJECTIVES", "VARIANTS", "OBJECTIVE_COLUMN"]
 
 OBJECTIVES = ("elevation", "slope_uphill", "energy")
-"""The three objectives of PASSAGE v1.0 (SPEC §2 names)."""
+"""The three objectives of PASSAGE v1.0 (contract §2 names)."""
 VARIANTS = ("free", "obstacles")
 #: Column-name stem of each objective in released shards (`slope` for `slope_uphill`).
 OBJECTIVE_COLUMN = {"elevation": "elevation", "slope_uphill": "slope", "energy": "energy"}

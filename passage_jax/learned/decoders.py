@@ -2,7 +2,7 @@
 
 Each decoder takes a field ``(H, W)`` (an estimate of every cell's cost to the
 request's goal, as a guide returns it) and a :class:`PlanRequest`, and returns a
-:class:`DecodeResult` with a route (or ``None``), a protocol status, SPEC §6
+:class:`DecodeResult` with a route (or ``None``), a protocol status, contract §6
 counters and a message on failure. A field must have the request's shape and no
 NaN or -inf; +inf means "predicted unreachable". Decoding never changes the
 graph: step costs are the request's own (``edge_cost_field_np``), so every route
@@ -61,7 +61,7 @@ FALLBACK_SOLVERS = ("astar", "value_iteration")
 
 class DecodeResult(NamedTuple):
     """path: (L, 2) int32 start→goal route or None; status: "ok" | "no_path" |
-    "budget_exhausted"; work: SPEC §6 counters of this decoder; message: why it
+    "budget_exhausted"; work: contract §6 counters of this decoder; message: why it
     failed (None when ok); walked: the cells a descent visited, in order (the
     partial route of a failed :func:`direct`; None for the searches)."""
 

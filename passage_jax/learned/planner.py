@@ -1,5 +1,5 @@
 """The learned planner: a guide (any ``request -> (H, W)`` cost-to-go estimate) and
-a decoder composition, behind the planner protocol (SPEC §6, §9).
+a decoder composition, behind the planner protocol (contract §6, §9).
 
 Compositions (``decoder=``), every stage a function of
 :mod:`passage_jax.learned.decoders`:
@@ -24,7 +24,7 @@ budget for the whole request); the descent is bounded by ``max_steps`` and the
 request's limit. The exact fallback has no limit of its own: its work is counted,
 so a request budget it overruns makes the runner record ``budget_exhausted``.
 
-Accounting: ``stage_work`` holds the SPEC §6 counters of each stage that ran (a
+Accounting: ``stage_work`` holds the contract §6 counters of each stage that ran (a
 stage that did not run is absent), ``work`` their totals (sums; ``live_states``
 the maximum), ``route_stage`` the stage whose route is returned (``None`` on
 failure). The guide is called once per request; ``resource_peaks`` records

@@ -1,4 +1,4 @@
-"""Metrics stage (SPEC §4): route validity, recosting, censoring and regret,
+"""Metrics stage (contract §4): route validity, recosting, censoring and regret,
 geometry, primary aggregates, a training-loop accumulator and field
 diagnostics.
 

@@ -105,7 +105,7 @@ class PathMetrics:
         return summed.replace(regret_buffer=buf)
 
     def compute(self) -> dict:
-        """The SPEC §4 aggregates (jittable). Rates over zero tasks are NaN."""
+        """The contract §4 aggregates (jittable). Rates over zero tasks are NaN."""
         dt = self.regret_buffer.dtype
 
         def ratio(a, b):

@@ -1,4 +1,4 @@
-"""Primary aggregates of SPEC §4, as a jittable masked reducer and a host wrapper.
+"""Primary aggregates of contract §4, as a jittable masked reducer and a host wrapper.
 
 The percentiles and means are :mod:`passage_jax.reduce`'s; the metric names are
 :data:`passage_jax.contract.PRIMARY_METRICS`.
@@ -59,7 +59,7 @@ def regret_summary_jax(regret, mask):
 
 @jax.jit
 def primary_metrics_jax(per_task, mask=None) -> dict:
-    """Jittable SPEC §4 aggregates over the tasks where ``mask`` is True
+    """Jittable contract §4 aggregates over the tasks where ``mask`` is True
     (padding rows False). ``per_task`` is a batched
     :class:`~passage_jax.metrics.types.RouteMetrics` or a mapping with ``regret``, ``assd``, ``h95``,
     ``valid_path``, ``connected_path``, ``obstacle_violation`` and
@@ -92,7 +92,7 @@ def primary_metrics_jax(per_task, mask=None) -> dict:
 
 
 def primary_metrics(per_task: dict, valid_mask=None) -> dict:
-    """Host aggregates (SPEC §4) of :func:`score_routes` output, in float64.
+    """Host aggregates (contract §4) of :func:`score_routes` output, in float64.
 
     ``valid_mask`` selects the tasks that count (e.g. the reference-qualified
     ones); None counts all. Returns plain Python floats/ints:

@@ -100,7 +100,7 @@ _DTYPES = {
 def score_routes(candidates, tasks, c_star, request_ok, references=None,
                  pixel_size_m: float = 30.0, sharding=None, *,
                  long_route: int = LONG_ROUTE) -> dict:
-    """Score candidate routes against their tasks (SPEC §4).
+    """Score candidate routes against their tasks (contract §4).
 
     Parameters
     ----------

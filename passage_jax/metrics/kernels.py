@@ -1,4 +1,4 @@
-"""Per-task decoded-path metric kernels on padded routes (SPEC §4).
+"""Per-task decoded-path metric kernels on padded routes (contract §4).
 
 A route is a :class:`~passage_jax.metrics.types.Route` (``cells`` (L, 2) int32
 and a scalar ``length``); rows at or beyond ``length`` are padding and never
@@ -54,7 +54,7 @@ def _sum(x):
 # --------------------------------------------------------------------------- #
 
 def connected_path(route: Route, task, *, well_formed=True):
-    """SPEC §4 ``connected_path`` of one padded route on ``task``'s grid.
+    """contract §4 ``connected_path`` of one padded route on ``task``'s grid.
 
     True iff the route is well formed, has at least 2 cells, all in bounds, every
     step is one of the 8 moves (a repeated consecutive cell is not; a later
@@ -271,7 +271,7 @@ def route_geometry(candidate: Route, reference: Route, dtype=None):
 def score_task(candidate: Route, reference: Route | None, task, *, request_ok=True,
                well_formed=True, pixel_size_m: float = 30.0, geometry: bool = True
                ) -> RouteMetrics:
-    """All SPEC §4 per-task metrics of one padded candidate route.
+    """All contract §4 per-task metrics of one padded candidate route.
 
     ``task`` is a :class:`~passage_jax.metrics.types.TaskArrays` or a
     :class:`~passage_jax.metrics.types.TaskAtCandidate` read at ``candidate``'s

@@ -7,7 +7,7 @@
 * :class:`TaskAtCandidate` — the same task with its grids already read at the
   candidate route's cells (the grid size is data, not shape), as the host entry
   point sends it: O(L) per task instead of O(H * W).
-* :class:`RouteMetrics` — every SPEC §4 per-task metric of one candidate route.
+* :class:`RouteMetrics` — every contract §4 per-task metric of one candidate route.
 
 The task and metric types are keyword-only (``TaskArrays(elevation=..., ...)``).
 The two task types answer the same questions (:meth:`~TaskArrays.grid_shape`,
@@ -170,7 +170,7 @@ class TaskAtCandidate:
 
 @flax.struct.dataclass(kw_only=True)
 class RouteMetrics:
-    """The SPEC §4 per-task metrics of one candidate route (or a batch of them:
+    """The contract §4 per-task metrics of one candidate route (or a batch of them:
     a leading axis on every field). Field names are :data:`METRIC_KEYS`;
     ``success`` equals ``valid_path``; geometry (``assd``, ``h95``,
     ``path_iou``) is NaN unless the route is valid."""

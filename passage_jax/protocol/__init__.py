@@ -1,4 +1,4 @@
-"""Planner protocol (SPEC §6): requests, results, budgets, statuses, adapters and the
+"""Planner protocol (contract §6): requests, results, budgets, statuses, adapters and the
 run-folder records a run writes and an evaluation reads."""
 from passage_jax.graph.spec import GraphSpec  # noqa: F401  (re-export)
 from passage_jax.protocol.adapters import (  # noqa: F401

@@ -1,6 +1,6 @@
 """Adapters: every supported planner shape becomes one ``Planner`` callable.
 
-Supported shapes (SPEC §6):
+Supported shapes (contract §6):
 
 * an object with ``plan(request)`` (``inference_format: request``);
 * a plain callable ``fn(request)`` (a ``module:function``);

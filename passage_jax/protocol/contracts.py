@@ -1,4 +1,4 @@
-"""Planner protocol: requests, results, budgets, statuses and work counters (SPEC §6).
+"""Planner protocol: requests, results, budgets, statuses and work counters (contract §6).
 
 A :class:`PlanRequest` holds the ordinary input of one task and nothing the
 evaluator owns: no reference route, optimal cost, reachability or anything

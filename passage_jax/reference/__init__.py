@@ -1,4 +1,4 @@
-"""Exact references (SPEC §3).
+"""Exact references (contract §3).
 
 * :mod:`~passage_jax.reference.vi_kernel` — value iteration written per scene as
   init / step / terminate and vmapped once (``vi_kernel``), with the arithmetic of its

@@ -1,4 +1,4 @@
-"""Exact references for tasks and reference qualification (SPEC §3).
+"""Exact references for tasks and reference qualification (contract §3).
 
 Route legality is :func:`passage_jax.graph.route_problem` (the one host check) and
 route cost :func:`passage_jax.graph.route_cost`; value iteration runs through
@@ -52,7 +52,7 @@ class ReferenceSolution:
 
 @dataclasses.dataclass
 class Qualification:
-    """Qualification of one task's reference (SPEC §3).
+    """Qualification of one task's reference (contract §3).
 
     ``censored`` (only with ``censor=True`` in :func:`qualify_scenes`): an exact
     solve of the task ran out of its budget and no other check failed; the task is
@@ -87,7 +87,7 @@ class Qualification:
 
 
 def _task_model(task):
-    return task.objective  # objective names are cost-model names (SPEC §2)
+    return task.objective  # objective names are cost-model names (contract §2)
 
 
 def _search(task, solver, max_expansions):

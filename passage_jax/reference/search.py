@@ -1,9 +1,9 @@
-"""CPU exact search: heap-based Dijkstra and A* in float64 (SPEC §3.2).
+"""CPU exact search: heap-based Dijkstra and A* in float64 (contract §3.2).
 
 Independent of the JAX code path: step costs come from the NumPy edge-cost
 field (``passage_jax.graph.edge_cost_field_np``, the same registry formulas),
 and costs are accumulated start to goal, ``g(v) = g(u) + c(u, v)``, exactly as
-a route's cost is defined (SPEC §2).
+a route's cost is defined (contract §2).
 
 A* uses the Euclidean distance in metres (pixel distance x pixel size) as its
 heuristic; every step costs at least its length, so it is admissible and

@@ -1,4 +1,4 @@
-"""Exact value iteration on a batch of scenes: the host driver (SPEC §3.1).
+"""Exact value iteration on a batch of scenes: the host driver (contract §3.1).
 
 The kernel (pytrees, the per-scene init / step / terminate state machine, the sweeps,
 the descent) is :mod:`passage_jax.reference.vi_kernel`; this module validates a batch,

@@ -1,4 +1,4 @@
-"""Exact value iteration on the 8-connected grid (SPEC §3.1): the kernel, one scene at a time.
+"""Exact value iteration on the 8-connected grid (contract §3.1): the kernel, one scene at a time.
 
 ``V(u) = min_k C[k, u] + V(u + MOVES[k])`` with ``V(goal) = 0``, where
 ``C[k, r, c]`` is the cost of the move from ``(r, c)`` by ``MOVES[k]``

@@ -1,4 +1,4 @@
-"""Live execution (SPEC §7): run specs, admission, timed batch-one requests, run
+"""Live execution (contract §7): run specs, admission, timed batch-one requests, run
 folders and conformance checks.
 
 ``run_spec(spec, output)`` admits a spec and writes one ``seed-<seed>/`` folder per

@@ -1,4 +1,4 @@
-"""The resolved protocol of a launch: ``resolved_protocol.json`` (SPEC §9, seed 004 §8).
+"""The resolved protocol of a launch: ``resolved_protocol.json`` (contract §9, seed 004 §8).
 
 Every ``run`` launch (a new run, each resume, and ``run --dry-run``) writes into the
 output folder ``resolved_protocol.<n>.json`` (``n`` = 0, 1, ... in launch order) and

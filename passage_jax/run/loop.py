@@ -1,5 +1,5 @@
 """The complete-request run loop: admission, timed series, durable records, run folders
-(SPEC §7), and resuming a run that was killed.
+(contract §7), and resuming a run that was killed.
 
 ``run_spec(spec, output)`` admits the run (nothing is called before every
 admission check passed), writes ``<output>/run_started.json`` (what a resume must

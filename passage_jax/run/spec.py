@@ -1,4 +1,4 @@
-"""Run spec (SPEC §7): loading, validation, defaults, and the starter template.
+"""Run spec (contract §7): loading, validation, defaults, and the starter template.
 
 A spec is a YAML or JSON mapping. Unknown keys are refused, required keys must
 be present, and every value is type-checked with an error naming the key (the keys,
@@ -187,7 +187,7 @@ def load_spec(path) -> RunSpec:
 
 
 STARTER_SPEC = """\
-# passage_jax run spec (SPEC §7). Validate and run with:
+# passage_jax run spec (docs/contract.md §7). Validate and run with:
 #   python -m cli conform --spec THIS_FILE --output outputs/check
 #   python -m cli run     --spec THIS_FILE --output outputs/run-a
 # Unknown keys are refused. Relative paths are resolved from the working directory.
@@ -216,7 +216,7 @@ dataset_repo: null                  # or a hub dataset ...
 dataset_revision: null              # ... with an exact 40-hex-character commit
 
 # Timing series: one cold pass, then warm-up passes, then measured warm repeats
-latency_warmup: 1                   # the default is 5 (seed 000); 1 keeps this demo short
+latency_warmup: 1                   # the default is 5 (docs/contract.md); 1 keeps this demo short
 latency_repeats: 2
 quality_repeat_index: 0             # which warm repeat is the headline quality
 

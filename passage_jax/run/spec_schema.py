@@ -1,4 +1,4 @@
-"""The run spec's keys (SPEC §7): required keys, defaults, accepted values, and one
+"""The run spec's keys (contract §7): required keys, defaults, accepted values, and one
 validator per key.
 
 :data:`VALIDATORS` is an ordered table of ``(key, check)``: ``check(value, spec)``
