@@ -36,6 +36,7 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+@pytest.mark.slow  # four notebooks executed in kernels (about 25 s); each also runs in test_notebooks
 def test_analyze_executes_the_four_notebooks_and_records_identities(tmp_path, capsys):
     out = tmp_path / "staging"
     rc = run_cli(["--dataset-path", "shipped", "--resolution", "64", "--staging-root", out, "--execute",

@@ -312,11 +312,12 @@ def _check_cohort(tasks, label):
     assert worst_sci <= PRECISION_RTOL["double_float"]
 
 
-@pytest.mark.parametrize("res", [64, 128])
+@pytest.mark.parametrize("res", [64, pytest.param(128, marks=pytest.mark.slow)])
 def test_cohort_double_float_agrees(res):
     _check_cohort(_tasks(res), f"{res}x{res}")
 
 
+@pytest.mark.slow
 def test_cohort_256_sample_double_float_agrees():
     _check_cohort(_tasks(256, per_split=1), "256x256 (1 scene per split and task)")
 

@@ -86,6 +86,7 @@ def test_existing_checkpoint_refused_before_training(tmp_path, capsys, config_fi
     assert target.read_bytes() == b"old"
 
 
+@pytest.mark.slow  # a real (tiny) training run
 def test_force_replaces_an_existing_checkpoint(tmp_path, capsys, config_file):
     out = tmp_path / "ck"
     out.mkdir()

@@ -98,7 +98,7 @@ def test_display_notebook_draws_the_scenes(tmp_path):
     assert "2 scene(s) of 64x64 test" in _text(nb)
 
 
-@pytest.mark.parametrize("stem", ["metrics", "passage_eval_metrics"])
+@pytest.mark.parametrize("stem", ["metrics", pytest.param("passage_eval_metrics", marks=pytest.mark.slow)])
 def test_metrics_notebooks_run_and_score(stem, tmp_path):
     out = tmp_path / "out"
     params = {**SMALL, "output_dir": str(out)}
@@ -121,7 +121,9 @@ def test_metrics_notebooks_run_and_score(stem, tmp_path):
         assert (out / "compare.json").is_file() and (out / "trust.json").is_file()
 
 
-@pytest.mark.parametrize("name", sorted(WORKED))
+# the training-loop example trains a network (about 20 s): behind -m slow
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow)
+                                  if n == "training_loop_metrics.ipynb" else n for n in sorted(WORKED)])
 def test_worked_example_runs(name, tmp_path):
     params = dict(WORKED[name])
     if name == "evaluate_a_planner.ipynb":
