@@ -24,13 +24,7 @@ def test_ruff_clean():
 
 
 def _imports(path: Path) -> set[str]:
-    out = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            out.add(node.module)
-        elif isinstance(node, ast.Import):
-            out.update(a.name for a in node.names)
-    return {m for m in out if m.startswith("passage_jax")}
+    return {m for m in _all_imports(path) if m.startswith("passage_jax")}
 
 
 def _stage(module: str) -> str | None:
