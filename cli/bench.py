@@ -77,7 +77,7 @@ def against(spec, baseline, output=None, container_digest=None, progress=None, l
 
 
 def _print_bench(res: dict) -> None:
-    from passage_jax.evaluate import print_metrics_table  # noqa: PLC0415 (CLI start-up)
+    from cli.console import print_metrics_table  # noqa: PLC0415 (CLI start-up)
 
     side = res["sidecar"]
     sub = side["evaluated_subset"]

@@ -39,8 +39,9 @@ def hint(e) -> str:
 
 
 def main(args) -> int:
+    from cli.console import print_metrics_table  # noqa: PLC0415 (CLI start-up)
     from passage_jax import cluster  # noqa: PLC0415 (CLI start-up)
-    from passage_jax.evaluate import ScoreError, print_metrics_table, score_run  # noqa: PLC0415 (CLI start-up)
+    from passage_jax.evaluate import ScoreError, score_run  # noqa: PLC0415 (CLI start-up)
 
     code = launch.join(args, "score")
     if code is not None:

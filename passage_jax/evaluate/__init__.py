@@ -21,9 +21,10 @@ from passage_jax.evaluate.compare import (
 )
 from passage_jax.evaluate.latency import censored_latency_block, interpolated_percentiles, series_latency
 from passage_jax.evaluate.report import (
+    METRICS_COLUMNS,
     ReportError,
     ReportExists,
-    print_metrics_table,
+    metrics_rows,
     render_markdown,
     write_report,
 )
@@ -45,7 +46,7 @@ __all__ = [
     "AlreadyScored", "DatasetNotFound", "ScoreOutdated", "series_latency",
     "censored_latency_block", "interpolated_percentiles", "compare_runs", "CompareError",
     "OutputExists", "InvalidResamples", "COMPARE_FORMAT", "write_report", "render_markdown",
-    "print_metrics_table", "ReportError", "ReportExists", "sidecar", "default_output",
+    "METRICS_COLUMNS", "metrics_rows", "ReportError", "ReportExists", "sidecar", "default_output",
     "SIDECAR_FORMAT", "analyze_notebooks", "ANALYSIS_FORMAT", "AnalyzeError", "MissingDependency",
     "StagingExists",
 ]

@@ -16,8 +16,8 @@ scenes' terrain, hash-checked, for the route figure) and writes:
   (empirical CDF of the finite, non-censored regrets on a symmetric-log axis,
   with the number of failures, whose regret is 999999, stated).
 
-Also :func:`print_metrics_table` (the rich six-metric table of ``score`` and
-``bench``).
+Also :func:`metrics_rows` and :data:`METRICS_COLUMNS`: the six-metric table of
+``score`` and ``bench`` as data (``cli/console.py`` draws it).
 """
 from __future__ import annotations
 
@@ -27,8 +27,6 @@ import math
 from pathlib import Path
 
 import numpy as np
-from rich.console import Console
-from rich.table import Table
 
 from passage_jax.contract import FAILURE_REGRET, PRIMARY_METRICS, PRIMARY_SHORT
 from passage_jax.evaluate.attribution import format_number as _fmt
@@ -45,7 +43,7 @@ from passage_jax.evaluate.score import (
 from passage_jax.fileio import atomic_write_bytes, atomic_write_text
 from passage_jax.protocol.records import PathsReader, RecordFileError, unpack_routes
 
-__all__ = ["write_report", "render_markdown", "print_metrics_table", "metrics_rows",
+__all__ = ["write_report", "render_markdown", "METRICS_COLUMNS", "metrics_rows",
            "components_section", "read_comparison",
            "route_figure", "regret_figure", "ReportError", "ReportExists", "COMPARE_FIELDS"]
 
@@ -99,17 +97,7 @@ def metrics_rows(scores: dict) -> list[list[str]]:
     return rows
 
 
-def print_metrics_table(scores: dict, title: str = "six primary metrics", console=None):
-    t = Table(title=title)
-    for c in ("seed",) + PRIMARY_SHORT + ("valid/tasks",):
-        t.add_column(c, justify="left" if c == "seed" else "right", no_wrap=True)
-    for row in metrics_rows(scores):
-        t.add_row(*row)
-    if console is None:
-        console = Console()
-        console.width = max(console.width, 120)
-    console.print(t)
-    return t
+METRICS_COLUMNS = ("seed",) + PRIMARY_SHORT + ("valid/tasks",)
 
 
 # --------------------------------------------------------------------------- #
