@@ -232,6 +232,7 @@ def test_double_float_kernel_has_no_float64(chunk, x64):
     np.testing.assert_array_equal(to_float64(jax.device_get(out.c_star)), ref.c_star)
 
 
+@pytest.mark.slow
 def test_lockstep_and_one_at_a_time_agree_bitwise():
     z, o, s, g, m, w = batch(20, 5, seed0=9)
     a = solve_batch(z, o, s, g, m, w, chunk=None, routes=True, precision="double_float")

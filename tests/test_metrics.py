@@ -417,6 +417,7 @@ def test_score_task_jitted_and_eager_match_numpy(terrain_batch, jit):
             assert_matches(got, 0, np_metrics(cands[i], tasks[i], cstar[i], ok[i]))
 
 
+@pytest.mark.slow  # about 9 s of tracing; the pytrees also cross jit/vmap in test_jit_eager_vmap_agree
 def test_pytrees_round_trip_through_tree_map_and_vmap(terrain_batch):
     """The kernel-boundary types are pytrees: tree_map keeps the type and
     fields, vmap maps over their leading axis, and stacking per-task results

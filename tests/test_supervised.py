@@ -78,6 +78,7 @@ def test_nine_tasks_every_third_hangs(tasks):
     assert stats["warmup_requests"] == 3 and stats["crashes"] == stats["oom_kills"] == 0
 
 
+@pytest.mark.slow  # every fault in one executor (about 9 s); bench/faults.py runs each too
 def test_process_faults_one_executor(tasks):
     """exit, segfault, memory cap, sleep past deadline+grace, late within grace, raise,
     looping route, 2**40 coordinate: each task its status, the run goes on."""
