@@ -71,6 +71,21 @@ def hint(e) -> str:
     return ""
 
 
+def options(args):
+    """The :class:`~passage_jax.evaluate.compare_options.CompareOptions` of the flags."""
+    from passage_jax.evaluate.compare_options import CompareOptions  # noqa: PLC0415 (CLI start-up)
+
+    return CompareOptions(n_resamples=args.bootstrap_resamples, alpha=args.alpha,
+                          bootstrap_seed=args.bootstrap_seed, roster=args.roster,
+                          roster_sha256=args.roster_sha256, odd_spec=args.odd_spec,
+                          require_identical_limits=args.require_identical_limits,
+                          force=args.force, shard_draws=args.shard_draws,
+                          allow_noncanonical=args.allow_noncanonical,
+                          allow_precision_mix=args.allow_precision_mix,
+                          paired_test=args.paired_test, test_evidence=args.test_evidence,
+                          randomization_draws=args.randomization_draws)
+
+
 def main(args) -> int:
     from passage_jax.evaluate import CompareError, compare_runs  # noqa: PLC0415 (CLI start-up)
 
@@ -78,16 +93,7 @@ def main(args) -> int:
         print("compare: give --score exactly twice (A, then B)", file=sys.stderr)
         return 2
     try:
-        res = compare_runs(args.score[0], args.score[1], args.output,
-                           n_resamples=args.bootstrap_resamples, alpha=args.alpha,
-                           bootstrap_seed=args.bootstrap_seed, roster=args.roster,
-                           roster_sha256=args.roster_sha256, odd_spec=args.odd_spec,
-                           require_identical_limits=args.require_identical_limits,
-                           force=args.force, shard_draws=args.shard_draws,
-                           allow_noncanonical=args.allow_noncanonical,
-                           allow_precision_mix=args.allow_precision_mix,
-                           paired_test=args.paired_test, test_evidence=args.test_evidence,
-                           randomization_draws=args.randomization_draws)
+        res = compare_runs(args.score[0], args.score[1], args.output, options=options(args))
     except CompareError as e:
         print(f"compare: {e}{hint(e)}", file=sys.stderr)
         return 2

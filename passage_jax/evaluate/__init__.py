@@ -8,6 +8,7 @@ the two.
 from passage_jax.evaluate.analyze import (
     ANALYSIS_FORMAT,
     AnalyzeError,
+    AnalyzeOptions,
     MissingDependency,
     StagingExists,
     analyze_notebooks,
@@ -15,6 +16,7 @@ from passage_jax.evaluate.analyze import (
 from passage_jax.evaluate.compare import (
     COMPARE_FORMAT,
     CompareError,
+    CompareOptions,
     InvalidResamples,
     OutputExists,
     compare_runs,
@@ -48,5 +50,5 @@ __all__ = [
     "OutputExists", "InvalidResamples", "COMPARE_FORMAT", "write_report", "render_markdown",
     "METRICS_COLUMNS", "metrics_rows", "ReportError", "ReportExists", "sidecar", "default_output",
     "SIDECAR_FORMAT", "analyze_notebooks", "ANALYSIS_FORMAT", "AnalyzeError", "MissingDependency",
-    "StagingExists",
+    "StagingExists", "CompareOptions", "AnalyzeOptions",
 ]

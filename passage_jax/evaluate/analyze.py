@@ -22,12 +22,15 @@ nbformat, nbclient and ipykernel are the ``analyze`` extra
 from __future__ import annotations
 
 import copy
+import dataclasses
 import importlib
 import json
 import sys
 import time
+from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import Any
 
 from passage_jax.data import DataError, present_splits, resolve_dataset_root, shard_files
 from passage_jax.fileio import atomic_write_json, atomic_write_text, sha256_file, utc_now
@@ -37,7 +40,7 @@ __all__ = [
     "ANALYSIS_FORMAT", "TEMPLATES", "MANIFEST_NAME", "NOTEBOOK_PACKAGES", "KERNEL_NAME",
     "AnalyzeError", "MissingDependency", "StagingExists", "analyze_notebooks", "default_template_dir",
     "parameters_source", "parameterise", "execute_notebook", "data_identity", "evaluator_identity",
-    "resolution_folder_name",
+    "resolution_folder_name", "AnalyzeOptions", "AnalysisPlan", "PreparedNotebook", "plan_analysis",
 ]
 
 ANALYSIS_FORMAT = "passage-jax-analysis-v1"
@@ -213,26 +216,78 @@ def _existing_analysis(staging_root: Path, names: list[Path]) -> list[Path]:
     return found
 
 
-def analyze_notebooks(dataset_path, resolutions, staging_root, *, execute: bool = False,
-            census_limit: int | None = None, classical_budget: int | None = None,
-            split: str = "test", force: bool = False, template_dir=None,
-            extra_params: dict | None = None, cell_timeout: float = DEFAULT_CELL_TIMEOUT,
-            progress=None) -> dict:
-    """Prepare (and with ``execute`` run) the analysis notebooks; returns the manifest.
+@dataclass(frozen=True)
+class AnalyzeOptions:
+    """How the analysis is prepared: ``execute`` the notebooks (each cell within
+    ``cell_timeout`` seconds), ``census_limit`` scenes per split of the census (None: all),
+    ``classical_budget`` tasks each planner runs on (None: the template's default), the
+    ``split`` the metrics notebooks run on, ``force`` into a staging root that holds an
+    analysis, ``template_dir`` (None: :func:`default_template_dir`) and ``extra_params``
+    set in every notebook's parameters cell."""
+    execute: bool = False
+    census_limit: int | None = None
+    classical_budget: int | None = None
+    split: str = "test"
+    force: bool = False
+    template_dir: Any = None
+    extra_params: dict | None = None
+    cell_timeout: float = DEFAULT_CELL_TIMEOUT
 
-    ``dataset_path`` is a dataset root or ``"shipped"``; every resolution must be present
-    in it (AnalyzeError otherwise). ``census_limit`` caps the scenes per split of the
-    census (None: all), ``classical_budget`` the tasks each planner runs on (None: the
-    template's default). A staging root that already holds an analysis (its manifest or
-    one of the notebooks to write) is refused (:class:`StagingExists`) unless ``force``.
-    A failing cell does not raise: the manifest records it (``status: failed`` and the
-    error) and lists the notebook under ``failed``; the remaining notebooks still run.
-    ``progress(message)`` is called before each notebook runs.
-    """
-    nbformat = _require("nbformat")
-    if execute:
-        for name in NOTEBOOK_PACKAGES:
-            _require(name)
+    def to_dict(self, dataset_path, resolutions: list) -> dict:
+        """The manifest's ``options`` block."""
+        return {"dataset_path": str(dataset_path), "resolutions": resolutions, "split": self.split,
+                "execute": bool(self.execute), "census_limit": self.census_limit,
+                "classical_budget": self.classical_budget, "force": bool(self.force)}
+
+    def parameters(self, root: Path, n: int, folder: Path, stem: str) -> dict:
+        """The parameters cell of notebook ``stem`` at resolution ``n``."""
+        params = {"dataset_path": str(root), "resolution": n, "split": self.split,
+                  "census_limit": self.census_limit, "output_dir": str(folder / "outputs" / stem)}
+        if self.classical_budget is not None:
+            params["classical_budget"] = int(self.classical_budget)
+        params.update(self.extra_params or {})
+        return params
+
+
+def _resolve_options(options: AnalyzeOptions | None, overrides: dict) -> AnalyzeOptions:
+    unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(AnalyzeOptions)})
+    if unknown:
+        raise TypeError(f"analyze_notebooks() got unexpected keyword argument(s): "
+                        f"{', '.join(map(repr, unknown))}")
+    if options is None:
+        return AnalyzeOptions(**overrides)
+    if not isinstance(options, AnalyzeOptions):
+        raise TypeError(f"options must be an AnalyzeOptions, got {type(options).__name__}")
+    return dataclasses.replace(options, **overrides) if overrides else options
+
+
+@dataclass(frozen=True)
+class AnalysisPlan:
+    """What an analysis writes: the dataset ``root`` and each resolution's data identity,
+    the ``staging_root``, the templates (stem -> path) and each notebook's path
+    (``(resolution, stem)`` -> path)."""
+    root: Path
+    identities: dict
+    staging_root: Path
+    templates: dict
+    outputs: dict
+
+    @property
+    def resolutions(self) -> list:
+        return list(self.identities)
+
+
+@dataclass(frozen=True)
+class PreparedNotebook:
+    """A parameterised notebook written into the staging root, with its manifest ``entry``
+    (updated when it runs) and the ``folder`` it runs in."""
+    entry: dict
+    nb: Any
+    path: Path
+    folder: Path
+
+
+def _templates(template_dir) -> dict:
     template_dir = Path(template_dir) if template_dir is not None else default_template_dir()
     templates = {}
     for stem in TEMPLATES:
@@ -241,6 +296,11 @@ def analyze_notebooks(dataset_path, resolutions, staging_root, *, execute: bool 
             raise AnalyzeError(f"template {p} not found (the templates live in the source tree's "
                                f"notebooks/ folder)")
         templates[stem] = p
+    return templates
+
+
+def _dataset(dataset_path, resolutions) -> tuple[Path, dict]:
+    """The dataset root and the identity of each resolution (each must hold shards)."""
     resolutions = [int(n) for n in resolutions]
     if not resolutions:
         raise AnalyzeError("no resolution given")
@@ -254,67 +314,109 @@ def analyze_notebooks(dataset_path, resolutions, staging_root, *, execute: bool 
     for n, ident in identities.items():
         if not ident["splits"]:
             raise AnalyzeError(f"dataset {root}: no split folder with shards at {n}x{n}")
+    return root, identities
+
+
+def plan_analysis(dataset_path, resolutions, staging_root, options: AnalyzeOptions) -> AnalysisPlan:
+    """Check the templates, the dataset and the staging root (apart from the dataset, and
+    without an analysis unless ``options.force``; its old manifest is removed)."""
+    templates = _templates(options.template_dir)
+    root, identities = _dataset(dataset_path, resolutions)
     staging_root = Path(staging_root).resolve()
     if staging_root == root or root in staging_root.parents or staging_root in root.parents:
         raise AnalyzeError(f"staging root {staging_root} and dataset root {root} overlap; "
                            f"stage the analysis in a separate folder")
     outputs = {(n, stem): staging_root / resolution_folder_name(n) / f"{stem}.ipynb"
-               for n in resolutions for stem in TEMPLATES}
+               for n in identities for stem in TEMPLATES}
     existing = _existing_analysis(staging_root, list(outputs.values()))
-    if existing and not force:
+    if existing and not options.force:
         raise StagingExists(f"{staging_root} already holds an analysis ({existing[0]})")
     if (staging_root / MANIFEST_NAME).exists():
         (staging_root / MANIFEST_NAME).unlink()
+    return AnalysisPlan(root, identities, staging_root, templates, outputs)
 
-    manifest = {
+
+def _manifest(plan: AnalysisPlan, dataset_path, options: AnalyzeOptions) -> dict:
+    return {
         "format": ANALYSIS_FORMAT, "created_utc": utc_now(),
-        "options": {"dataset_path": str(dataset_path), "resolutions": resolutions, "split": split,
-                    "execute": bool(execute), "census_limit": census_limit,
-                    "classical_budget": classical_budget, "force": bool(force)},
-        "staging_root": str(staging_root),
-        "data": {"dataset_root": str(root), "resolutions": {str(n): identities[n] for n in resolutions}},
+        "options": options.to_dict(dataset_path, plan.resolutions),
+        "staging_root": str(plan.staging_root),
+        "data": {"dataset_root": str(plan.root),
+                 "resolutions": {str(n): plan.identities[n] for n in plan.resolutions}},
         "evaluator": evaluator_identity(),
         "kernel": {"name": KERNEL_NAME,
                    "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]},
         "notebooks": [], "failed": [],
     }
-    prepared = []
-    for n in resolutions:
-        folder = staging_root / resolution_folder_name(n)
-        folder.mkdir(parents=True, exist_ok=True)
-        for stem in TEMPLATES:
-            params = {"dataset_path": str(root), "resolution": n, "split": split,
-                      "census_limit": census_limit, "output_dir": str(folder / "outputs" / stem)}
-            if classical_budget is not None:
-                params["classical_budget"] = int(classical_budget)
-            params.update(extra_params or {})
-            try:
-                nb = parameterise(templates[stem], params)
-            except AnalyzeError as e:
-                raise AnalyzeError(f"{templates[stem]}: {e}") from None
-            path = outputs[(n, stem)]
-            atomic_write_text(path, nbformat.writes(nb) + "\n")
-            entry = {"resolution": n, "notebook": stem,
-                     "path": path.relative_to(staging_root).as_posix(),
-                     "template": templates[stem].name,
-                     "template_sha256": sha256_file(templates[stem]),
-                     "ready": True, "status": "not_executed", "seconds": None, "error": None,
-                     "parameters": {k: v for k, v in params.items()}}
-            manifest["notebooks"].append(entry)
-            prepared.append((entry, nb, path, folder))
-    atomic_write_json(staging_root / MANIFEST_NAME, manifest)
-    if not execute:
-        return manifest
-    for entry, nb, path, folder in prepared:
+
+
+def _prepare(plan: AnalysisPlan, n: int, stem: str, options: AnalyzeOptions, nbformat) -> PreparedNotebook:
+    """Write notebook ``stem`` of resolution ``n`` with its parameters set."""
+    folder = plan.staging_root / resolution_folder_name(n)
+    params = options.parameters(plan.root, n, folder, stem)
+    template = plan.templates[stem]
+    try:
+        nb = parameterise(template, params)
+    except AnalyzeError as e:
+        raise AnalyzeError(f"{template}: {e}") from None
+    path = plan.outputs[(n, stem)]
+    atomic_write_text(path, nbformat.writes(nb) + "\n")
+    entry = {"resolution": n, "notebook": stem,
+             "path": path.relative_to(plan.staging_root).as_posix(),
+             "template": template.name, "template_sha256": sha256_file(template),
+             "ready": True, "status": "not_executed", "seconds": None, "error": None,
+             "parameters": {k: v for k, v in params.items()}}
+    return PreparedNotebook(entry, nb, path, folder)
+
+
+def _execute(prepared: list, manifest: dict, plan: AnalysisPlan, options: AnalyzeOptions,
+             progress, nbformat) -> None:
+    """Run each prepared notebook, record it in the manifest and rewrite the manifest."""
+    for p in prepared:
         if progress is not None:
-            progress(f"executing {entry['path']}")
-        result = execute_notebook(nb, folder, timeout=cell_timeout)
-        atomic_write_text(path, nbformat.writes(nb) + "\n")
-        entry.update(result)
-        entry["notebook_sha256"] = sha256_file(path)
+            progress(f"executing {p.entry['path']}")
+        result = execute_notebook(p.nb, p.folder, timeout=options.cell_timeout)
+        atomic_write_text(p.path, nbformat.writes(p.nb) + "\n")
+        p.entry.update(result)
+        p.entry["notebook_sha256"] = sha256_file(p.path)
         if result["status"] == "failed":
-            manifest["failed"].append({"path": entry["path"], **result["error"]})
-        atomic_write_json(staging_root / MANIFEST_NAME, manifest)
+            manifest["failed"].append({"path": p.entry["path"], **result["error"]})
+        atomic_write_json(plan.staging_root / MANIFEST_NAME, manifest)
+
+
+def analyze_notebooks(dataset_path, resolutions, staging_root, *, options: AnalyzeOptions | None = None,
+                      progress=None, **overrides) -> dict:
+    """Prepare (and with ``execute`` run) the analysis notebooks; returns the manifest.
+
+    ``options``: an :class:`AnalyzeOptions`; keyword ``overrides`` set its fields
+    (``execute=``, ``census_limit=``, ``classical_budget=``, ``split=``, ``force=``,
+    ``template_dir=``, ``extra_params=``, ``cell_timeout=``), an unknown name is a
+    ``TypeError``. ``dataset_path`` is a dataset root or ``"shipped"``; every resolution must
+    be present in it (AnalyzeError otherwise). ``census_limit`` caps the scenes per split of
+    the census (None: all), ``classical_budget`` the tasks each planner runs on (None: the
+    template's default). A staging root that already holds an analysis (its manifest or
+    one of the notebooks to write) is refused (:class:`StagingExists`) unless ``force``.
+    A failing cell does not raise: the manifest records it (``status: failed`` and the
+    error) and lists the notebook under ``failed``; the remaining notebooks still run.
+    ``progress(message)`` is called before each notebook runs.
+    """
+    options = _resolve_options(options, overrides)
+    nbformat = _require("nbformat")
+    if options.execute:
+        for name in NOTEBOOK_PACKAGES:
+            _require(name)
+    plan = plan_analysis(dataset_path, resolutions, staging_root, options)
+    manifest = _manifest(plan, dataset_path, options)
+    prepared = []
+    for n in plan.resolutions:
+        (plan.staging_root / resolution_folder_name(n)).mkdir(parents=True, exist_ok=True)
+        for stem in TEMPLATES:
+            prepared.append(_prepare(plan, n, stem, options, nbformat))
+            manifest["notebooks"].append(prepared[-1].entry)
+    atomic_write_json(plan.staging_root / MANIFEST_NAME, manifest)
+    if not options.execute:
+        return manifest
+    _execute(prepared, manifest, plan, options, progress, nbformat)
     manifest["finished_utc"] = utc_now()
-    atomic_write_json(staging_root / MANIFEST_NAME, manifest)
+    atomic_write_json(plan.staging_root / MANIFEST_NAME, manifest)
     return manifest

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
@@ -34,7 +35,7 @@ import numpy as np
 from passage_jax.contract import CENSORED_LATENCY_FORMAT, CENSORED_STATUSES
 
 __all__ = ["interpolated_percentiles", "order_statistic_rank", "censored_latency_block",
-           "series_latency", "PERCENTILES", "WARM_THRESHOLD"]
+           "series_latency", "PERCENTILES", "WARM_THRESHOLD", "CensoredSeries"]
 
 PERCENTILES = (50, 95, 99)
 WARM_THRESHOLD = 100
@@ -66,6 +67,97 @@ def order_statistic_rank(n: int, q) -> int:
     return int(min(max(k, 1), n))
 
 
+@dataclass(frozen=True)
+class CensoredSeries:
+    """A series of requests as the censored block reads it: ``observed`` (the recorded
+    time, ``+inf`` for a censored request), ``lower`` (the recorded time, or the censoring
+    time of a censored request), ``censored`` and ``success`` flags per request."""
+    observed: np.ndarray
+    lower: np.ndarray
+    censored: np.ndarray
+    success: np.ndarray
+
+    @classmethod
+    def of(cls, latency_ms, statuses, successes, deadline_ms=None) -> CensoredSeries:
+        """Checked: a success is never censored, a censored request has a recorded time or
+        a deadline, every other request a finite time."""
+        n = len(statuses)
+        if deadline_ms is None or np.isscalar(deadline_ms):
+            deadline_ms = [deadline_ms] * n
+        censored = np.array([s in CENSORED_STATUSES for s in statuses], bool)
+        succ = np.asarray(successes, bool)
+        if np.any(succ & censored):
+            raise ValueError("a request cannot be both a success and censored")
+        obs = np.empty(n, np.float64)
+        lower = np.empty(n, np.float64)
+        for i in range(n):
+            t = latency_ms[i]
+            if censored[i]:
+                obs[i] = np.inf
+                c = t if t is not None and math.isfinite(float(t)) else deadline_ms[i]
+                if c is None or not math.isfinite(float(c)):
+                    raise ValueError(f"request {i}: censored without a recorded time or a deadline")
+                lower[i] = float(c)
+            else:
+                if t is None or not math.isfinite(float(t)):
+                    raise ValueError(f"request {i} (status {statuses[i]!r}) has no finite latency")
+                obs[i] = lower[i] = float(t)
+        return cls(obs, lower, censored, succ)
+
+
+def _counts(series: CensoredSeries, statuses, sample_ids, warm: bool) -> dict:
+    n = len(statuses)
+    n_timeouts = int(np.sum([s == "timeout" for s in statuses]))
+    n_success = int(series.success.sum())
+    counts = Counter(sample_ids)
+    reps = sorted(set(counts.values()))
+    return {
+        "format": CENSORED_LATENCY_FORMAT,
+        "method": "inverted_cdf",
+        "censored_statuses": list(CENSORED_STATUSES),
+        "n_requests": n,
+        "n_scenes": len(counts),
+        "repeats_per_scene": (reps[0] if len(reps) == 1 else {"min": reps[0], "max": reps[-1]})
+        if reps else 0,
+        "n_successes": n_success,
+        "n_timeouts": n_timeouts,
+        "n_censored": int(series.censored.sum()),
+        "n_other_failures": n - n_success - n_timeouts,
+        "percentiles": {},
+        "success_only": {},
+        "n_warm_requests": n if warm else 0,
+        "at_least_100_warm_requests": bool(warm and n >= WARM_THRESHOLD),
+    }
+
+
+def _order_percentiles(series: CensoredSeries, percentiles) -> dict:
+    """Each percentile's order statistic, or its lower bound when it falls on a censored
+    request."""
+    n = series.observed.size
+    out = {}
+    if not n:
+        return out
+    srt = series.observed[np.lexsort((series.observed,))]  # stable; +inf last
+    low_srt = np.sort(series.lower, kind="stable")
+    for q in percentiles:
+        k = order_statistic_rank(n, q)
+        v = srt[k - 1]
+        if np.isinf(v):
+            out[f"p{q}"] = {"rank": k, "censored": True, "value": None,
+                            "lower_bound": float(low_srt[k - 1])}
+        else:
+            out[f"p{q}"] = {"rank": k, "censored": False, "value": float(v), "lower_bound": None}
+    return out
+
+
+def _success_only(series: CensoredSeries, percentiles) -> dict:
+    s = np.sort(series.observed[series.success])
+    out = {f"p{q}": (float(s[order_statistic_rank(s.size, q) - 1]) if s.size else None)
+           for q in percentiles}
+    out["n"] = int(s.size)
+    return out
+
+
 def censored_latency_block(latency_ms, statuses, successes, sample_ids, deadline_ms=None,
                            warm: bool = False, percentiles=PERCENTILES) -> dict:
     """The ``passage-censored-latency/v1`` block of one series.
@@ -81,65 +173,10 @@ def censored_latency_block(latency_ms, statuses, successes, sample_ids, deadline
     n = len(statuses)
     if not (len(latency_ms) == len(successes) == len(sample_ids) == n):
         raise ValueError("latency_ms, statuses, successes and sample_ids differ in length")
-    if deadline_ms is None or np.isscalar(deadline_ms):
-        deadline_ms = [deadline_ms] * n
-    censored = np.array([s in CENSORED_STATUSES for s in statuses], bool)
-    succ = np.asarray(successes, bool)
-    if np.any(succ & censored):
-        raise ValueError("a request cannot be both a success and censored")
-    obs = np.empty(n, np.float64)
-    lower = np.empty(n, np.float64)
-    for i in range(n):
-        t = latency_ms[i]
-        if censored[i]:
-            obs[i] = np.inf
-            c = t if t is not None and math.isfinite(float(t)) else deadline_ms[i]
-            if c is None or not math.isfinite(float(c)):
-                raise ValueError(f"request {i}: censored without a recorded time or a deadline")
-            lower[i] = float(c)
-        else:
-            if t is None or not math.isfinite(float(t)):
-                raise ValueError(f"request {i} (status {statuses[i]!r}) has no finite latency")
-            obs[i] = lower[i] = float(t)
-    n_timeouts = int(np.sum([s == "timeout" for s in statuses]))
-    n_success = int(succ.sum())
-    counts = Counter(sample_ids)
-    reps = sorted(set(counts.values()))
-    block = {
-        "format": CENSORED_LATENCY_FORMAT,
-        "method": "inverted_cdf",
-        "censored_statuses": list(CENSORED_STATUSES),
-        "n_requests": n,
-        "n_scenes": len(counts),
-        "repeats_per_scene": (reps[0] if len(reps) == 1 else {"min": reps[0], "max": reps[-1]})
-        if reps else 0,
-        "n_successes": n_success,
-        "n_timeouts": n_timeouts,
-        "n_censored": int(censored.sum()),
-        "n_other_failures": n - n_success - n_timeouts,
-        "percentiles": {},
-        "success_only": {},
-        "n_warm_requests": n if warm else 0,
-        "at_least_100_warm_requests": bool(warm and n >= WARM_THRESHOLD),
-    }
-    if n:
-        order = np.lexsort((obs,))  # stable; +inf last
-        srt = obs[order]
-        low_srt = np.sort(lower, kind="stable")
-        for q in percentiles:
-            k = order_statistic_rank(n, q)
-            v = srt[k - 1]
-            if np.isinf(v):
-                block["percentiles"][f"p{q}"] = {"rank": k, "censored": True, "value": None,
-                                                 "lower_bound": float(low_srt[k - 1])}
-            else:
-                block["percentiles"][f"p{q}"] = {"rank": k, "censored": False,
-                                                 "value": float(v), "lower_bound": None}
-    s = np.sort(obs[succ])
-    for q in percentiles:
-        block["success_only"][f"p{q}"] = (float(s[order_statistic_rank(s.size, q) - 1])
-                                          if s.size else None)
-    block["success_only"]["n"] = int(s.size)
+    series = CensoredSeries.of(latency_ms, statuses, successes, deadline_ms)
+    block = _counts(series, statuses, sample_ids, warm)
+    block["percentiles"] = _order_percentiles(series, percentiles)
+    block["success_only"] = _success_only(series, percentiles)
     return block
 
 

@@ -30,10 +30,13 @@ from passage_jax.evaluate.score import PER_SAMPLE_FIELDS, PER_SAMPLE_SCALARS, re
 from passage_jax.fileio import sha256_file, utc_now
 from passage_jax.protocol.records import code_hash
 
-__all__ = ["sidecar", "default_output", "SIDECAR_FORMAT", "CONTAINER_ENV"]
+__all__ = ["sidecar", "default_output", "SIDECAR_FORMAT", "CONTAINER_ENV", "SEED_FILES"]
 
 SIDECAR_FORMAT = "passage-jax-bench-sidecar-v1"
 CONTAINER_ENV = "PASSAGE_CONTAINER_DIGEST"
+#: the files of a scored seed folder whose sha256 the sidecar records
+SEED_FILES = ("manifest.json", "requests.jsonl", "paths.npz", "references.npz", "per_sample.npz",
+              "metrics.json", "score_receipt.json")
 
 
 def default_output(spec, now=None) -> Path:
@@ -61,6 +64,58 @@ def _seed_mean(scores: dict) -> dict:
     return out
 
 
+def _subset(data: dict) -> dict:
+    """The evaluated subset: its sample ids' hash, task hash and data settings."""
+    ids = list(data["sample_ids"])
+    return {"n_tasks": len(ids), "sample_ids_sha256": hashlib.sha256("\n".join(ids).encode()).hexdigest(),
+            "tasks_sha256": data.get("tasks_sha256"), "resolution": data["resolution"],
+            "split": data["split"], "cost_model": data["cost_model"],
+            "task_variant": data["task_variant"], "n_samples": data.get("n_samples")}
+
+
+def _dataset(data: dict) -> dict:
+    return {"root": data.get("dataset_root"), "path": data.get("dataset_path"),
+            "repo": data.get("dataset_repo"), "revision": data.get("dataset_revision"),
+            "shards": data.get("shards")}
+
+
+def _spec_blocks(spec) -> dict:
+    """The spec's identity: method, family, architecture, the spec and its file."""
+    return {"method_name": spec.method_name, "family": spec.family,
+            "architecture": spec.architecture, "spec": spec.to_dict(), "spec_sha256": spec.sha256(),
+            "spec_file": {"path": str(Path(spec.source).resolve()),
+                          "sha256": sha256_file(spec.source)} if Path(spec.source).is_file() else None}
+
+
+def _scores_blocks(scores: dict) -> dict:
+    """Precision, evaluator, the six metrics per seed and their seed mean, and the counts."""
+    return {"precision": {name: s.get("precision") for name, s in scores.items()},
+            "evaluator": code_hash(),
+            "metrics": {name: s["primary"] for name, s in scores.items()},
+            "metrics_seed_mean": _seed_mean(scores),
+            "counts": {name: {"n_tasks": s["n_tasks"], "n_path_valid": s["n_path_valid"],
+                              "status_counts": s.get("status_counts")} for name, s in scores.items()}}
+
+
+def _files(folders: list) -> dict:
+    return {f.name: {n: sha256_file(f / n) for n in SEED_FILES} for f in folders}
+
+
+def _provenance(m0: dict, container_digest) -> dict:
+    """The run's provenance: split role, calibration decisions, determinism, commit, roster
+    and the container digest (argument, recorded, or :data:`CONTAINER_ENV`)."""
+    prov = m0.get("provenance") or {}
+    cal = prov.get("calibration_decisions")
+    digest = container_digest or prov.get("container_digest") or os.environ.get(CONTAINER_ENV)
+    return {"split_role": prov.get("split_role", "undeclared"),
+            "calibration_decisions_sha256": cal["canonical_sha256"] if cal else None,
+            "calibration_decisions": cal,
+            "determinism": prov.get("determinism", "non_deterministic"),
+            "evaluator_commit": prov.get("evaluator_commit"),
+            "roster": prov.get("roster"),
+            "container_digest": digest or None}
+
+
 def sidecar(output: Path, spec, scores: dict, container_digest=None) -> dict:
     """The sidecar of the scored run in ``output`` (``spec``: its RunSpec; ``scores``:
     what ``score_run`` returned)."""
@@ -68,27 +123,12 @@ def sidecar(output: Path, spec, scores: dict, container_digest=None) -> dict:
     manifests = {f.name: read_json(f / "manifest.json") for f in folders}
     m0 = next(iter(manifests.values()))
     data = m0["data"]
-    ids = list(data["sample_ids"])
-    ids_sha = hashlib.sha256("\n".join(ids).encode()).hexdigest()
-    side = {
+    return {
         "format": SIDECAR_FORMAT,
         "created_utc": utc_now(),
-        "method_name": spec.method_name,
-        "family": spec.family,
-        "architecture": spec.architecture,
-        "spec": spec.to_dict(),
-        "spec_sha256": spec.sha256(),
-        "spec_file": {"path": str(Path(spec.source).resolve()),
-                      "sha256": sha256_file(spec.source)} if Path(spec.source).is_file() else None,
-        "evaluated_subset": {"n_tasks": len(ids), "sample_ids_sha256": ids_sha,
-                             "tasks_sha256": data.get("tasks_sha256"),
-                             "resolution": data["resolution"], "split": data["split"],
-                             "cost_model": data["cost_model"],
-                             "task_variant": data["task_variant"],
-                             "n_samples": data.get("n_samples")},
-        "dataset": {"root": data.get("dataset_root"), "path": data.get("dataset_path"),
-                    "repo": data.get("dataset_repo"), "revision": data.get("dataset_revision"),
-                    "shards": data.get("shards")},
+        **_spec_blocks(spec),
+        "evaluated_subset": _subset(data),
+        "dataset": _dataset(data),
         "references": m0.get("references"),
         "seeds": [m["seed"] for m in manifests.values()],
         "inference": spec.inference,
@@ -100,30 +140,9 @@ def sidecar(output: Path, spec, scores: dict, container_digest=None) -> dict:
         "versions": m0.get("versions"),
         "timing": {**(m0.get("timing") or {}), "budget": m0.get("budget")},
         "timing_profile": next(iter(scores.values()))["timing_profile"],
-        "precision": {name: s.get("precision") for name, s in scores.items()},
-        "evaluator": code_hash(),
-        "metrics": {name: s["primary"] for name, s in scores.items()},
-        "metrics_seed_mean": _seed_mean(scores),
-        "counts": {name: {"n_tasks": s["n_tasks"], "n_path_valid": s["n_path_valid"],
-                          "status_counts": s.get("status_counts")} for name, s in scores.items()},
-        "files": {f.name: {n: sha256_file(f / n) for n in
-                           ("manifest.json", "requests.jsonl", "paths.npz", "references.npz",
-                            "per_sample.npz", "metrics.json", "score_receipt.json")}
-                  for f in folders},
+        **_scores_blocks(scores),
+        "files": _files(folders),
         "per_sample_fields": list(PER_SAMPLE_FIELDS),
         "per_sample_scalars": list(PER_SAMPLE_SCALARS),
+        **_provenance(m0, container_digest),
     }
-    prov = m0.get("provenance") or {}
-    cal = prov.get("calibration_decisions")
-    side.update({
-        "split_role": prov.get("split_role", "undeclared"),
-        "calibration_decisions_sha256": cal["canonical_sha256"] if cal else None,
-        "calibration_decisions": cal,
-        "determinism": prov.get("determinism", "non_deterministic"),
-        "evaluator_commit": prov.get("evaluator_commit"),
-        "roster": prov.get("roster"),
-    })
-    digest = container_digest or prov.get("container_digest") or os.environ.get(CONTAINER_ENV)
-    side["container_digest"] = digest or None
-    return side
-
