@@ -168,3 +168,34 @@ def test_no_import_cycle_between_modules():
         if m not in state:
             visit(m, [m])
     assert not cycles, "\n".join(cycles)
+
+
+MAX_FUNCTION_LINES = 60
+MAX_PARAMETERS = 8
+MAX_MODULE_LINES = 600
+
+
+def _parameters(node) -> int:
+    a = node.args
+    names = [x.arg for x in a.posonlyargs + a.args]
+    n = len(names) + len(a.kwonlyargs) + (a.vararg is not None) + (a.kwarg is not None)
+    return n - (1 if names and names[0] in ("self", "cls") else 0)
+
+
+def test_host_code_reads_like_the_kernels():
+    """Orchestrators of a screenful: no function over 60 lines, none with more than
+    eight parameters of any kind (options objects instead), no module over 600 lines."""
+    bad = []
+    for path in sorted(PKG.rglob("*.py")):
+        src = path.read_text()
+        rel = path.relative_to(PKG)
+        if len(src.splitlines()) > MAX_MODULE_LINES:
+            bad.append(f"{rel}: {len(src.splitlines())} lines")
+        for node in ast.walk(ast.parse(src)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                size = node.end_lineno - node.lineno + 1
+                if size > MAX_FUNCTION_LINES:
+                    bad.append(f"{rel}:{node.lineno} {node.name}: {size} lines")
+                if _parameters(node) > MAX_PARAMETERS:
+                    bad.append(f"{rel}:{node.lineno} {node.name}: {_parameters(node)} parameters")
+    assert not bad, "\n".join(bad)
