@@ -77,7 +77,8 @@ def array_sha256(*arrays) -> str:
     for a in arrays:
         a = np.ascontiguousarray(a)
         h.update(f"{a.dtype.str}{a.shape}".encode())
-        h.update(a.tobytes())
+        # the array's own buffer (no copy); the same bytes as a.tobytes()
+        h.update(a.tobytes() if a.dtype.hasobject else a.reshape(-1).view(np.uint8).data)
     return h.hexdigest()
 
 

@@ -41,9 +41,11 @@ from passage_jax.data.read_ahead import ReadAhead, close_read_aheads
 from passage_jax.data.scene import Scene, Task
 from passage_jax.data.validate import (
     REQUIRED_COLUMNS,
+    SCENE_COLUMNS,
     DataError,
     RowRef,
     convention_problem,
+    declares_markers,
     duplicate_id_problem,
     marker_convention,
     validate_row,
@@ -129,17 +131,32 @@ def _batch_rows(batch, path, first: int) -> list[RawRow]:
     return rows
 
 
-def _shard_rows(pf: pq.ParquetFile, path) -> Iterator[RawRow]:
-    """The required columns of an open shard, row by row in file order."""
+def _shard_rows(pf: pq.ParquetFile, path, columns=REQUIRED_COLUMNS) -> Iterator[RawRow]:
+    """The ``columns`` of an open shard, row by row in file order."""
     row = 0
-    for batch in pf.iter_batches(batch_size=READ_BATCH_ROWS, columns=list(REQUIRED_COLUMNS)):
+    for batch in pf.iter_batches(batch_size=READ_BATCH_ROWS, columns=list(columns)):
         for raw in _batch_rows(batch, path, row):
             yield raw
             row += 1
 
 
-def iter_raw_rows(root, resolution: int, split: str, n_samples=None) -> Iterator[RawRow]:
-    """Undecoded rows (required columns only) in file order, capped at ``n_samples``."""
+def _columns(pf: pq.ParquetFile, released_routes: bool) -> tuple:
+    """The columns to read from a shard: all required ones, or without the released
+    routes when they are not wanted and every row declares its marker convention (the
+    routes are the only other source of it; such a shard is read in full)."""
+    if released_routes:
+        return REQUIRED_COLUMNS
+    try:
+        texts = _column_values(pf.read(columns=["metadata"]).column("metadata"))
+    except READ_ERRORS:
+        return REQUIRED_COLUMNS  # the full read reports what is wrong
+    return SCENE_COLUMNS if all(declares_markers(t) for t in texts) else REQUIRED_COLUMNS
+
+
+def iter_raw_rows(root, resolution: int, split: str, n_samples=None, *,
+                  released_routes: bool = True) -> Iterator[RawRow]:
+    """Undecoded rows (required columns only) in file order, capped at ``n_samples``;
+    ``released_routes=False``: without the route columns where :func:`_columns` allows."""
     n_samples = _check_n_samples(n_samples)
     files = shard_files(root, resolution, split)
     if n_samples == 0:
@@ -154,7 +171,7 @@ def iter_raw_rows(root, resolution: int, split: str, n_samples=None) -> Iterator
                             f"(columns: {names})")
         row = 0  # the row being read
         try:
-            for raw in _shard_rows(pf, path):
+            for raw in _shard_rows(pf, path, _columns(pf, released_routes)):
                 yield raw
                 row = raw.row + 1
                 count += 1
@@ -204,12 +221,15 @@ def _in_order(rows):
         yield _ReadFailure(e)
 
 
-def _validate_raw(raw, resolution: int, split: str) -> Scene:
+def _validate_raw(raw, resolution: int, split: str, released_routes: bool = True) -> Scene:
+    """A raw row validated; ``released_routes=False``: its routes too when it was read with
+    them (:func:`_columns`)."""
     if isinstance(raw, _ReadFailure):
         raise raw.error
     if raw.problem is not None:
         raise DataError(f"{raw.ref}: {raw.problem}")
-    return validate_row(raw.values, resolution, split, raw.file, raw.row)
+    with_routes = released_routes or set(REQUIRED_COLUMNS) <= raw.values.keys()
+    return validate_row(raw.values, resolution, split, raw.file, raw.row, released_routes=with_routes)
 
 
 def map_rows(fn, rows, workers: int = 4, prefetch: int | None = None):
@@ -239,8 +259,15 @@ def map_rows(fn, rows, workers: int = 4, prefetch: int | None = None):
 
 
 def iter_scenes(root, resolution: int, split: str, n_samples=DEFAULT_N_SAMPLES,
-                workers: int = 4, check_unique_ids: bool = True) -> Iterator[Scene]:
+                workers: int = 4, check_unique_ids: bool = True, *,
+                released_routes: bool = True) -> Iterator[Scene]:
     """Validated scenes in file order (the first ``n_samples``; None = whole split).
+
+    ``released_routes=False`` leaves the six released route columns unread (and their
+    checks undone) in every shard whose rows all declare their marker convention in
+    ``metadata.markers``; those scenes' ``routes`` are empty. For a reader that does not
+    use the routes and checked the shards' bytes against a full read before (``score``
+    against the hashes its run recorded at admission).
 
     Layout problems (missing root, resolution or split folder, no shards) raise
     :class:`DataError` at the call; a row problem raises when its row is reached,
@@ -250,14 +277,14 @@ def iter_scenes(root, resolution: int, split: str, n_samples=DEFAULT_N_SAMPLES,
     split = _split(split)
     n_samples = _check_n_samples(n_samples)
     shard_files(root, resolution, split)  # layout errors now, not at first next()
-    return _scenes(root, resolution, split, n_samples, workers, check_unique_ids)
+    return _scenes(root, resolution, split, n_samples, workers, check_unique_ids, released_routes)
 
 
-def _scenes(root, resolution, split, n_samples, workers, check_unique_ids):
+def _scenes(root, resolution, split, n_samples, workers, check_unique_ids, released_routes=True):
     places = id_places(root, resolution) if check_unique_ids else None
-    rows = _in_order(iter_raw_rows(root, resolution, split, n_samples))
+    rows = _in_order(iter_raw_rows(root, resolution, split, n_samples, released_routes=released_routes))
     first = None  # (convention, where) of the first scene: the split's convention
-    for scene in map_rows(lambda r: _validate_raw(r, resolution, split), rows, workers):
+    for scene in map_rows(lambda r: _validate_raw(r, resolution, split, released_routes), rows, workers):
         if places is not None:
             msg = duplicate_id_problem(scene.id, (split, scene.file, scene.row),
                                        places.get(scene.id, []))

@@ -86,7 +86,7 @@ class Scene:
             raise ValueError(f"unknown task variant {variant!r}; known: {list(VARIANTS)}")
         obst = self.obstacles if variant == "obstacles" else np.zeros_like(self.obstacles)
         return Task(scene=self, objective=objective, variant=variant, obstacles=obst,
-                    route=self.routes[(objective, variant)], weight=self.weight(objective))
+                    route=self.routes.get((objective, variant)), weight=self.weight(objective))
 
     def input_tensor(self, variant: str = "obstacles") -> np.ndarray:
         """The normalised (N, N, 3) float32 input; obstacles cleared for ``free``."""
@@ -111,7 +111,7 @@ class Task:
     objective: str
     variant: str
     obstacles: np.ndarray  # bool (N, N), cleared for `free`
-    route: np.ndarray  # released route (L, 2) int32
+    route: np.ndarray | None  # released route (L, 2) int32; None when the routes were not read
     weight: float
 
     @property

@@ -77,7 +77,9 @@ class ReadOptions:
     """How :func:`open_tasks` reads a split: the first ``n_samples`` scenes (None: the
     whole split), the ``weight`` a caller states (it only confirms the released one),
     ``chunk`` scenes decoded at a time (None: :func:`chunk_scenes` of the resolution),
-    ``workers`` decode threads, and whether sequential passes read ahead (``prefetch``).
+    ``workers`` decode threads, whether sequential passes read ahead (``prefetch``), and
+    whether the released routes are read (``released_routes``; False: see
+    :func:`~passage_jax.data.reader.iter_scenes`; the tasks' ``route`` is then None).
     """
 
     n_samples: int | None = DEFAULT_N_SAMPLES
@@ -85,6 +87,7 @@ class ReadOptions:
     chunk: int | None = None
     workers: int = 4
     prefetch: bool = True
+    released_routes: bool = True
 
     def __post_init__(self):
         _check_n_samples(self.n_samples)
@@ -117,12 +120,13 @@ class TaskSource:
     variant: str
     weight: float | None = None
     workers: int = 4
+    released_routes: bool = True
 
     def tasks(self, n_samples, check_ids: bool = True) -> Iterator[Task]:
         """The first ``n_samples`` tasks, each scene's weight confirmed; ``check_ids``:
         ids checked unique across the resolution's split folders."""
         for scene in iter_scenes(self.root, self.resolution, self.split, n_samples, self.workers,
-                                 check_unique_ids=check_ids):
+                                 check_unique_ids=check_ids, released_routes=self.released_routes):
             check_weight(scene, self.objective, self.weight)
             yield scene.task(self.objective, self.variant)
 
@@ -140,7 +144,7 @@ class TaskStub:
     weight: float
     start: tuple
     goal: tuple
-    route: np.ndarray  # released route (L, 2) int32
+    route: np.ndarray | None  # released route (L, 2) int32; None when not read
     tile: dict | None
     input_sha256: str
 
@@ -154,7 +158,8 @@ def _stub(i: int, task: Task) -> TaskStub:
     return TaskStub(index=i, id=s.id, file=s.file, row=s.row, objective=task.objective,
                     variant=task.variant, weight=float(task.weight),
                     start=tuple(int(v) for v in s.start), goal=tuple(int(v) for v in s.goal),
-                    route=np.asarray(task.route, np.int32), tile=s.metadata.get("tile"),
+                    route=None if task.route is None else np.asarray(task.route, np.int32),
+                    tile=s.metadata.get("tile"),
                     input_sha256=task_input_hash(task))
 
 
@@ -392,12 +397,14 @@ class TaskStream(collections.abc.Sequence):
         return list(out.items())
 
 
-def _opening_chunks(source: TaskSource, n_samples, chunk: int, stop: threading.Event):
+def _opening_chunks(source: TaskSource, n_samples, chunk: int, stop: threading.Event, on_read=None):
     """The opening read in chunks of ``chunk`` tasks, each task's input hash taken (and kept
-    on it); ends early when ``stop`` is set."""
+    on it) and ``on_read(index, task)`` called; ends early when ``stop`` is set."""
     pending: list[Task] = []
-    for task in source.tasks(n_samples):
+    for i, task in enumerate(source.tasks(n_samples)):
         task_input_hash(task)
+        if on_read is not None:
+            on_read(i, task)
         pending.append(task)
         if len(pending) == chunk:
             yield pending
@@ -408,12 +415,12 @@ def _opening_chunks(source: TaskSource, n_samples, chunk: int, stop: threading.E
         yield pending
 
 
-def _read_stubs(source: TaskSource, opts: ReadOptions, chunk: int, on_chunk) -> list[TaskStub]:
+def _read_stubs(source: TaskSource, opts: ReadOptions, chunk: int, on_chunk, on_read=None) -> list[TaskStub]:
     """The opening read: every task's stub, ``on_chunk(first, tasks)`` per chunk."""
     stubs: list[TaskStub] = []
 
     def chunks(stop):
-        return _opening_chunks(source, opts.n_samples, chunk, stop)
+        return _opening_chunks(source, opts.n_samples, chunk, stop, on_read)
 
     with ReadAhead(chunks, ahead=1 if opts.prefetch else 0, name="passage-open-tasks") as reader:
         for tasks in reader:
@@ -429,6 +436,7 @@ def _read_stubs(source: TaskSource, opts: ReadOptions, chunk: int, on_chunk) -> 
 def open_tasks(root, resolution: int, split: str, objective: str, variant: str = "obstacles", *,
                options: ReadOptions | None = None,
                on_chunk: Callable[[int, list[Task]], None] | None = None,
+               on_read: Callable[[int, Task], None] | None = None,
                **overrides) -> TaskStream:
     """Read the split once (validating every scene, as :func:`load_tasks` does) and return
     its :class:`TaskStream`, which decodes ``chunk`` scenes at a time (default
@@ -442,6 +450,9 @@ def open_tasks(root, resolution: int, split: str, objective: str, variant: str =
     (the default) the next chunk is read, decoded and hashed on a background thread
     while ``on_chunk`` works on the current one, and the stream reads ahead in its
     sequential passes; ``prefetch=False`` reads on the calling thread only.
+    ``on_read(index, task)`` is called on the reading thread for each task as it is read
+    (before its chunk reaches ``on_chunk``): per-task host work that overlaps with
+    ``on_chunk``'s work on the previous chunk.
     """
     if objective not in OBJECTIVES:
         raise DataError(f"unknown objective {objective!r}; known: {list(OBJECTIVES)}")
@@ -449,6 +460,7 @@ def open_tasks(root, resolution: int, split: str, objective: str, variant: str =
         raise DataError(f"unknown task variant {variant!r}; known: {list(VARIANTS)}")
     opts = ReadOptions.of(options, **overrides)
     chunk = chunk_scenes(resolution) if opts.chunk is None else opts.chunk
-    source = TaskSource(root, resolution, split, objective, variant, opts.weight, opts.workers)
-    stubs = _read_stubs(source, opts, chunk, on_chunk)
+    source = TaskSource(root, resolution, split, objective, variant, opts.weight, opts.workers,
+                        opts.released_routes)
+    stubs = _read_stubs(source, opts, chunk, on_chunk, on_read)
     return TaskStream(source, stubs, chunk, prefetch=opts.prefetch)

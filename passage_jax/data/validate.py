@@ -52,11 +52,15 @@ __all__ = [
     "REQUIRED_COLUMNS", "REQUIRED_METADATA", "OBJECT_METADATA", "SOLVER_KEYS", "FLIPPED_MARKERS",
     "MAX_METADATA_BYTES", "MAX_METADATA_DEPTH", "DataError", "RowRef", "check_id", "json_depth",
     "parse_metadata", "decode_checked", "marker_cells", "detect_marker_convention",
-    "route_array", "validate_row", "duplicate_id_problem", "marker_convention", "convention_problem",
+    "route_array", "validate_row", "SCENE_COLUMNS", "declares_markers", "duplicate_id_problem",
+    "marker_convention", "convention_problem",
 ]
 
 #: Columns every shard must have (extra columns such as ``image_astar_*`` are ignored).
 REQUIRED_COLUMNS = ("id", "tensor", *ROUTE_COLUMNS.values(), "metadata")
+#: The columns of a scene without its released routes (a read that does not need them:
+#: :func:`validate_row` with ``released_routes=False``).
+SCENE_COLUMNS = ("id", "tensor", "metadata")
 REQUIRED_METADATA = ("index", "resolution", "split", "calibration", "solvers")
 #: Optional metadata keys that must hold a JSON object (or null) when present.
 OBJECT_METADATA = ("crop", "obstacles", "source")
@@ -387,7 +391,7 @@ def check_id(value, ref: RowRef) -> str:
 
 
 def validate_row(row: dict, resolution: int, split: str, file: str = "<memory>",
-                 row_index: int = -1) -> Scene:
+                 row_index: int = -1, *, released_routes: bool = True) -> Scene:
     """Validate one raw shard row and build its :class:`Scene`.
 
     ``row`` maps column names to Python values as pyarrow gives them (``id`` str,
@@ -398,7 +402,7 @@ def validate_row(row: dict, resolution: int, split: str, file: str = "<memory>",
     split = canonical_split(split)
     ref = RowRef(str(file), int(row_index), row.get("id"))
     try:
-        return _validated(row, resolution, split, file, row_index, ref)
+        return _validated(row, resolution, split, (file, row_index, ref), released_routes)
     except DataError:
         raise
     except (TypeError, ValueError, KeyError, AttributeError, IndexError, OverflowError,
@@ -407,32 +411,34 @@ def validate_row(row: dict, resolution: int, split: str, file: str = "<memory>",
         raise _fail(ref, f"the row cannot be checked: {type(e).__name__}: {why}") from None
 
 
-def _validated(row: dict, resolution: int, split: str, file, row_index: int, ref: RowRef) -> Scene:
-    """The checks of :func:`validate_row`, in order."""
-    missing = [c for c in REQUIRED_COLUMNS if c not in row]
+def _validated(row: dict, resolution: int, split: str, where: tuple, released_routes: bool) -> Scene:
+    """The checks of :func:`validate_row`, in order (``where``: file, row index, RowRef)."""
+    file, row_index, ref = where
+    missing = [c for c in (REQUIRED_COLUMNS if released_routes else SCENE_COLUMNS) if c not in row]
     if missing:
         raise _fail(ref, f"missing column(s) {missing}")
     sid = check_id(row["id"], ref)
     md = parse_metadata(row["metadata"], resolution, split, ref)
     t = decode_checked(row["tensor"], resolution, ref)
     plus, minus = marker_cells(t[..., 1], ref)
-    cells = resolution * resolution
-    routes = {key: _route_from_any(row[col], col, ref, cells) for key, col in ROUTE_COLUMNS.items()}
+    routes = _released_routes(row, resolution, ref) if released_routes else {}
     if "markers" in md:
         conv = {"start": int(md["markers"]["start"]), "goal": int(md["markers"]["goal"])}
-    else:
+    elif released_routes:
         conv = detect_marker_convention(plus, minus, routes, ref)
+    else:
+        raise _fail(ref, "metadata declares no markers, and the released routes that imply "
+                         "the marker convention were not read")
     start, goal = (plus, minus) if conv["start"] == 1 else (minus, plus)
     obstacles = t[..., 2] == 1
     for name, cell in (("start", start), ("goal", goal)):
         if obstacles[cell]:
             raise _fail(ref, f"the {name} marker at {cell} lies on an obstacle")
     shape = (resolution, resolution)
-    for (obj, var), col in ROUTE_COLUMNS.items():
-        prob = route_problem(routes[(obj, var)], start, goal,
-                             obstacles if var == "obstacles" else None, shape=shape)
+    for (obj, var), r in routes.items():
+        prob = route_problem(r, start, goal, obstacles if var == "obstacles" else None, shape=shape)
         if prob is not None:
-            raise _fail(ref, f"route {col}: {prob}")
+            raise _fail(ref, f"route {ROUTE_COLUMNS[(obj, var)]}: {prob}")
     md = dict(md)
     md.setdefault("markers", dict(conv))
     e = np.array(t[..., 0], dtype=np.float32)
@@ -443,6 +449,24 @@ def _validated(row: dict, resolution: int, split: str, file, row_index: int, ref
         routes={k: r.astype(np.int32) for k, r in routes.items()},
         metadata=md, file=str(file), row=int(row_index),
     )
+
+
+def _released_routes(row: dict, resolution: int, ref: RowRef) -> dict:
+    cells = resolution * resolution
+    return {key: _route_from_any(row[col], col, ref, cells) for key, col in ROUTE_COLUMNS.items()}
+
+
+def declares_markers(metadata_text) -> bool:
+    """Whether a ``metadata`` value is a JSON object with a ``markers`` key (the marker
+    convention declared; a scene without it takes the convention from its released routes).
+    Anything unreadable is False: the full read reports it."""
+    if not isinstance(metadata_text, str) or len(metadata_text) > MAX_METADATA_BYTES:
+        return False
+    try:
+        md = json.loads(metadata_text)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(md, dict) and "markers" in md
 
 
 def duplicate_id_problem(sid: str, here: tuple, places: list) -> str | None:

@@ -107,10 +107,11 @@ class _ChunkCheck:
 
 
 def open_run_tasks(manifest: dict, refs, where: str, dataset_path=None, on_chunk=None, *,
-                   chunk: int | None = None) -> tuple:
+                   chunk: int | None = None, on_read=None) -> tuple:
     """The run's tasks as a :class:`~passage_jax.data.TaskStream`, read once in chunks and
     checked against the run (shard hashes; per task: id, input hash, objective, variant,
-    weight); ``on_chunk(first, tasks)`` is called for each checked chunk during that read.
+    weight); ``on_chunk(first, tasks)`` is called for each checked chunk during that read,
+    ``on_read(index, task)`` on the reading thread as each task is read (unchecked yet).
     ``refs`` is the run's :class:`~passage_jax.evaluate.run_folder.References` (or a mapping
     of ``sample_id``, ``input_sha256``, ``objective``, ``variant``, ``cost_weight``).
     Returns (tasks, root, shard hashes)."""
@@ -136,7 +137,9 @@ def open_run_tasks(manifest: dict, refs, where: str, dataset_path=None, on_chunk
     check = _ChunkCheck(refs, run_ids, shard_hashes, where, on_chunk)
     try:
         tasks = open_tasks(root, res, split, data["cost_model"], data["task_variant"],
-                           n_samples=data.get("n_samples"), chunk=chunk, on_chunk=check)
+                           n_samples=data.get("n_samples"), chunk=chunk, on_chunk=check,
+                           on_read=on_read,
+                           released_routes=False)  # the shards' bytes are the admitted ones
     except (DataError, ValueError) as e:
         raise ScoreError(f"{where}: reloading the scenes failed: {e}") from None
     if tasks.ids != run_ids:

@@ -98,7 +98,7 @@ from passage_jax.evaluate.score_format import (
     ScoreError,
     ScoreOutdated,
 )
-from passage_jax.evaluate.score_kernel import score_batch
+from passage_jax.evaluate.score_kernel import SceneStrata, score_batch
 from passage_jax.evaluate.score_load import load_score
 from passage_jax.evaluate.score_write import Receipt, Writers, write_score
 from passage_jax.fileio import atomic_write_json, atomic_write_npz
@@ -135,6 +135,7 @@ class _ShareScorer:
     def __init__(self, inputs: SeedInputs, plan: BatchPlan, kernel):
         self.inputs, self.plan, self.kernel = inputs, plan, kernel
         self.collector = Collector(len(inputs.records), inputs.n_tasks)
+        self.strata = SceneStrata(plan.share)  # measured on the reading thread
         self.at: str | None = None
 
     def __call__(self, first: int, scenes) -> None:
@@ -142,14 +143,16 @@ class _ShareScorer:
             return  # another process's chunk
         self.at = batch_label(first, scenes)
         batch = make_batch(self.plan, self.inputs, first, scenes)
-        self.collector.add(score_batch(batch, self.kernel, sharding=SCORE_SHARDING))
+        self.collector.add(score_batch(batch, self.kernel, sharding=SCORE_SHARDING,
+                                       measured=self.strata.of(batch.tasks)))
 
     def read_and_score(self, dataset_path, chunk) -> tuple:
         """Read the run's scenes once, scoring this process's chunks as they come; returns
         (dataset root, shard hashes)."""
         inputs = self.inputs
         _tasks, root, shard_hashes = open_run_tasks(inputs.manifest, inputs.refs, inputs.where,
-                                                    dataset_path, self, chunk=chunk)
+                                                    dataset_path, self, chunk=chunk,
+                                                    on_read=self.strata.measure)
         return root, shard_hashes
 
     def share(self, dataset_path, chunk) -> dict:

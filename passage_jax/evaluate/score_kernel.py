@@ -15,7 +15,13 @@ from passage_jax.evaluate.score_format import STRATIFIERS
 from passage_jax.graph.routes import route_length_pixels
 from passage_jax.protocol.records import ROUTE_FORMAT_CODE
 
-__all__ = ["BatchScores", "score_batch", "task_strata"]
+__all__ = ["BatchScores", "score_batch", "task_strata", "scene_strata", "SceneStrata",
+           "SCENE_STRATIFIERS"]
+
+#: The stratifiers measured on a task's own grids and scene (the reference route gives the
+#: other, ``reference_length_px``), in :func:`scene_strata`'s order.
+SCENE_STRATIFIERS = ("obstacle_coverage", "start_goal_distance_px", "relief_m", "elevation_median_m",
+                     "superellipse_exponent")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,10 +37,12 @@ class BatchScores:
     strata: dict
 
 
-def score_batch(batch: Batch, kernel, *, sharding) -> BatchScores:
+def score_batch(batch: Batch, kernel, *, sharding, measured: np.ndarray | None = None) -> BatchScores:
     """Score ``batch`` with ``kernel`` (the signature of
-    :func:`passage_jax.metrics.score_routes`), spread over the devices of ``sharding``."""
-    strata = task_strata(batch.scenes, batch.scene_references)
+    :func:`passage_jax.metrics.score_routes`), spread over the devices of ``sharding``.
+    ``measured``: the batch's tasks' :func:`scene_strata` rows when they were measured
+    already (as the scenes were read: :class:`SceneStrata`); measured here otherwise."""
+    strata = task_strata(batch.scenes, batch.scene_references, measured)
     res = kernel(batch.candidates, batch.record_scenes, batch.c_star, batch.request_ok,
                  references=batch.references, sharding=sharding)
     fields = {}
@@ -51,17 +59,43 @@ def score_batch(batch: Batch, kernel, *, sharding) -> BatchScores:
                        route_length=lengths, strata=strata)
 
 
-def task_strata(scenes, ref_routes) -> dict:
-    """The :data:`~passage_jax.evaluate.score_format.STRATIFIERS` of each task."""
+def scene_strata(task) -> tuple:
+    """The :data:`SCENE_STRATIFIERS` of one task, in that order."""
+    obstacles = np.asarray(task.obstacles, bool)
+    (r0, c0), (r1, c1) = task.scene.start, task.scene.goal
+    elevation = np.asarray(task.elevation_m)
+    return (np.count_nonzero(obstacles) / obstacles.size, math.hypot(r1 - r0, c1 - c0),
+            float(np.ptp(elevation)), float(np.median(elevation)), _mean_exponent(task))
+
+
+class SceneStrata:
+    """The :func:`scene_strata` rows of a seed's tasks ``owned`` (a range), measured as the
+    scenes are read (:meth:`measure` is an ``on_read`` hook of
+    :func:`passage_jax.data.open_tasks`: it runs on the reading thread, each row written
+    once, before the chunk holding it is handed on)."""
+
+    def __init__(self, owned: range):
+        self.owned = owned
+        self.rows = np.full((len(owned), len(SCENE_STRATIFIERS)), np.nan)
+
+    def measure(self, index: int, task) -> None:
+        if index in self.owned:
+            self.rows[index - self.owned.start] = scene_strata(task)
+
+    def of(self, tasks: range) -> np.ndarray:
+        """The rows of ``tasks`` (within ``owned``)."""
+        return self.rows[tasks.start - self.owned.start:tasks.stop - self.owned.start]
+
+
+def task_strata(scenes, ref_routes, measured: np.ndarray | None = None) -> dict:
+    """The :data:`~passage_jax.evaluate.score_format.STRATIFIERS` of each task; the
+    :data:`SCENE_STRATIFIERS` from ``measured`` (rows of :func:`scene_strata`) when given."""
+    rows = np.array([scene_strata(t) for t in scenes], np.float64).reshape(len(scenes), -1) \
+        if measured is None else measured
     out = {k: np.empty(len(scenes), np.float64) for k in STRATIFIERS}
-    for i, t in enumerate(scenes):
-        out["obstacle_coverage"][i] = float(np.mean(np.asarray(t.obstacles, bool)))
-        (r0, c0), (r1, c1) = t.scene.start, t.scene.goal
-        out["start_goal_distance_px"][i] = math.hypot(r1 - r0, c1 - c0)
-        out["reference_length_px"][i] = route_length_pixels(ref_routes[i])
-        out["relief_m"][i] = float(np.ptp(t.elevation_m))
-        out["elevation_median_m"][i] = float(np.median(t.elevation_m))
-        out["superellipse_exponent"][i] = _mean_exponent(t)
+    for j, k in enumerate(SCENE_STRATIFIERS):
+        out[k][:] = rows[:, j]
+    out["reference_length_px"][:] = [route_length_pixels(r) for r in ref_routes]
     return out
 
 

@@ -1,0 +1,122 @@
+"""The reads `score` makes cheaper, checked against the full read and plain NumPy/hashlib:
+scenes without their released routes (shards whose rows declare their markers), the
+stratifiers measured on the reading thread, and the input hash over the arrays' own
+buffers."""
+from __future__ import annotations
+
+import hashlib
+import math
+
+import numpy as np
+import pytest
+
+from fixtures_data import make_rows, mutated, write_rows
+from passage_jax.data import DataError, iter_scenes, open_tasks
+from passage_jax.data.validate import declares_markers, validate_row
+from passage_jax.data.writer import rows_to_table
+from passage_jax.evaluate.score_kernel import SCENE_STRATIFIERS, SceneStrata, scene_strata, task_strata
+from passage_jax.fileio import array_sha256
+
+
+def _same_scene(a, b):
+    assert (a.id, a.file, a.row, a.start, a.goal) == (b.id, b.file, b.row, b.start, b.goal)
+    np.testing.assert_array_equal(a.elevation_m, b.elevation_m)
+    np.testing.assert_array_equal(a.obstacles, b.obstacles)
+    assert a.metadata == b.metadata
+
+
+@pytest.mark.parametrize("flipped", [False, True])
+def test_read_without_routes_equals_full_read_but_routes(tmp_path, flipped):
+    write_rows(tmp_path, make_rows(7, n=8, flipped=flipped), 8, "test", rows_per_shard=3)
+    full = list(iter_scenes(tmp_path, 8, "test", None, workers=0))
+    lean = list(iter_scenes(tmp_path, 8, "test", None, workers=0, released_routes=False))
+    assert len(full) == len(lean) == 7
+    for a, b in zip(full, lean):
+        _same_scene(a, b)
+        assert len(a.routes) == 6 and b.routes == {}
+
+
+def test_shard_without_declared_markers_is_read_in_full(tmp_path):
+    # the first shard's rows declare no markers: their convention comes from the routes
+    rows = make_rows(3, n=8, markers_key=False, flipped=True) + make_rows(3, 3, n=8, flipped=True)
+    write_rows(tmp_path, rows, 8, "test", rows_per_shard=3)
+    lean = list(iter_scenes(tmp_path, 8, "test", None, workers=0, released_routes=False))
+    full = list(iter_scenes(tmp_path, 8, "test", None, workers=0))
+    assert [len(s.routes) for s in lean] == [6, 6, 6, 0, 0, 0]
+    for a, b in zip(full, lean):
+        _same_scene(a, b)
+    assert lean[0].metadata["markers"] == {"start": -1, "goal": 1}  # from the routes
+
+
+def test_lean_read_still_checks_the_grids(tmp_path):
+    bad = mutated(make_rows(1, n=8)[0])
+    t = bad["tensor"].copy()
+    t[2, 3, 2] = 0.5  # an obstacle value other than 0 or 1
+    bad["tensor"] = t
+    write_rows(tmp_path, [bad], 8, "test")
+    with pytest.raises(DataError, match="obstacle channel must be 0 or 1"):
+        list(iter_scenes(tmp_path, 8, "test", None, workers=0, released_routes=False))
+
+
+def test_validate_row_without_routes_needs_declared_markers():
+    raw = rows_to_table(make_rows(1, n=8, markers_key=False)).to_pylist()[0]
+    raw = {k: v for k, v in raw.items() if k in ("id", "tensor", "metadata")}
+    with pytest.raises(DataError, match="declares no markers"):
+        validate_row(raw, 8, "test", "f.parquet", 0, released_routes=False)
+
+
+@pytest.mark.parametrize("text,want", [('{"markers": {"start": 1, "goal": -1}}', True),
+                                       ('{"index": 1, "x": {"markers": 1}}', False),
+                                       ("[1, 2]", False), ("not json", False), (None, False)])
+def test_declares_markers(text, want):
+    assert declares_markers(text) is want
+
+
+def test_open_tasks_lean_gives_tasks_without_route_and_same_hashes(tmp_path):
+    write_rows(tmp_path, make_rows(5, n=8), 8, "test", rows_per_shard=2)
+    seen = {}
+    lean = open_tasks(tmp_path, 8, "test", "elevation", chunk=2, released_routes=False,
+                      on_read=lambda i, t: seen.setdefault(i, t.id))
+    full = open_tasks(tmp_path, 8, "test", "elevation", chunk=2)
+    assert lean.ids == full.ids and lean.input_hashes == full.input_hashes
+    assert seen == dict(enumerate(full.ids))  # each task once, in order, on the reading thread
+    assert all(t.route is None for t in lean) and all(t.route is not None for t in full)
+
+
+def _strata_numpy(task):
+    """The stratifiers as written before they moved to the reading thread."""
+    exps = (task.scene.metadata.get("obstacles") or {}).get("superellipse_exponents")
+    exp = (math.nan if task.variant == "free" or not isinstance(exps, list) or not exps
+           else float(np.mean(exps)))
+    (r0, c0), (r1, c1) = task.scene.start, task.scene.goal
+    return (float(np.mean(np.asarray(task.obstacles, bool))), math.hypot(r1 - r0, c1 - c0),
+            float(np.ptp(task.elevation_m)), float(np.median(task.elevation_m)), exp)
+
+
+def test_scene_strata_equal_the_numpy_formulas(tmp_path):
+    rows = make_rows(6, n=8)
+    rows[2]["metadata"]["obstacles"]["superellipse_exponents"] = [2.0, 3.5]
+    write_rows(tmp_path, rows, 8, "test")
+    tasks = list(open_tasks(tmp_path, 8, "test", "elevation", chunk=3))
+    for t in tasks:
+        got, want = scene_strata(t), _strata_numpy(t)
+        assert np.array_equal(np.array(got), np.array(want), equal_nan=True)  # bit for bit
+    assert scene_strata(tasks[2])[-1] == 2.75
+    table = SceneStrata(range(2, 6))
+    for i, t in enumerate(tasks):
+        table.measure(i, t)  # tasks 0 and 1 are another process's: not measured
+    refs = [t.route for t in tasks]
+    pre = task_strata(tasks[2:5], refs[2:5], table.of(range(2, 5)))
+    here = task_strata(tasks[2:5], refs[2:5])
+    for k in here:
+        np.testing.assert_array_equal(pre[k], here[k])
+    assert set(SCENE_STRATIFIERS) < set(here)
+
+
+@pytest.mark.parametrize("a", [np.arange(35.0).reshape(5, 7), np.arange(48.0).reshape(8, 6)[:, ::2],
+                               np.array(3.0), np.zeros((0, 2), np.int32), np.array(["ab", "c"], "U32"),
+                               np.array([True, False]), np.asfortranarray(np.ones((3, 4)))])
+def test_array_sha256_hashes_the_bytes_tobytes_gives(a):
+    c = np.ascontiguousarray(a)
+    want = hashlib.sha256(f"{c.dtype.str}{c.shape}".encode() + c.tobytes()).hexdigest()
+    assert array_sha256(a) == want
