@@ -25,9 +25,9 @@ def test_readme_first_commands_are_the_install_and_test_commands():
     assert len(first) == 2, first
     assert first[0].endswith("pip install -c constraints.txt -e . && python -m cli bench "
                              "--spec configs/quickstart.yaml --against configs/quickstart_bfs.yaml")
-    assert first[1].endswith("pip install -c constraints.txt -e '.[test]' && python -m pytest -q")
+    assert first[1].endswith("pip install -c constraints.txt -e '.[test,torch]' && python -m pytest -q")
     assert (README.parent / "constraints.txt").is_file()
     assert (README.parent / "configs" / "quickstart.yaml").is_file()
     assert (README.parent / "configs" / "quickstart_bfs.yaml").is_file()
     ci = (README.parent / ".ci" / "run").read_text()
-    assert "python -m pytest -q" in ci and "-c constraints.txt -e '.[test]'" in ci
+    assert "python -m pytest -q" in ci and "-c constraints.txt -e '.[test,torch]'" in ci
