@@ -36,6 +36,19 @@ def _session_cache():
     enable_persistent_cache(environ=True)
 
 
+#: most pytest-xdist workers ``-n auto`` starts (each imports JAX with four host devices)
+MAX_WORKERS = 4
+
+
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto`` (pyproject's addopts): one worker per core, at most :data:`MAX_WORKERS`."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, MAX_WORKERS))
+
+
 def pytest_unconfigure(config):
     if _SESSION_CACHE:
         shutil.rmtree(_SESSION_CACHE, ignore_errors=True)

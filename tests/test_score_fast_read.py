@@ -9,8 +9,8 @@ import math
 
 import numpy as np
 import pytest
-
 from fixtures_data import make_rows, mutated, write_rows
+
 from passage_jax.data import DataError, iter_scenes, open_tasks
 from passage_jax.data.validate import declares_markers, validate_row
 from passage_jax.data.writer import rows_to_table

@@ -79,7 +79,8 @@ class ReadOptions:
     ``chunk`` scenes decoded at a time (None: :func:`chunk_scenes` of the resolution),
     ``workers`` decode threads, whether sequential passes read ahead (``prefetch``), and
     whether the released routes are read (``released_routes``; False: see
-    :func:`~passage_jax.data.reader.iter_scenes`; the tasks' ``route`` is then None).
+    :func:`~passage_jax.data.reader.iter_scenes`; the tasks' ``route`` is then None), and
+    ``on_read(index, task)``, called on the reading thread as each task is read.
     """
 
     n_samples: int | None = DEFAULT_N_SAMPLES
@@ -88,6 +89,7 @@ class ReadOptions:
     workers: int = 4
     prefetch: bool = True
     released_routes: bool = True
+    on_read: Callable[[int, Task], None] | None = None
 
     def __post_init__(self):
         _check_n_samples(self.n_samples)
@@ -415,12 +417,12 @@ def _opening_chunks(source: TaskSource, n_samples, chunk: int, stop: threading.E
         yield pending
 
 
-def _read_stubs(source: TaskSource, opts: ReadOptions, chunk: int, on_chunk, on_read=None) -> list[TaskStub]:
+def _read_stubs(source: TaskSource, opts: ReadOptions, chunk: int, on_chunk) -> list[TaskStub]:
     """The opening read: every task's stub, ``on_chunk(first, tasks)`` per chunk."""
     stubs: list[TaskStub] = []
 
     def chunks(stop):
-        return _opening_chunks(source, opts.n_samples, chunk, stop, on_read)
+        return _opening_chunks(source, opts.n_samples, chunk, stop, opts.on_read)
 
     with ReadAhead(chunks, ahead=1 if opts.prefetch else 0, name="passage-open-tasks") as reader:
         for tasks in reader:
@@ -436,7 +438,6 @@ def _read_stubs(source: TaskSource, opts: ReadOptions, chunk: int, on_chunk, on_
 def open_tasks(root, resolution: int, split: str, objective: str, variant: str = "obstacles", *,
                options: ReadOptions | None = None,
                on_chunk: Callable[[int, list[Task]], None] | None = None,
-               on_read: Callable[[int, Task], None] | None = None,
                **overrides) -> TaskStream:
     """Read the split once (validating every scene, as :func:`load_tasks` does) and return
     its :class:`TaskStream`, which decodes ``chunk`` scenes at a time (default
@@ -450,9 +451,9 @@ def open_tasks(root, resolution: int, split: str, objective: str, variant: str =
     (the default) the next chunk is read, decoded and hashed on a background thread
     while ``on_chunk`` works on the current one, and the stream reads ahead in its
     sequential passes; ``prefetch=False`` reads on the calling thread only.
-    ``on_read(index, task)`` is called on the reading thread for each task as it is read
-    (before its chunk reaches ``on_chunk``): per-task host work that overlaps with
-    ``on_chunk``'s work on the previous chunk.
+    The option ``on_read(index, task)`` is called on the reading thread for each task as
+    it is read (before its chunk reaches ``on_chunk``): per-task host work that overlaps
+    with ``on_chunk``'s work on the previous chunk.
     """
     if objective not in OBJECTIVES:
         raise DataError(f"unknown objective {objective!r}; known: {list(OBJECTIVES)}")
@@ -462,5 +463,5 @@ def open_tasks(root, resolution: int, split: str, objective: str, variant: str =
     chunk = chunk_scenes(resolution) if opts.chunk is None else opts.chunk
     source = TaskSource(root, resolution, split, objective, variant, opts.weight, opts.workers,
                         opts.released_routes)
-    stubs = _read_stubs(source, opts, chunk, on_chunk, on_read)
+    stubs = _read_stubs(source, opts, chunk, on_chunk)
     return TaskStream(source, stubs, chunk, prefetch=opts.prefetch)
