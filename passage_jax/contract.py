@@ -10,7 +10,10 @@ __all__ = [
     "PRIMARY_METRICS", "PRIMARY_SHORT", "METRIC_SPEC", "DIRECTIONS", "PER_TASK_FIELDS",
     "GEOMETRY_FIELDS", "MEAN_FIELDS", "CENSOR_FACTOR", "FAILURE_REGRET", "DEFAULT_SEEDS",
     "UNPLACED", "IN_PROCESS_TIMING_PROFILE", "SUPERVISED_TIMING_PROFILE",
-    "CENSORED_LATENCY_FORMAT", "CENSORED_STATUSES",
+    "CENSORED_LATENCY_FORMAT", "CENSORED_STATUSES", "COMPLETE_REQUEST_PROFILE",
+    "NATIVE_SESSION_PROFILE", "SUPERVISED_SERVICE_PROFILE", "SUPERVISED_SERVICE_REWARM_PROFILE",
+    "TIMING_PROFILES", "SESSION_PROFILES", "PROFILE_EXECUTION", "DEFAULT_SESSION_WARMUP",
+    "timing_boundary",
 ]
 
 #: The six primary metrics, in reporting order.
@@ -51,6 +54,42 @@ IN_PROCESS_TIMING_PROFILE = "in_process_complete_request_v1"
 #: Timing profile of supervised execution (the planner in a worker process; the parent's
 #: timer includes sending the task and receiving the route snapshot, IPC included).
 SUPERVISED_TIMING_PROFILE = "supervised_worker_request_v1"
+
+#: The spec's ``timing_profile`` values (contract §7, Timing profiles). The default: a cold
+#: pass, ``latency_warmup`` recorded warm-up passes and ``latency_repeats`` warm repeats, the
+#: legality check and recosting inside the timer; its timing boundary is the executor's
+#: profile (:data:`IN_PROCESS_TIMING_PROFILE` or :data:`SUPERVISED_TIMING_PROFILE`).
+COMPLETE_REQUEST_PROFILE = "complete_request_v1"
+#: One persistent in-process session per seed: ``session_warmup`` untimed calls on a
+#: validation scene outside the roster, then one timed request per task, the timer from the
+#: request's raw arrays in memory to the returned route; validation and recosting apart.
+NATIVE_SESSION_PROFILE = "native_raw_path_persistent_v1"
+#: The same session in a supervised worker (IPC inside the timed value, recosting outside);
+#: a replacement worker is not warmed again.
+SUPERVISED_SERVICE_PROFILE = "supervised_service_v1"
+#: As :data:`SUPERVISED_SERVICE_PROFILE`, but a replacement worker runs the session warm-up
+#: again before its next timed request.
+SUPERVISED_SERVICE_REWARM_PROFILE = "supervised_service_rewarm_v1"
+TIMING_PROFILES = (COMPLETE_REQUEST_PROFILE, NATIVE_SESSION_PROFILE, SUPERVISED_SERVICE_PROFILE,
+                   SUPERVISED_SERVICE_REWARM_PROFILE)
+#: The session profiles (no cold pass, one timed warm request per task).
+SESSION_PROFILES = TIMING_PROFILES[1:]
+#: session profile -> the ``execution`` it requires
+PROFILE_EXECUTION = {NATIVE_SESSION_PROFILE: "in_process", SUPERVISED_SERVICE_PROFILE: "supervised",
+                     SUPERVISED_SERVICE_REWARM_PROFILE: "supervised"}
+#: Untimed calls of a session before its first timed request (``session_warmup``).
+DEFAULT_SESSION_WARMUP = 16
+
+
+def timing_boundary(timing_profile: str | None, execution: str = "in_process") -> str:
+    """The timing boundary of a run: the session profile's name, or under the default
+    profile the executor's (:data:`IN_PROCESS_TIMING_PROFILE` in process,
+    :data:`SUPERVISED_TIMING_PROFILE` supervised)."""
+    if timing_profile in SESSION_PROFILES:
+        return timing_profile
+    return SUPERVISED_TIMING_PROFILE if execution == "supervised" else IN_PROCESS_TIMING_PROFILE
+
+
 #: Format tag of the censored latency block in metrics.json.
 CENSORED_LATENCY_FORMAT = "passage-censored-latency/v1"
 #: Statuses whose latency is right-censored at the deadline.

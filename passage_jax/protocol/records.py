@@ -96,7 +96,8 @@ RECORD_KEYS = ("record", "seed", "series", "repeat", "task_index", "sample_id", 
                "status", "reported_status", "latency_ms", "returned_ms", "deadline_ms", "late",
                "overrun_ms", "work", "stage_work", "precision", "resource_peaks", "route_format",
                "route_len", "route_cost", "problem", "error_type", "error", "message",
-               "sync_arrays", "worker", "resumed", "route_stage")
+               "sync_arrays", "worker", "resumed", "validation_recost_ms", "warm_complete",
+               "torch_synchronized", "process_index", "host", "device", "route_stage")
 #: packages whose versions every manifest and score receipt records
 VERSIONED_PACKAGES = ("passage_jax", "jax", "jaxlib", "numpy", "scipy", "flax", "optax",
                       "pyarrow", "zstandard", "pyyaml", "rich")

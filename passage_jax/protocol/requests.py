@@ -9,7 +9,7 @@ from __future__ import annotations
 from passage_jax.graph.spec import GraphSpec
 from passage_jax.protocol.contracts import BudgetSpec, PlanRequest, filter_metadata
 
-__all__ = ["request_graph", "build_request"]
+__all__ = ["request_graph", "build_request", "set_deadline"]
 
 
 def request_graph(task, pixel_size_m: float = 30.0) -> GraphSpec:
@@ -43,3 +43,11 @@ def build_request(task, budget: BudgetSpec | None = None, deadline_monotonic: fl
         input_tensor=scene.input_tensor(task.variant) if include_tensor else None,
         deadline_monotonic=deadline_monotonic,
     )
+
+
+def set_deadline(request: PlanRequest, deadline_monotonic: float | None) -> PlanRequest:
+    """Set the absolute deadline of a request built before its clock started (the session
+    timing profiles build the request first and start the clock with its raw arrays in
+    memory; the deadline is the clock's start + ``wall_time_ms``). Returns ``request``."""
+    object.__setattr__(request, "deadline_monotonic", deadline_monotonic)
+    return request

@@ -8,7 +8,9 @@
    naming the scene;
 4. the planner entry point imports; declared checkpoint files exist (their
    hashes are recorded); a ``runtime_bundle_manifest`` verifies;
-5. the requested device exists.
+5. the requested device exists;
+6. under a session timing profile, the warm-up scene is found outside the roster
+   (:mod:`passage_jax.run.warmup_scene`).
 
 Nothing here calls the planner.
 """
@@ -36,6 +38,7 @@ from passage_jax.protocol.adapters import import_entry, is_factory
 from passage_jax.protocol.records import pack_routes, references_identity
 from passage_jax.reference import qualify_scenes, solve_tasks
 from passage_jax.run.spec import SPEC_MAX_BYTES, RunSpec, shown
+from passage_jax.run.warmup_scene import WarmupSceneError, warmup_task
 
 __all__ = ["Admitted", "AdmissionError", "References", "admit", "hardware", "CHECKPOINT_KEY"]
 
@@ -87,6 +90,7 @@ class Admitted:
     checkpoints: dict  # seed -> {key: {path, sha256}}
     runtime_bundle: dict | None
     device: object  # jax device or None
+    warmup: object = None  # the session profiles' warm-up Task (never a roster task), or None
 
     @property
     def sample_ids(self) -> list:
@@ -405,8 +409,15 @@ def admit(spec: RunSpec, qualify: bool = True, *, chunk: int | None = None) -> A
                                           error=AdmissionError, describe=_describe))
     shards = shard_identity(tasks)
     refs = qualifier.finish()
+    warmup = None
+    if spec.session_profile:
+        try:
+            warmup = warmup_task(spec, root, tasks.ids)
+        except WarmupSceneError as e:
+            raise AdmissionError(str(e)) from None
     return Admitted(spec=spec, root=root, tasks=tasks, shards=shards, references=refs,
-                    entry=entry, checkpoints=checkpoints, runtime_bundle=bundle, device=device)
+                    entry=entry, checkpoints=checkpoints, runtime_bundle=bundle, device=device,
+                    warmup=warmup)
 
 
 def hardware() -> dict:

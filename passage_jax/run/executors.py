@@ -6,7 +6,8 @@ carry ``worker: None``). :class:`~passage_jax.run.supervised.SupervisedExecutor`
 builds and calls the planner in a worker process while the parent owns the timer
 and the deadline (:mod:`passage_jax.run.supervised`; the worker's side in
 :mod:`passage_jax.run.worker`, the sweep of the processes a worker started in
-:mod:`passage_jax.run.worker_processes`). :func:`open_executor` opens the one a
+:mod:`passage_jax.run.worker_processes`). The session timing profiles have their own
+executors (:mod:`passage_jax.run.sessions`). :func:`open_executor` opens the one a
 run spec asks for.
 """
 from __future__ import annotations
@@ -14,9 +15,11 @@ from __future__ import annotations
 import time
 from typing import Protocol
 
-from passage_jax.contract import IN_PROCESS_TIMING_PROFILE
+from passage_jax.contract import IN_PROCESS_TIMING_PROFILE, NATIVE_SESSION_PROFILE
 from passage_jax.protocol.contracts import BudgetSpec
+from passage_jax.run.placement import placement
 from passage_jax.run.planner_build import PlannerBuildError, build_planner
+from passage_jax.run.sessions import NativeSessionExecutor, SupervisedSessionExecutor
 from passage_jax.run.supervised import (
     LIVE_WORKERS,
     RSS_POLL_S,
@@ -32,7 +35,8 @@ from passage_jax.run.timing import execute
 from passage_jax.run.worker import device_scope, task_from_payload, task_payload
 from passage_jax.run.worker_processes import WORKER_TOKEN_ENV, kill_worker_processes, rss_mb, worker_processes
 
-__all__ = ["Executor", "InProcessExecutor", "SupervisedExecutor", "PlannerBuildError", "open_executor",
+__all__ = ["Executor", "InProcessExecutor", "SupervisedExecutor", "NativeSessionExecutor",
+           "SupervisedSessionExecutor", "PlannerBuildError", "open_executor",
            "IN_PROCESS_TIMER", "SUPERVISED_TIMER", "warmup_task", "WORKER_START_TIMEOUT_S",
            "WARMUP_MIN_WAIT_S", "RSS_POLL_S", "TREE_POLL_S", "WORKER_TOKEN_ENV", "task_payload",
            "task_from_payload", "worker_processes", "kill_worker_processes"]
@@ -78,12 +82,13 @@ class InProcessExecutor:
         self.planner = planner
         self.planner_name = getattr(planner, "name", None)
         self.device = device
+        self.where = placement(device)
         self.stats: dict = {"requests": 0}
 
     def execute(self, task, budget: BudgetSpec | None = None) -> tuple[dict, tuple]:
         with device_scope(self.device):
             rec, snap = execute(self.planner, task, budget)
-        rec["worker"] = None
+        rec.update(self.where, worker=None)
         self.stats["requests"] += 1
         return rec, snap
 
@@ -100,12 +105,15 @@ class InProcessExecutor:
 def open_executor(spec, seed: int, *, device=None, planner=None, warmup_tasks=None):
     """The executor for ``spec`` (a :class:`~passage_jax.run.spec.RunSpec`) and ``seed``
     (its kwargs are ``spec.kwargs_for_seed(seed)``): supervised when
-    ``spec.execution == "supervised"``, otherwise in-process. ``device``: the JAX
-    device admission chose (None: the default). ``planner``: an already-built
-    planner (in-process only). Raises :class:`PlannerBuildError` when the planner
-    cannot be built."""
+    ``spec.execution == "supervised"``, otherwise in-process; under a session timing
+    profile its session executor (:mod:`passage_jax.run.sessions`), whose warm-up task
+    is ``warmup_tasks[0]``. ``device``: the JAX device admission chose (None: the
+    default). ``planner``: an already-built planner (in-process only). Raises
+    :class:`PlannerBuildError` when the planner cannot be built."""
     kwargs = spec.kwargs_for_seed(seed)
     execution = getattr(spec, "execution", "in_process")
+    if getattr(spec, "session_profile", False):
+        return _open_session(spec, kwargs, device=device, planner=planner, warmup_tasks=warmup_tasks)
     if execution == "supervised":
         if planner is not None:
             raise ValueError("a built planner object cannot be moved into a supervised worker; "
@@ -116,3 +124,19 @@ def open_executor(spec, seed: int, *, device=None, planner=None, warmup_tasks=No
     if execution != "in_process":
         raise ValueError(f"execution {execution!r} is not one of in_process, supervised")
     return InProcessExecutor(spec.inference, spec.inference_format, kwargs, device=device, planner=planner)
+
+
+def _open_session(spec, kwargs: dict, *, device, planner, warmup_tasks):
+    """The session executor of a session timing profile (its warm-up not yet run)."""
+    if not warmup_tasks:
+        raise ValueError(f"timing_profile {spec.timing_profile} needs its warm-up task")
+    warmup = (warmup_tasks[0], spec.session_warmup)
+    if spec.timing_profile == NATIVE_SESSION_PROFILE:
+        return NativeSessionExecutor(spec.inference, spec.inference_format, kwargs, device=device,
+                                     planner=planner, warmup=warmup)
+    if planner is not None:
+        raise ValueError("a built planner object cannot be moved into a supervised worker; "
+                         "give the spec's inference entry point instead")
+    return SupervisedSessionExecutor(spec.inference, spec.inference_format, kwargs,
+                                     profile=spec.timing_profile, warmup=warmup, device=device,
+                                     memory_mb=spec.worker_memory_mb, grace_ms=spec.worker_grace_ms)

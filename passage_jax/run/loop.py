@@ -5,8 +5,10 @@
 admission check passed), writes ``<output>/run_started.json`` (what a resume must
 find unchanged), then for each seed opens an executor (planner construction is not
 timed), runs one cold pass over the tasks, ``latency_warmup`` recorded warm-up
-passes and ``latency_repeats`` measured warm repeats, one request at a time, and
-writes ``<output>/seed-<seed>/`` (formats in :mod:`passage_jax.protocol.records` and
+passes and ``latency_repeats`` measured warm repeats, one request at a time (under a
+session timing profile: ``session_warmup`` untimed calls on the warm-up scene, then one
+timed request per task; :mod:`passage_jax.run.sessions`), and writes
+``<output>/seed-<seed>/`` (formats in :mod:`passage_jax.protocol.records` and
 ``docs/runner.md``).
 
 A seed in progress lives in ``<output>/.seed-<seed>.partial/``. Each record is

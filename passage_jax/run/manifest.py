@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 from pathlib import Path
 
 from passage_jax.compilation import compile_stats
+from passage_jax.contract import timing_boundary
 from passage_jax.fileio import jsonable, sha256_file, utc_now
-from passage_jax.protocol.records import RUN_FORMAT, package_versions
+from passage_jax.protocol.records import RUN_FORMAT, input_hash, package_versions
 from passage_jax.run import admission as adm
 from passage_jax.run.context import RunContext
 from passage_jax.run.journal import JOURNAL_NAME
@@ -34,8 +36,9 @@ def tasks_sha256(admitted: adm.Admitted) -> str:
 def run_identity(admitted: adm.Admitted, code: dict, prov: dict | None = None) -> dict:
     """What a resumed run must share with the stored one: spec hash, data (shards by
     name, sha256 and rows; sample ids; tasks hash), references identity, planner entry,
-    checkpoints, runtime bundle, code hash, and the calibration decisions and roster
-    (:mod:`passage_jax.run.provenance`)."""
+    checkpoints, runtime bundle, code hash, the calibration decisions and roster
+    (:mod:`passage_jax.run.provenance`), and a session profile's warm-up scene (id and input
+    hash)."""
     spec = admitted.spec
     prov = prov or {}
     return jsonable({
@@ -53,7 +56,13 @@ def run_identity(admitted: adm.Admitted, code: dict, prov: dict | None = None) -
         "checkpoints": admitted.checkpoints,
         "runtime_bundle": (admitted.runtime_bundle or {}).get("files"),
         "code_sha256": code["sha256"],
+        "warmup_scene": _warmup_identity(admitted),
     })
+
+
+def _warmup_identity(admitted: adm.Admitted) -> dict | None:
+    w = admitted.warmup
+    return None if w is None else {"sample_id": w.id, "input_sha256": input_hash(w)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,7 +98,10 @@ def seed_manifest(ctx: RunContext, seed: int, state: SeedState, made: SeedFiles)
         "code": ctx.code,
         "data": _data(admitted),
         "references": _references(admitted.references),
+        "timing_profile": spec.timing_profile,
+        "timing_boundary": timing_boundary(spec.timing_profile, spec.execution),
         "timing": _timing(spec, first),
+        "session": _session(admitted, state),
         "budget": spec.budget.to_dict(),
         "hardware": adm.hardware(),
         "device": None if admitted.device is None else str(admitted.device),
@@ -140,6 +152,22 @@ def _timing(spec, first: Build | None) -> dict:
         "passes": [list(p) for p in passes(spec)],
         "timer": None if first is None else first.timer,
     }
+
+
+def _session(admitted: adm.Admitted, state: SeedState) -> dict | None:
+    """The ``session`` block of a session timing profile (None under the default one): the
+    warm-up scene and calls, and one entry per session (planner build; a resume starts a
+    new session, which runs its warm-up again)."""
+    spec = admitted.spec
+    if not spec.session_profile:
+        return None
+    sessions = state.sessions
+    return {"profile": spec.timing_profile,
+            "warmup_scene": None if admitted.warmup is None else admitted.warmup.id,
+            "warmup_split": "validation", "warmup_calls": spec.session_warmup,
+            "sessions": sessions, "n_sessions": len(sessions),
+            "identical_hardware": len({json.dumps(s.get("hardware"), sort_keys=True)
+                                       for s in sessions}) <= 1}
 
 
 def _resume(state: SeedState) -> dict:

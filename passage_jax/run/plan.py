@@ -1,6 +1,8 @@
 """The requests of one seed in execution order: the timing series as passes over the
 tasks (a cold pass, ``latency_warmup`` recorded warm-up passes, ``latency_repeats``
-measured warm repeats), and the check that a journal entry is the request it stands for."""
+measured warm repeats; under a session timing profile one warm pass, its warm-up being
+the session's untimed calls), and the check that a journal entry is the request it
+stands for."""
 from __future__ import annotations
 
 from passage_jax.run.errors import ResumeError
@@ -12,7 +14,10 @@ SERIES = ("cold", "warmup", "warm")
 
 
 def passes(spec: RunSpec) -> list[tuple[str, int]]:
-    """The timing series as (series, repeat index) passes, in execution order."""
+    """The timing series as (series, repeat index) passes, in execution order (a session
+    profile: one warm pass, no cold pass)."""
+    if spec.session_profile:
+        return [("warm", 0)]
     return ([("cold", 0)] + [("warmup", i) for i in range(spec.latency_warmup)]
             + [("warm", i) for i in range(spec.latency_repeats)])
 

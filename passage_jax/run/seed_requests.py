@@ -1,9 +1,15 @@
 """A seed's requests, executed one at a time on one planner build and journalled.
 
-The planner is built (not timed), the build is recorded in the seed state, every
-missing request runs and its record is appended to the journal (fsynced before the
-next request starts), then the build records what the executor saw and what it
-compiled in the run's process.
+The planner is built (not timed); under a session timing profile the session's warm-up
+calls run next (:mod:`passage_jax.run.sessions`). The build is recorded in the seed state
+(with its session entry), every missing request runs and its record is appended to the
+journal (fsynced before the next request starts), then the build records what the
+executor saw and what it compiled in the run's process.
+
+A record's ``warm_complete``: under a session profile the executor's (the session or
+worker serving it completed its ``session_warmup`` calls); under the default profile a
+warm-series record when ``latency_warmup >= 1`` and the planner build serving it ran the
+warm-up passes (a build a resume started after the first warm-up request did not).
 """
 from __future__ import annotations
 
@@ -37,34 +43,51 @@ def execute_requests(ctx: RunContext, seed: int, rows: RequestPlan, journal: Jou
     cwd = WorkingDirectory(seed, ctx.log)
     counter = CompileCounter().__enter__()  # what this build compiled in the run's process
     with _open(ctx, seed, planner, cwd) as ex:
-        state = save_state(folder, state.with_build(_build(ex, done)))
+        session = _open_session(ctx, ex, cwd, done)
+        state = save_state(folder, state.with_build(_build(ex, done, session)))
         _run_rows(ctx, seed, rows, journal, ex, cwd, resumed)
         # what the executor saw (requests; for workers also starts, kills, crashes, warm-ups)
         stats = dict(ex.stats or {})
         counter.__exit__(None, None, None)
-        state = state.with_build_finished(stats, counter.stats.to_dict(), cwd.record())
+        session = None if session is None else {**ex.session.to_dict(), "first_record": done}
+        state = state.with_build_finished(stats, counter.stats.to_dict(), cwd.record(), session)
         return save_state(folder, state)
 
 
 def _open(ctx: RunContext, seed: int, planner, cwd: WorkingDirectory):
     """The seed's executor (its planner built), the working directory restored after."""
+    warmup = None if ctx.admitted.warmup is None else [ctx.admitted.warmup]
     try:
-        return open_executor(ctx.spec, seed, device=ctx.admitted.device, planner=planner)
+        return open_executor(ctx.spec, seed, device=ctx.admitted.device, planner=planner,
+                             warmup_tasks=warmup)
     except PlannerBuildError as e:
         raise RunError(f"seed {seed}: {e}") from e
     finally:
         cwd.restore("the planner's construction")
 
 
-def _build(ex, at_record: int) -> Build:
+def _open_session(ctx: RunContext, ex, cwd: WorkingDirectory, first_record: int) -> dict | None:
+    """Under a session timing profile, the session's warm-up calls run; its session entry,
+    with the first record it serves (None under the default profile)."""
+    if not ctx.spec.session_profile:
+        return None
+    try:
+        return {**ex.open_session(ctx.spec.budget), "first_record": first_record}
+    finally:
+        cwd.restore("the session's warm-up")
+
+
+def _build(ex, at_record: int, session: dict | None = None) -> Build:
     return Build(utc=utc_now(), at_record=at_record, construction_ms=ex.construction_ms,
-                 planner_name=ex.planner_name, profile=ex.profile, timer=ex.timer)
+                 planner_name=ex.planner_name, profile=ex.profile, timer=ex.timer, session=session)
 
 
 def _run_rows(ctx: RunContext, seed: int, rows: RequestPlan, journal: Journal, ex,
               cwd: WorkingDirectory, resumed: bool) -> None:
     spec = ctx.spec
     first = resumed
+    # default profile: this build ran the warm-up passes (it started at or before their first request)
+    warmed_build = spec.latency_warmup >= 1 and journal.n_entries <= len(rows.stubs)
     for i in range(journal.n_entries, len(rows)):
         series, rep, ti, _sid = rows[i]
         task = ctx.admitted.tasks[ti]  # the chunk holding it is read when first needed
@@ -75,6 +98,8 @@ def _run_rows(ctx: RunContext, seed: int, rows: RequestPlan, journal: Journal, e
         rec.update(record=i, seed=int(seed), series=series, repeat=rep, task_index=ti,
                    sample_id=task.id, resumed=first,
                    quality=series == "warm" and rep == spec.quality_repeat_index)
+        if rec.get("warm_complete") is None:
+            rec["warm_complete"] = series == "warm" and warmed_build
         first = False
         ordered = {k: rec.get(k) for k in RECORD_KEYS}
         journal.append(json.dumps(ordered, default=_json_num, allow_nan=False), snap)

@@ -21,8 +21,10 @@ SEED_STATE = "seed_state.json"
 SEED_STATE_FORMAT = "passage-jax-seed-state-v1"
 
 _BUILD_KEYS = ("utc", "at_record", "construction_ms", "planner_name", "profile", "timer")
-#: what a build records when its requests are done (absent while it runs)
-_FINISHED_KEYS = ("executor_stats", "compilation", "working_directory_restored")
+#: what a build records when its requests are done (absent while it runs); ``session`` (a
+#: session timing profile's session entry) is recorded after the session's warm-up and
+#: again, brought up to date, when its requests are done
+_FINISHED_KEYS = ("executor_stats", "compilation", "working_directory_restored", "session")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,7 +32,9 @@ class Build:
     """One construction of the planner: when, at which record, how long it took, what it
     is; once its requests are done, what the executor saw (``executor_stats``), what it
     compiled in the run's process (``compilation``) and, when the planner changed the
-    working directory, how it was restored (``working_directory_restored``)."""
+    working directory, how it was restored (``working_directory_restored``). Under a
+    session timing profile ``session`` is the build's session entry (the manifest's
+    ``session.sessions``)."""
 
     utc: str
     at_record: int
@@ -41,6 +45,7 @@ class Build:
     executor_stats: dict | None = None
     compilation: dict | None = None
     working_directory_restored: dict | None = None
+    session: dict | None = None
 
     def to_dict(self) -> dict:
         d = {k: getattr(self, k) for k in _BUILD_KEYS}
@@ -71,15 +76,23 @@ class SeedState:
     def first_build(self) -> Build | None:
         return self.builds[0] if self.builds else None
 
+    @property
+    def sessions(self) -> list[dict]:
+        """The session entries of the builds, in build order (session timing profiles)."""
+        return [b.session for b in self.builds if b.session is not None]
+
     def with_build(self, build: Build) -> SeedState:
         return dataclasses.replace(self, builds=(*self.builds, build))
 
     def with_build_finished(self, executor_stats: dict, compilation: dict,
-                            working_directory_restored: dict | None = None) -> SeedState:
-        """The last build, its requests done."""
-        last = dataclasses.replace(self.builds[-1], executor_stats=executor_stats,
-                                   compilation=compilation,
-                                   working_directory_restored=working_directory_restored)
+                            working_directory_restored: dict | None = None,
+                            session: dict | None = None) -> SeedState:
+        """The last build, its requests done (``session``: its session entry brought up to
+        date; None keeps the one recorded)."""
+        last = self.builds[-1]
+        last = dataclasses.replace(last, executor_stats=executor_stats, compilation=compilation,
+                                   working_directory_restored=working_directory_restored,
+                                   session=last.session if session is None else session)
         return dataclasses.replace(self, builds=(*self.builds[:-1], last))
 
     def with_resume(self, recovered_records: int, dropped_torn_bytes: int, torn) -> SeedState:

@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from passage_jax.contract import DEFAULT_SEEDS
+from passage_jax.contract import COMPLETE_REQUEST_PROFILE, DEFAULT_SEEDS, SESSION_PROFILES
 from passage_jax.fileio import one_line, read_document, sha256_bytes
 from passage_jax.protocol.contracts import BudgetSpec
 from passage_jax.run.spec_schema import (
@@ -39,6 +39,7 @@ from passage_jax.run.spec_schema import (
     Invalid,
     Refused,
     plain_name_problem,
+    session_defaults,
     shown,
 )
 
@@ -101,6 +102,9 @@ class RunSpec:
     worker_memory_mb: int | None = None
     worker_grace_ms: float = 200
     worker_warmup: int = 1
+    timing_profile: str = COMPLETE_REQUEST_PROFILE
+    session_warmup: int | None = None
+    warmup_scene: str | None = None
     split_role: str | None = None
     calibration_decisions: str | None = None
     determinism: str = "non_deterministic"
@@ -108,6 +112,12 @@ class RunSpec:
     roster: str | None = None
     roster_sha256: str | None = None
     source: str = "<dict>"  # where the spec came from (not a spec key)
+
+    @property
+    def session_profile(self) -> bool:
+        """Whether the timing profile is a session profile (no cold pass, one timed warm
+        request per task after ``session_warmup`` untimed calls)."""
+        return self.timing_profile in SESSION_PROFILES
 
     def kwargs_for_seed(self, seed: int) -> dict:
         """``inference_kwargs`` overlaid with ``inference_kwargs_by_seed[seed]``."""
@@ -147,7 +157,7 @@ def _keys(data: Any, where: str) -> dict:
     missing = [k for k in REQUIRED if data.get(k) is None]
     if missing:
         raise SpecError(f"{where}: missing required key(s) {missing}")
-    return {k: data.get(k, DEFAULTS.get(k)) for k in KNOWN}
+    return session_defaults({k: data.get(k, DEFAULTS.get(k)) for k in KNOWN}, data)
 
 
 def parse_spec(data: Any, source: str = "<dict>") -> RunSpec:
@@ -219,6 +229,17 @@ dataset_revision: null              # ... with an exact 40-hex-character commit
 latency_warmup: 1                   # the default is 5 (docs/contract.md); 1 keeps this demo short
 latency_repeats: 2
 quality_repeat_index: 0             # which warm repeat is the headline quality
+# Timing profile: complete_request_v1 (the default: the series above) or a session profile,
+# native_raw_path_persistent_v1 (execution: in_process), supervised_service_v1 or
+# supervised_service_rewarm_v1 (execution: supervised): one persistent session per seed,
+# session_warmup untimed calls on a validation scene outside the roster, then one timed
+# request per task, validation and recosting timed apart (docs/runner.md, Timing profiles).
+# A session profile fixes the series: leave out latency_warmup, latency_repeats,
+# quality_repeat_index and worker_warmup.
+# timing_profile: complete_request_v1
+# session_warmup: 16                # session profiles: untimed calls before the first timed one
+# warmup_scene: null                # session profiles: a validation sample id (null: the first
+                                    # validation scene outside the roster)
 
 # Budgets (all optional). A work limit requires the planner to report the counter.
 budget:

@@ -18,7 +18,14 @@ import re
 from typing import Any
 
 from passage_jax.checks import is_int, is_number
-from passage_jax.contract import DEFAULT_SEEDS
+from passage_jax.contract import (
+    COMPLETE_REQUEST_PROFILE,
+    DEFAULT_SEEDS,
+    DEFAULT_SESSION_WARMUP,
+    PROFILE_EXECUTION,
+    SESSION_PROFILES,
+    TIMING_PROFILES,
+)
 from passage_jax.data.scene import canonical_split
 from passage_jax.fileio import one_line
 from passage_jax.graph.spec import OBJECTIVES, VARIANTS
@@ -28,7 +35,7 @@ from passage_jax.protocol.contracts import BudgetSpec, ProtocolError
 __all__ = ["REQUIRED", "DEFAULTS", "KNOWN", "REFERENCE_POLICIES", "EXECUTIONS", "ECHO_LIMIT",
            "PLAIN_NAME", "MAX_NAME_LENGTH", "SPLIT_ROLES", "ROLE_SPLITS", "DETERMINISM_CLAIMS",
            "COMPONENT_VARIANTS", "COMPONENT_GUIDES", "COMPONENT_KEYS", "VALIDATORS", "Invalid", "Refused",
-           "shown", "plain_name_problem"]
+           "shown", "plain_name_problem", "SESSION_SERIES", "session_defaults"]
 
 #: the most characters of a value an error message echoes
 ECHO_LIMIT = 200
@@ -75,6 +82,9 @@ DEFAULTS: dict[str, Any] = {
     "worker_memory_mb": None,
     "worker_grace_ms": 200,
     "worker_warmup": 1,
+    "timing_profile": COMPLETE_REQUEST_PROFILE,
+    "session_warmup": None,  # DEFAULT_SESSION_WARMUP under a session profile
+    "warmup_scene": None,
     "split_role": None,
     "calibration_decisions": None,
     "determinism": "non_deterministic",
@@ -92,6 +102,14 @@ ROLE_SPLITS = {"calibration": ("calibration",), "validation": ("validation",), "
 #: what a run states about the repeatability of its routes
 DETERMINISM_CLAIMS = ("non_deterministic", "deterministic")
 _DEVICE_KINDS = ("cpu", "gpu", "cuda", "rocm", "tpu")
+#: the series keys a session timing profile fixes (its warm-up is ``session_warmup``): the
+#: value each key resolves to there, and why a spec may not set another
+SESSION_SERIES = {
+    "latency_warmup": (0, "its warm-up is session_warmup"),
+    "latency_repeats": (1, "a session times one request per task"),
+    "quality_repeat_index": (0, "its one timed repeat (0) is the quality repeat"),
+    "worker_warmup": (0, "its warm-up is session_warmup"),
+}
 _LIMITS = ("max_expansions", "max_queue_operations", "max_live_states", "wall_time_ms")
 
 
@@ -122,6 +140,17 @@ def plain_name_problem(value) -> str | None:
                 f"'.', at most {MAX_NAME_LENGTH} characters; it names output folders, so no '/', "
                 f"'..' or absolute path")
     return None
+
+
+def session_defaults(d: dict, given) -> dict:
+    """``d`` (every key with its value or default) with the series keys a session timing
+    profile fixes (:data:`SESSION_SERIES`) resolved to their session values where the
+    spec ``given`` does not set them (a value it sets is checked by the validators)."""
+    if d.get("timing_profile") in SESSION_PROFILES:
+        for key, (value, _) in SESSION_SERIES.items():
+            if key not in given:
+                d[key] = value
+    return d
 
 
 # --------------------------------------------------------------------------- #
@@ -332,6 +361,51 @@ def _supervised_deadline(v, d):
     return v
 
 
+def _session_series(key: str):
+    """Under a session timing profile ``key`` holds its session value (:data:`SESSION_SERIES`)."""
+    value, why = SESSION_SERIES[key]
+
+    def check(v, d):
+        profile = d["timing_profile"]
+        if profile in SESSION_PROFILES and v != value:
+            raise Refused(f"{key} does not apply to timing_profile {profile}; {why} "
+                          f"(leave {key} out, or give {value}; got {shown(v)})")
+        return v
+    return check
+
+
+def _session_warmup(v, d):
+    if d["timing_profile"] not in SESSION_PROFILES:
+        if v is not None:
+            raise Invalid(f"only applies to the session timing profiles {list(SESSION_PROFILES)} "
+                          f"(timing_profile is {d['timing_profile']})")
+        return None
+    if v is None:
+        return DEFAULT_SESSION_WARMUP
+    if not is_int(v) or v < 0:
+        raise Invalid("must be an integer >= 0 (untimed calls before the first timed request)")
+    return int(v)
+
+
+def _warmup_scene(v, d):
+    if v is None:
+        return None
+    if d["timing_profile"] not in SESSION_PROFILES:
+        raise Invalid(f"only applies to the session timing profiles {list(SESSION_PROFILES)} "
+                      f"(timing_profile is {d['timing_profile']})")
+    if not isinstance(v, str) or not v.strip():
+        raise Invalid("must be the sample id of a scene of the root's validation split, or null")
+    return v
+
+
+def _profile_execution(v, d):
+    need = PROFILE_EXECUTION.get(v)
+    if need is not None and d["execution"] != need:
+        raise Refused(f"timing_profile {v} requires execution: {need} (got execution: "
+                      f"{d['execution']})")
+    return v
+
+
 def _split_role(role, d):
     if role is None:
         return None
@@ -404,9 +478,14 @@ VALIDATORS = (
     ("dataset_path", _dataset_source),
     ("dataset_revision", _dataset_revision),
     ("dataset_repo", _dataset_repo),
+    ("timing_profile", _one_of(TIMING_PROFILES, f"must be one of {list(TIMING_PROFILES)}")),
     ("latency_warmup", _integer(0, "must be an integer >= 0")),
     ("latency_repeats", _integer(1, "must be an integer >= 1")),
     ("quality_repeat_index", _quality_repeat_index),
+    *((key, _session_series(key)) for key in ("latency_warmup", "latency_repeats",
+                                                "quality_repeat_index")),
+    ("session_warmup", _session_warmup),
+    ("warmup_scene", _warmup_scene),
     ("budget", _budget),
     ("reference_max_expansions", _integer(1, "must be a positive integer or null", optional=True)),
     ("reference_policy", _one_of(REFERENCE_POLICIES, f"must be one of {list(REFERENCE_POLICIES)}")),
@@ -418,6 +497,8 @@ VALIDATORS = (
     ("worker_grace_ms", _worker_grace),
     ("worker_warmup", _integer(0, "must be an integer >= 0 (untimed warm-up requests per fresh worker)")),
     ("execution", _supervised_deadline),
+    ("worker_warmup", _session_series("worker_warmup")),
+    ("timing_profile", _profile_execution),
     ("split_role", _split_role),
     ("calibration_decisions", _calibration_decisions),
     ("determinism", _one_of(DETERMINISM_CLAIMS, f"must be one of {list(DETERMINISM_CLAIMS)}")),

@@ -68,6 +68,7 @@ from passage_jax.contract import SUPERVISED_TIMING_PROFILE
 from passage_jax.data.scene import PASSAGE_CALIBRATION, Scene, Task, normalise_elevation
 from passage_jax.protocol.contracts import BudgetSpec
 from passage_jax.protocol.records import ROUTE_FORMAT_CODE
+from passage_jax.run.placement import placement
 from passage_jax.run.planner_build import PlannerBuildError
 from passage_jax.run.timing import finish_record
 from passage_jax.run.worker import task_payload, worker_main
@@ -243,6 +244,10 @@ class SupervisedExecutor:
 
     profile = SUPERVISED_TIMING_PROFILE
     timer = SUPERVISED_TIMER
+    #: the legality check and recosting are inside ``latency_ms``
+    recost_inside = True
+    #: the task's payload is built before the clock starts (else after, inside the timer)
+    payload_before_clock = False
 
     def __init__(self, inference: str, inference_format: str = "request", kwargs: dict | None = None,
                  *, device=None, memory_mb: int | None = None, grace_ms: float = 200.0,
@@ -261,6 +266,7 @@ class SupervisedExecutor:
         self._req_id = 0
         self._lock = threading.Lock()
         self.planner_name: str | None = None
+        self.device_label: str | None = None  # the JAX device a worker reported
         self.stats: dict = {"workers_started": 0, "requests": 0, "timeouts_killed": 0, "crashes": 0,
                             "oom_kills": 0, "warmup_requests": 0, "warmup_failures": 0,
                             "worker_start_ms": []}
@@ -277,6 +283,7 @@ class SupervisedExecutor:
         reply = self._await(w, t0 + WORKER_START_TIMEOUT_S, req_id=None)
         if reply.kind == "msg" and reply.value[0] == "ready":
             self.planner_name = reply.value[1].get("name")
+            self.device_label = reply.value[1].get("device")
             w.watchdog = reply.value[1].get("watchdog")
             self._worker = w
             self.stats["worker_start_ms"].append(round((time.monotonic() - t0) * 1000.0, 3))
@@ -361,7 +368,8 @@ class SupervisedExecutor:
             w.warmup += 1
         return w
 
-    def _send_and_wait(self, w: _Worker, task, budget: BudgetSpec, warm: bool = False, t0=None) -> _Reply:
+    def _send_and_wait(self, w: _Worker, task, budget: BudgetSpec, warm: bool = False, t0=None,
+                       payload: dict | None = None) -> _Reply:
         self._req_id += 1
         rid = self._req_id
         t0 = time.monotonic() if t0 is None else t0
@@ -372,7 +380,8 @@ class SupervisedExecutor:
         else:
             limit = deadline + self.grace_s
         try:
-            w.conn.send(("plan", rid, task_payload(task), budget.to_dict(), deadline))
+            payload = task_payload(task) if payload is None else payload
+            w.conn.send(("plan", rid, payload, budget.to_dict(), deadline))
         except (OSError, ValueError):
             return w.gone()
         return self._await(w, limit, rid)
@@ -406,10 +415,11 @@ class SupervisedExecutor:
         budget = budget or BudgetSpec()
         if budget.wall_time_ms is None:
             raise ValueError("supervised execution needs budget.wall_time_ms (the parent's deadline)")
+        payload = task_payload(task) if self.payload_before_clock else None
         with self._lock:
             w = self._ready_worker(task, budget)
             t0 = time.monotonic()
-            reply = self._send_and_wait(w, task, budget, t0=t0)
+            reply = self._send_and_wait(w, task, budget, t0=t0, payload=payload)
             t_ret = time.monotonic()
             w.requests += 1
             self.stats["requests"] += 1
@@ -418,11 +428,18 @@ class SupervisedExecutor:
                 outcome, lost = reply.value[2], None
             else:
                 outcome, lost = self._given_up(w, reply, budget)
-            rec, snap = finish_record(task, budget, outcome, t0, t_ret)
-            rec["worker"] = info
+            rec, snap = finish_record(task, budget, outcome, t0, t_ret,
+                                      recost_inside=self.recost_inside)
+            rec.update(placement(self.device_label), worker=info,
+                       warm_complete=self.warm_complete(info))
             if lost:
                 self._lose_worker(w, lost)
             return rec, snap
+
+    def warm_complete(self, info: dict) -> bool | None:
+        """A record's ``warm_complete`` as the executor decides it (None: the series decides,
+        as under the default timing profile)."""
+        return None
 
     def close(self) -> None:
         w, self._worker = self._worker, None

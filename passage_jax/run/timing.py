@@ -1,12 +1,20 @@
 """One timed request: the complete procedure from input preparation to recosting.
 
-``execute(planner, task, budget)`` starts the clock, builds the request
-(input preparation; the absolute deadline is ``start + budget.wall_time_ms``),
-calls the planner, waits for any JAX arrays in its result
-(``block_until_ready``), snapshots the route to host memory, then checks
-legality and recosts it, and stops the clock. The deadline is judged at the
-moment the route snapshot is complete (the planner's work is finished then);
-a return after the deadline is ``timeout`` even with a legal route.
+``execute(planner, task, budget)`` (the ``complete_request_v1`` timing profile) starts
+the clock, builds the request (input preparation; the absolute deadline is
+``start + budget.wall_time_ms``), calls the planner, waits for any JAX arrays in its
+result (``block_until_ready``) and for an initialised PyTorch CUDA context
+(:func:`~passage_jax.run.device_sync.synchronize_torch`), snapshots the route to host
+memory, then checks legality and recosts it, and stops the clock. The deadline is
+judged at the moment the route snapshot is complete (the planner's work is finished
+then); a return after the deadline is ``timeout`` even with a legal route.
+
+``execute_session(planner, task, budget)`` (the session timing profiles) builds the
+request first, starts the clock with its raw arrays in memory (the deadline is the
+clock's start + ``wall_time_ms``), and stops it when the route is returned and
+snapshotted; the legality check and recosting follow outside ``latency_ms``. Every
+record carries ``validation_recost_ms``, the time of its legality check and recosting
+(inside ``latency_ms`` under the default profile, outside it under a session profile).
 
 Status precedence: planner exception -> ``runtime_error`` (``oom`` for memory
 exhaustion); malformed result -> ``runtime_error``; late -> ``timeout``;
@@ -31,9 +39,10 @@ from passage_jax.protocol.contracts import (
     normalise_result,
 )
 from passage_jax.protocol.records import ROUTE_FORMAT_CODE, ROUTE_FORMATS, snapshot_route
-from passage_jax.protocol.requests import build_request
+from passage_jax.protocol.requests import build_request, set_deadline
+from passage_jax.run.device_sync import synchronize_torch
 
-__all__ = ["execute", "call_planner", "finish_record", "block_until_ready"]
+__all__ = ["execute", "execute_session", "call_planner", "finish_record", "block_until_ready"]
 
 
 def block_until_ready(tree) -> int:
@@ -56,20 +65,23 @@ def _is_oom(e: BaseException) -> bool:
 
 def call_planner(planner, make_request) -> dict:
     """The planner's part of one request: build it (``make_request()``), call the
-    planner, wait for its JAX arrays, normalise the result and snapshot the route.
+    planner, wait for its JAX arrays and an initialised PyTorch CUDA context, normalise
+    the result and snapshot the route.
 
     Returns the outcome ``{"result": PlanResult or None, "snap": snapshot_route
-    tuple, "sync_arrays": int, "status": None or the failure status, "error",
-    "error_type"}``; a planner failure is recorded here, never raised. A supervised
-    worker runs exactly this and sends the outcome (with ``result.path`` dropped) to
-    the parent, which finishes it with :func:`finish_record`.
+    tuple, "sync_arrays": int, "torch_synchronized": bool, "status": None or the
+    failure status, "error", "error_type"}``; a planner failure is recorded here, never
+    raised. A supervised worker runs exactly this and sends the outcome (with
+    ``result.path`` dropped) to the parent, which finishes it with :func:`finish_record`.
     """
     out = {"result": None, "snap": (ROUTE_FORMAT_CODE["none"], None, None, None),
-           "sync_arrays": 0, "status": None, "error": None, "error_type": None}
+           "sync_arrays": 0, "torch_synchronized": False, "status": None, "error": None,
+           "error_type": None}
     try:
         request = make_request()
         raw = planner.raw(request) if hasattr(planner, "raw") else planner(request)
         out["sync_arrays"] = block_until_ready(raw.__dict__ if isinstance(raw, PlanResult) else raw)
+        out["torch_synchronized"] = synchronize_torch()
         result = normalise_result(raw)
         out["result"] = result
         out["snap"] = snapshot_route(result.path)
@@ -121,33 +133,39 @@ def _status(rec: dict, result, budget: BudgetSpec, has_route: bool, late: bool) 
 
 
 def finish_record(task, budget: BudgetSpec, outcome: dict, t0: float, t_ret: float,
-                  clock=time.monotonic) -> tuple:
+                  clock=time.monotonic, recost_inside: bool = True) -> tuple:
     """Check legality, recost, stop the clock and apply the status precedence.
 
     ``outcome`` is :func:`call_planner`'s dict (a supervisor may also pass one with
     a forced ``status`` and ``"returned": False`` when the planner never returned);
     ``t0`` is the request's start and ``t_ret`` the moment the route snapshot was
-    complete (or the request was given up). Returns ``(record, snapshot)``.
+    complete (or the request was given up). ``recost_inside``: ``latency_ms`` runs to
+    the end of the legality check and recosting (the default profile), else it stops at
+    ``t_ret`` (the session profiles). Either way ``validation_recost_ms`` is the time of
+    the legality check and recosting. Returns ``(record, snapshot)``.
     """
     wall = budget.wall_time_ms
     deadline = None if wall is None else t0 + wall / 1000.0
     rec: dict = {"reported_status": None, "error": outcome["error"], "error_type": outcome["error_type"],
                  "problem": None, "work": {}, "stage_work": {}, "precision": None,
                  "resource_peaks": {}, "route_cost": None, "sync_arrays": outcome["sync_arrays"],
+                 "torch_synchronized": bool(outcome.get("torch_synchronized", False)),
                  "route_stage": None}
     snap = outcome["snap"]
     result = outcome["result"]
     if result is not None:
         _reported(rec, result)
-    _legality(rec, task, snap)  # inside the timer
+    t_check = clock()
+    _legality(rec, task, snap)  # inside the timer under the default profile
     t_end = clock()
+    rec["validation_recost_ms"] = (t_end - t_check) * 1000.0
     late = deadline is not None and t_ret > deadline
     status = outcome["status"]
     if status is None:
         status = _status(rec, result, budget, snap[1] is not None, late)
     fmt, route = snap[0], snap[1]
     rec["status"] = status
-    rec["latency_ms"] = (t_end - t0) * 1000.0
+    rec["latency_ms"] = ((t_end if recost_inside else t_ret) - t0) * 1000.0
     rec["returned_ms"] = (t_ret - t0) * 1000.0 if outcome.get("returned", True) else None
     rec["deadline_ms"] = wall
     rec["late"] = bool(late)
@@ -173,3 +191,24 @@ def execute(planner, task, budget: BudgetSpec | None = None, clock=time.monotoni
     outcome = call_planner(planner, lambda: build_request(task, budget, deadline))
     t_ret = clock()
     return finish_record(task, budget, outcome, t0, t_ret, clock)
+
+
+def execute_session(planner, task, budget: BudgetSpec | None = None, clock=time.monotonic) -> tuple:
+    """One timed request of a session profile; returns ``(record, snapshot)`` as
+    :func:`execute` does.
+
+    The request is built before the clock starts (its raw arrays are in memory when it
+    does); the deadline is set to the clock's start + ``budget.wall_time_ms``. The clock
+    stops when the route is returned and snapshotted (JAX arrays waited for, an
+    initialised PyTorch CUDA context synchronised): ``latency_ms`` equals ``returned_ms``,
+    and the legality check and recosting that follow are ``validation_recost_ms``.
+    """
+    budget = budget or BudgetSpec()
+    wall = budget.wall_time_ms
+    request = build_request(task, budget, None)
+    t0 = clock()
+    if wall is not None:
+        set_deadline(request, t0 + wall / 1000.0)
+    outcome = call_planner(planner, lambda: request)
+    t_ret = clock()
+    return finish_record(task, budget, outcome, t0, t_ret, clock, recost_inside=False)

@@ -31,6 +31,7 @@ from passage_jax.protocol.adapters import load_planner
 from passage_jax.protocol.contracts import METADATA_ALLOWLIST, BudgetSpec, PlanResult
 from passage_jax.protocol.records import ROUTE_FORMAT_CODE
 from passage_jax.protocol.requests import build_request
+from passage_jax.run.placement import device_label
 from passage_jax.run.timing import call_planner
 from passage_jax.run.worker_processes import WORKER_TOKEN_ENV, watchdog_source
 
@@ -177,7 +178,8 @@ def worker_main(conn, config: dict) -> None:
         text = "".join(traceback.format_exception_only(type(e), e)).strip()[-2000:]
         conn.send(("build_error", f"{type(e).__name__}: {text}"))
         return
-    conn.send(("ready", {"pid": os.getpid(), "name": getattr(planner, "name", None), "watchdog": watchdog}))
+    conn.send(("ready", {"pid": os.getpid(), "name": getattr(planner, "name", None), "watchdog": watchdog,
+                         "device": device_label(device)}))
     while True:
         try:
             msg = conn.recv()
