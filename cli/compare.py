@@ -17,7 +17,8 @@ def register(p):
     p.add_argument("--odd-spec", default=None,
                    help="YAML/JSON ODD bins: {stratifiers: {name: [edges...]}}")
     p.add_argument("--require-identical-limits", action="store_true",
-                   help="also refuse runs whose budgets, timing series or deadlines differ")
+                   help="also refuse runs whose budgets, timing series, deadlines or timing "
+                        "boundaries (in process / supervised) differ")
     p.add_argument("--allow-precision-mix", action="store_true",
                    help="pair runs whose references came from different arithmetic paths (float64 / "
                         "double-float); their c* must agree within the looser stated tolerance")
@@ -99,8 +100,20 @@ def main(args) -> int:
         return 2
     print_contrasts(res)
     print_confirmatory(res)
+    print_limits(res)
     print(f"comparison written to {args.output}")
     return 0
+
+
+def print_limits(res: dict) -> None:
+    """The procedure limits that differ, and a warning when the timing boundaries do."""
+    lim = res["procedure_limits"]
+    if not lim["differ"]:
+        return
+    print(f"procedure limits differ: {', '.join(lim['differ'])}")
+    if "timing_boundary" in lim["differ"]:
+        print(f"timing boundaries differ (A {lim['A']['timing_boundary']}, B "
+              f"{lim['B']['timing_boundary']}): the latency contrast is not like-for-like")
 
 
 def print_contrasts(res: dict) -> None:

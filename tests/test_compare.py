@@ -121,7 +121,7 @@ def test_refuses_different_data_hash(R, tmp_path):
 
 def test_refuses_different_timing_profile_and_references(R, tmp_path):
     def prof(m):
-        m["timing"]["profile"] = "supervised_service_v1"
+        m["timing_profile"] = "supervised_service_v1"
     other = edited_copy(R["greedy"], tmp_path / "g-prof", prof)
     with pytest.raises(CompareError, match="timing profiles differ"):
         compare_runs(R["greedy"], other, tmp_path / "c.json", n_resamples=B)

@@ -13,7 +13,11 @@ differ), and writes one JSON file with:
   ``metadata.tile`` under ``main_tile_5deg``, or from a sealed roster);
 * valid-route denominators and the geometry contrast on the tasks valid for
   both methods, beside the contrast of each method's own valid subset;
-* a secondary latency contrast (median of the quality repeat);
+* a secondary latency contrast (median of the quality repeat), with both runs' timing
+  boundaries and whether they are the same (a contrast across boundaries is not a
+  like-for-like measurement);
+* each run's ``validation_recost_ms`` block per seed (from its ``metrics.json``; ``null``
+  for a seed scored before the block existed);
 * optional ODD bins (``odd_spec``): the same contrasts per joint bin of
   per-task stratifiers, empty bins included;
 * the confirmatory test when asked for (``paired_test="randomization"`` or a
@@ -176,7 +180,13 @@ class Comparison:
         shared = self.checks.shared
         return {"n_tasks": len(self.rows.task_ids), "sample_ids": list(self.rows.task_ids),
                 "tasks_sha256": shared["tasks"]["tasks_sha256"], "data": shared["data"],
-                "references": shared["references"], "timing_profile": shared["timing_profile"]}
+                "references": shared["references"],
+                "timing_profile": {"profile": shared["timing_profile"]}}
+
+    def _validation_recost(self) -> dict:
+        return {n: {str(seed): sc["metrics"].get("validation_recost_ms")
+                    for seed, sc in sorted(s["seeds"].items())}
+                for n, s in self.sides.items()}
 
     def _methods(self) -> dict:
         return {n: {"method_name": s["method_name"],
@@ -206,6 +216,7 @@ class Comparison:
             "valid_route_denominators": self.geometry.counts,
             "geometry_both_valid": self.geometry.to_dict(),
             "latency_contrast": self.latency,
+            "validation_recost_ms": self._validation_recost(),
             "primary_comparison": self.primary.official,
             "confirmatory": self.primary.confirmatory,
             "odd": self.odd,
@@ -225,6 +236,12 @@ def _output_file(output, force: bool) -> Path | None:
     return output
 
 
+def _with_boundaries(latency: dict, lim: dict) -> dict:
+    """The latency contrast with both runs' timing boundaries and whether they agree."""
+    bounds = {n: lim[n]["timing_boundary"] for n in ("A", "B")}
+    return {**latency, "timing_boundary": bounds, "same_boundary": bounds["A"] == bounds["B"]}
+
+
 def _compare(A: dict, B: dict, options: CompareOptions, evidence, odd) -> Comparison:
     """The comparison of two loaded runs, step by step."""
     checks = check_runs(A, B, options)
@@ -235,7 +252,7 @@ def _compare(A: dict, B: dict, options: CompareOptions, evidence, odd) -> Compar
     primary = primary_outcome(pairing, rows.seeds, rows.seed_mean, blk, options, evidence)
     contrasts = primary_contrasts(pairing, primary.computed)
     geometry = geometry_intersection(pairing)
-    latency = latency_contrast(pairing)
+    latency = _with_boundaries(latency_contrast(pairing), checks.limits)
     return Comparison({"A": A, "B": B}, checks, roles, rows, blk, options.draws, primary,
                       contrasts, geometry, latency,
                       odd=None if odd is None else odd_bins(odd, pairing),

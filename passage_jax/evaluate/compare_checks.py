@@ -3,6 +3,12 @@ references and timing profile (:func:`check_identity`), references of one arithm
 (:func:`check_precision`), inference protocols of one kind (:func:`check_protocols`) and,
 when asked for, the same procedure limits (:func:`check_limits`).
 
+The timing profile is the manifest's ``timing_profile`` name alone (a run written before it
+was recorded reads as ``complete_request_v1``): it decides what a request time measures.
+The timing boundary (in process or supervised under the default profile) and the timer
+text are procedure limits: listed when they differ, refused only with identical limits
+required.
+
 A loaded run (a *side*, :func:`load_side`) is ``{"path", "seeds": {seed: score},
 "method_name"}`` with each seed's :func:`~passage_jax.evaluate.score.load_score` result.
 """
@@ -24,7 +30,7 @@ from passage_jax.evaluate.score import ScoreError, load_score, seed_folders, tim
 
 __all__ = ["LEGACY_PROTOCOL", "inference_protocol_of", "check_protocols", "load_side", "identity",
            "limits", "reference_precision", "check_precision", "check_identity", "check_limits",
-           "split_role_of", "Checks", "check_runs"]
+           "split_role_of", "Checks", "check_runs", "run_timing_of"]
 
 
 #: the inference protocol of a run recorded before protocols were recorded
@@ -70,6 +76,18 @@ def load_side(path) -> dict:
             "method_name": first["manifest"].get("method_name")}
 
 
+def run_timing_of(score: dict) -> dict:
+    """The timing profile, boundary and timer of a loaded seed score
+    (:func:`~passage_jax.evaluate.score.timing_profile` of its manifest);
+    :class:`CompareError` naming the manifest's field when it is malformed."""
+    folder = score.get("folder")
+    where = Path(folder) / "manifest.json" if folder is not None else "manifest.json"
+    try:
+        return timing_profile(score["manifest"], where)
+    except ScoreError as e:
+        raise CompareError(str(e)) from None
+
+
 def identity(score: dict) -> dict:
     m = score["manifest"]
     d = m.get("data") or {}
@@ -82,20 +100,22 @@ def identity(score: dict) -> dict:
                  "dataset_revision": d.get("dataset_revision")},
         "references": {k: (m.get("references") or {}).get(k)
                        for k in ("identity", "policy", "cohort_id")},
-        "timing_profile": timing_profile(m),
+        "timing_profile": run_timing_of(score)["profile"],
     }
 
 
 def limits(score: dict) -> dict:
     m = score["manifest"]
     t = m.get("timing") or {}
+    timing = run_timing_of(score)
     budget = {k: v for k, v in (m.get("budget") or {}).items() if v is not None}
     return {"budget": budget,
             "deadline_ms": budget.get("wall_time_ms"),
             "latency_warmup": t.get("latency_warmup"),
             "latency_repeats": t.get("latency_repeats"),
             "quality_repeat_index": t.get("quality_repeat_index"),
-            "timing_boundary": t.get("timer"),
+            "timing_boundary": timing["timing_boundary"],
+            "timer": timing["timer"],
             "device": m.get("device")}
 
 
@@ -169,9 +189,8 @@ def check_identity(A: dict, B: dict, *, precision_mix: bool = False) -> dict:
             raise CompareError(f"references differ ({k}): A {a['references'][k]!r} vs B "
                                f"{b['references'][k]!r}")
     if a["timing_profile"] != b["timing_profile"]:
-        diff = [k for k in a["timing_profile"] if a["timing_profile"][k] != b["timing_profile"][k]]
-        raise CompareError(f"timing profiles differ ({', '.join(diff)}): A "
-                           f"{a['timing_profile']} vs B {b['timing_profile']}")
+        raise CompareError(f"timing profiles differ: A {a['timing_profile']} vs B "
+                           f"{b['timing_profile']}")
     return a
 
 
@@ -183,7 +202,7 @@ def check_limits(A: dict, B: dict, require_identical: bool) -> dict:
     out = {"A": a, "B": b, "differ": differ, "required_identical": bool(require_identical)}
     if require_identical and differ:
         raise LimitsDiffer("limits differ and identical limits are required: "
-                           + "; ".join(f"{k}: A {a[k]!r} vs B {b[k]!r}" for k in differ))
+                           + "; ".join(f"{k}: A {a[k]!r} vs B {b[k]!r}" for k in a if k in differ))
     return out
 
 

@@ -21,7 +21,13 @@ timeouts, censored requests and failures that are not timeouts (successes,
 timeouts and other failures add up to the number of requests), gives
 success-only percentiles as secondary values, and flags whether the series
 holds at least 100 warm requests (a reporting threshold; it admits or refuses
-nothing).
+nothing). A request is warm when it ran after the warm-up the run declared and
+recorded: the caller says which (``warm``: one flag for the whole series, or one
+per request, e.g. the records' ``warm_complete``).
+
+:func:`validation_recost_block` summarises the recorded legality-check and recosting
+times of a series (``validation_recost_ms``) beside the timing profile that says
+whether they are inside the scored latency.
 """
 from __future__ import annotations
 
@@ -35,7 +41,8 @@ import numpy as np
 from passage_jax.contract import CENSORED_LATENCY_FORMAT, CENSORED_STATUSES
 
 __all__ = ["interpolated_percentiles", "order_statistic_rank", "censored_latency_block",
-           "series_latency", "PERCENTILES", "WARM_THRESHOLD", "CensoredSeries"]
+           "series_latency", "PERCENTILES", "WARM_THRESHOLD", "CensoredSeries",
+           "validation_recost_block", "warm_flags"]
 
 PERCENTILES = (50, 95, 99)
 WARM_THRESHOLD = 100
@@ -105,8 +112,20 @@ class CensoredSeries:
         return cls(obs, lower, censored, succ)
 
 
-def _counts(series: CensoredSeries, statuses, sample_ids, warm: bool) -> dict:
+def warm_flags(warm, n: int) -> np.ndarray:
+    """``warm`` as one bool per request of a series of ``n``: a single flag is every
+    request's; a sequence must hold ``n`` flags."""
+    if np.ndim(warm) == 0:
+        return np.full(n, bool(warm))
+    flags = np.asarray(warm, bool)
+    if flags.shape != (n,):
+        raise ValueError(f"{flags.size} warm flags for {n} requests")
+    return flags
+
+
+def _counts(series: CensoredSeries, statuses, sample_ids, warm) -> dict:
     n = len(statuses)
+    n_warm = int(warm_flags(warm, n).sum())
     n_timeouts = int(np.sum([s == "timeout" for s in statuses]))
     n_success = int(series.success.sum())
     counts = Counter(sample_ids)
@@ -125,8 +144,8 @@ def _counts(series: CensoredSeries, statuses, sample_ids, warm: bool) -> dict:
         "n_other_failures": n - n_success - n_timeouts,
         "percentiles": {},
         "success_only": {},
-        "n_warm_requests": n if warm else 0,
-        "at_least_100_warm_requests": bool(warm and n >= WARM_THRESHOLD),
+        "n_warm_requests": n_warm,
+        "at_least_100_warm_requests": n_warm >= WARM_THRESHOLD,
     }
 
 
@@ -159,16 +178,18 @@ def _success_only(series: CensoredSeries, percentiles) -> dict:
 
 
 def censored_latency_block(latency_ms, statuses, successes, sample_ids, deadline_ms=None,
-                           warm: bool = False, percentiles=PERCENTILES) -> dict:
+                           warm=False, percentiles=PERCENTILES) -> dict:
     """The ``passage-censored-latency/v1`` block of one series.
 
     ``latency_ms`` recorded request times (None allowed for a censored request
     with no time), ``statuses`` the terminal statuses, ``successes`` bool per
     request (status ``ok`` with a valid route), ``sample_ids`` the scene of each
     request, ``deadline_ms`` per request (or one value, or None): the censoring
-    time used when a censored request has no recorded time. ``warm``: the
-    series consists of warm requests (measured after a declared, recorded
-    warm-up).
+    time used when a censored request has no recorded time. ``warm``: whether
+    the requests are warm (measured after a declared, recorded warm-up), one
+    bool for the whole series or one per request; ``n_warm_requests`` counts
+    them and ``at_least_100_warm_requests`` says whether they are at least
+    :data:`WARM_THRESHOLD`.
     """
     n = len(statuses)
     if not (len(latency_ms) == len(successes) == len(sample_ids) == n):
@@ -180,8 +201,9 @@ def censored_latency_block(latency_ms, statuses, successes, sample_ids, deadline
     return block
 
 
-def series_latency(records, successes, warm: bool) -> dict:
-    """Both summaries for one series of ``requests.jsonl`` records."""
+def series_latency(records, successes, warm) -> dict:
+    """Both summaries for one series of ``requests.jsonl`` records (``warm`` as for
+    :func:`censored_latency_block`)."""
     lat = [r.get("latency_ms") for r in records]
     return {
         "interpolated": interpolated_percentiles(lat),
@@ -189,3 +211,23 @@ def series_latency(records, successes, warm: bool) -> dict:
                                            [r["sample_id"] for r in records],
                                            [r.get("deadline_ms") for r in records], warm=warm),
     }
+
+
+def validation_recost_block(values_ms, *, profile: str, boundary: str, inside_latency: bool,
+                            series: str = "warm") -> dict:
+    """The ``validation_recost_ms`` block of one series: the timing ``profile`` and
+    ``boundary``, whether the profile counts the legality check and recosting inside
+    ``latency_ms`` (``inside_latency``), the series' requests (``n_requests``), how many
+    recorded a time (``recorded``; NaN or None is not recorded) and the total, mean,
+    p50, p95 (linear interpolation, NumPy's default) and max over those; ``null`` when
+    none recorded one."""
+    v = np.asarray([np.nan if x is None else x for x in values_ms], np.float64).reshape(-1)
+    got = v[np.isfinite(v)]
+    have = got.size > 0
+    return {"profile": profile, "timing_boundary": boundary, "inside_latency": bool(inside_latency),
+            "series": series, "n_requests": int(v.size), "recorded": int(got.size),
+            "total_ms": float(got.sum()) if have else None,
+            "mean_ms": float(got.mean()) if have else None,
+            "p50_ms": float(np.percentile(got, 50)) if have else None,
+            "p95_ms": float(np.percentile(got, 95)) if have else None,
+            "max_ms": float(got.max()) if have else None}

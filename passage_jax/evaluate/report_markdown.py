@@ -224,7 +224,17 @@ def _latency_section(cmp: dict, names: tuple) -> list[str]:
             "shown as a lower bound (`passage-censored-latency/v1`).", "",
             f"Median latency contrast A − B (quality repeat): {_fmt(lc['delta'], 3)} ms, "
             f"interval {_interval(lc)}"
-            + (f" ({lc['reason']})" if lc.get("reason") else "") + ".", ""]
+            + (f" ({lc['reason']})" if lc.get("reason") else "") + ".", "",
+            *_boundary_note(lc)]
+
+
+def _boundary_note(lc: dict) -> list[str]:
+    """A line saying that the runs' timing boundaries differ, when they do."""
+    if lc.get("same_boundary", True):
+        return []
+    b = lc.get("timing_boundary") or {}
+    return [f"The runs' timing boundaries differ (A `{b.get('A')}`, B `{b.get('B')}`): the "
+            f"latency contrast is not a like-for-like measurement.", ""]
 
 
 def _components_and_attribution(cmp: dict, names: tuple) -> list[str]:

@@ -1,13 +1,25 @@
 """Reading a run's ``requests.jsonl`` for scoring (part of the read stage,
 :mod:`passage_jax.evaluate.run_folder`): every line checked (:func:`check_record`) and
-the fields scoring uses held as columns (:class:`RecordColumns`)."""
+the fields scoring uses held as columns (:class:`RecordColumns`).
+
+The timing-profile fields (``validation_recost_ms``, ``warm_complete``, ``process_index``,
+``host``, ``device``, ``torch_synchronized``) are optional: runs written before they were
+recorded have none, and read as "not recorded" (NaN, or -1 for ``warm_complete``)."""
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 
-from passage_jax.evaluate.score_format import SERIES, ScoreError, is_index, is_number_or_none, short
+from passage_jax.evaluate.score_format import (
+    SERIES,
+    ScoreError,
+    is_index,
+    is_number,
+    is_number_or_none,
+    short,
+)
 from passage_jax.protocol.contracts import STAGES, STATUSES
 from passage_jax.protocol.records import ROUTE_FORMATS
 
@@ -16,6 +28,14 @@ __all__ = ["RecordColumns", "RECORD_FIELDS", "check_record", "record_lines"]
 
 def _is_counters(v) -> bool:
     return v is None or (isinstance(v, dict) and all(is_number_or_none(x) for x in v.values()))
+
+
+def _is_duration_or_none(v) -> bool:
+    return v is None or (is_number(v) and math.isfinite(v) and v >= 0)
+
+
+def _is_bool_or_none(v) -> bool:
+    return v is None or isinstance(v, bool)
 
 
 def _is_stage_counters(v) -> bool:
@@ -40,6 +60,12 @@ RECORD_FIELDS = (
     ("work", False, _is_counters, "a mapping of counters (numbers or null) or null"),
     ("stage_work", False, _is_stage_counters,
      "a mapping of stages to mappings of counters (numbers or null) or null"),
+    ("validation_recost_ms", False, _is_duration_or_none, "a finite non-negative number or null"),
+    ("warm_complete", False, _is_bool_or_none, "true, false or null"),
+    ("torch_synchronized", False, _is_bool_or_none, "true, false or null"),
+    ("process_index", False, lambda v: v is None or is_index(v), "an integer or null"),
+    ("host", False, lambda v: v is None or isinstance(v, str), "a string or null"),
+    ("device", False, lambda v: v is None or isinstance(v, str), "a string or null"),
 )
 
 
@@ -79,14 +105,16 @@ def record_lines(path):
 
 #: the record fields held as columns
 _COLUMNS = ("record", "series", "repeat", "task_index", "sample_id", "status", "latency_ms",
-            "deadline_ms", "route_format", "route_stage")
+            "deadline_ms", "route_format", "route_stage", "validation_recost_ms", "warm_complete")
 
 
 class RecordColumns:
     """The fields of ``requests.jsonl`` that scoring uses, held as columns (a few tens of
     bytes per record, whatever the number of passes): record, series, repeat, task index,
-    sample id, status, latency, deadline, route format and stage, and the planner's
-    reported precisions; the ``work`` and ``stage_work`` of the headline quality
+    sample id, status, latency, deadline, route format and stage, the legality check and
+    recosting time (``validation_recost_ms``, NaN where not recorded), whether the request
+    ran after a complete declared warm-up (``warm_complete``: 1, 0, or -1 where not
+    recorded), and the planner's reported precisions; the ``work`` and ``stage_work`` of the headline quality
     repeat's records only (the components block reads those). Every record is checked
     (:func:`check_record`)."""
 
@@ -112,9 +140,17 @@ class RecordColumns:
         self.deadline_ms = _float_column(cols["deadline_ms"])
         self.route_format = np.asarray([str(v or "") for v in cols["route_format"]], dtype=str)
         self.route_stage = [v for v in cols["route_stage"]]
+        self.validation_recost_ms = _float_column(cols["validation_recost_ms"])
+        self.warm_complete = np.asarray([-1 if v is None else int(bool(v))
+                                         for v in cols["warm_complete"]], np.int8)
 
     def __len__(self) -> int:
         return len(self.record)
+
+    @property
+    def warm_recorded(self) -> bool:
+        """Whether the run recorded ``warm_complete`` (on any of its records)."""
+        return bool(np.any(self.warm_complete >= 0))
 
     def latency_records(self, idx) -> list[dict]:
         """The fields the latency summaries read, for records ``idx``."""

@@ -9,9 +9,9 @@ import json
 
 import numpy as np
 
-from passage_jax.contract import IN_PROCESS_TIMING_PROFILE, PRIMARY_METRICS, UNPLACED
+from passage_jax.contract import PRIMARY_METRICS, UNPLACED
 from passage_jax.evaluate.components import component_summary, route_stage_column
-from passage_jax.evaluate.latency import series_latency
+from passage_jax.evaluate.latency import series_latency, validation_recost_block
 from passage_jax.evaluate.run_folder import SeedInputs
 from passage_jax.evaluate.score_format import (
     BLOCK_RULE,
@@ -22,6 +22,7 @@ from passage_jax.evaluate.score_format import (
     ScoreError,
 )
 from passage_jax.evaluate.score_kernel import BatchScores
+from passage_jax.evaluate.timing_identity import recost_inside_latency, run_timing
 from passage_jax.fileio import jsonable
 from passage_jax.metrics import primary_metrics
 from passage_jax.metrics.aggregate import precision_statement
@@ -29,7 +30,7 @@ from passage_jax.stats import assign_blocks, block_census
 
 __all__ = ["Collector", "Collected", "Share", "ScoreOutputs", "collect_outputs", "warm_rows",
            "task_clusters", "per_sample_rows", "metrics_document", "quality_summary", "cluster_ids",
-           "timing_profile", "scoring_precision"]
+           "timing_profile", "scoring_precision", "warm_requests", "validation_recost"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -224,16 +225,39 @@ def _components(inputs: SeedInputs, per: dict, headline_mask: np.ndarray) -> dic
         raise ScoreError(f"{inputs.where}: {e}") from None
 
 
+def warm_requests(inputs: SeedInputs, idx: np.ndarray):
+    """Which of the records ``idx`` count as warm for the censored block's flag: the
+    records' ``warm_complete`` when the run recorded it; for runs written before it was
+    recorded, every record when all of ``idx`` are of the ``warm`` series of a run that
+    declared at least one warm-up pass, else none (a bool)."""
+    rec = inputs.records
+    if rec.warm_recorded:
+        return rec.warm_complete[idx] == 1
+    return bool(inputs.warmup_declared > 0 and np.all(rec.series[idx] == "warm"))
+
+
 def _latency(inputs: SeedInputs, per: dict) -> dict:
-    """Latency per series (``cold``, ``warmup``, ``warm``) present in the records."""
+    """Latency per series (``cold``, ``warmup``, ``warm``) present in the records (a run
+    under a session timing profile holds the ``warm`` series only)."""
     rec, latency = inputs.records, {}
     for s in SERIES:
         idx = np.flatnonzero(rec.series == s)
         if idx.size == 0:
             continue
         latency[s] = series_latency(rec.latency_records(idx), per["success"][idx].astype(bool),
-                                    warm=(s == "warm" and inputs.warmup_declared > 0))
+                                    warm=warm_requests(inputs, idx))
     return latency
+
+
+def validation_recost(inputs: SeedInputs, timing: dict) -> dict:
+    """The ``validation_recost_ms`` block over the ``warm`` series (the measured requests,
+    every repeat), stating the run's timing profile and boundary and whether the profile
+    counts the time inside ``latency_ms``."""
+    rec = inputs.records
+    idx = np.flatnonzero(rec.series == "warm")
+    return validation_recost_block(rec.validation_recost_ms[idx], profile=timing["profile"],
+                                   boundary=timing["timing_boundary"],
+                                   inside_latency=recost_inside_latency(timing["profile"]))
 
 
 def _status_counts(inputs: SeedInputs) -> dict:
@@ -274,6 +298,8 @@ def metrics_document(inputs: SeedInputs, collected: Collected, clusters: np.ndar
     components = _components(inputs, per, headline_mask)
     latency, divergence = _latency(inputs, per), _divergence(inputs, per)
     status_counts = _status_counts(inputs)
+    timing = timing_profile(manifest, inputs.folder / "manifest.json")
+    headline_idx = np.flatnonzero(headline_mask)
     metrics = {
         "format": SCORE_FORMAT,
         "metric_contract": METRIC_CONTRACT,
@@ -290,13 +316,15 @@ def metrics_document(inputs: SeedInputs, collected: Collected, clusters: np.ndar
         "status_route_divergence": divergence,
         "latency": latency,
         "latency_warm_quality_repeat": series_latency(
-            rec.latency_records(np.flatnonzero(headline_mask)),
-            per["success"][headline_mask].astype(bool), warm=inputs.warmup_declared > 0),
+            rec.latency_records(headline_idx), per["success"][headline_idx].astype(bool),
+            warm=warm_requests(inputs, headline_idx)),
         "block_rule": BLOCK_RULE,
         "block_census": jsonable(block_census([None if x == UNPLACED else str(x) for x in clusters])),
         "precision": _precision(inputs),
         "references": {"identity": inputs.refs.identity, "policy": inputs.refs.policy},
-        "timing_profile": timing_profile(manifest),
+        "timing_profile": timing,
+        "timing_boundary": timing["timing_boundary"],
+        "validation_recost_ms": validation_recost(inputs, timing),
         "components": components,
     }
     return jsonable(metrics)
@@ -314,11 +342,9 @@ def scoring_precision() -> dict:
     return jsonable(precision_statement())
 
 
-def timing_profile(manifest: dict) -> dict:
-    """The timing profile of a run: its name (``timing.profile`` in the manifest;
-    runs written before it was recorded use this runner's in-process
-    complete-request profile) and its timer boundary."""
-    t = manifest.get("timing") or {}
-    return {"profile": t.get("profile", IN_PROCESS_TIMING_PROFILE),
-            "runner_format": manifest.get("format"),
-            "timer": t.get("timer")}
+def timing_profile(manifest: dict, where="manifest.json") -> dict:
+    """The timing profile of a run (:func:`~passage_jax.evaluate.timing_identity.run_timing`):
+    ``profile`` (the manifest's ``timing_profile``; runs written before it was recorded
+    read as ``complete_request_v1``), ``timing_boundary`` (the manifest's, else
+    ``timing.profile``), the timer text and the runner's format."""
+    return run_timing(manifest, where)

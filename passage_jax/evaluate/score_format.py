@@ -27,7 +27,9 @@ __all__ = [
 SCORE_SHARDING = "auto"
 
 METRIC_CONTRACT = "passage-qualified-complete-v1"
-SCORE_FORMAT = "passage-jax-score-v2"  # v2: 0-d quality_repeat_index, precision statements
+#: v2: 0-d quality_repeat_index, precision statements; v3: the timing profile's name and
+#: boundary (``timing_profile``, ``timing_boundary``) and the ``validation_recost_ms`` block
+SCORE_FORMAT = "passage-jax-score-v3"
 #: v2: the ``compilation`` block (what scoring the folder compiled)
 RECEIPT_FORMAT = "passage-jax-score-receipt-v2"
 BLOCK_RULE = "main_tile_5deg"

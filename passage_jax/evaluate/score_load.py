@@ -54,7 +54,8 @@ def _is_components(c) -> bool:
 #: metrics.json fields that compare, report and trust read: (field, check, what); the
 #: first seven are required
 METRICS_FIELDS = (
-    ("format", lambda v: v == SCORE_FORMAT, f"{SCORE_FORMAT!r}"),
+    ("format", lambda v: v == SCORE_FORMAT,
+     f"{SCORE_FORMAT!r} (a score of another format: score the run again with score --force)"),
     ("primary", lambda v: isinstance(v, dict) and all(
         k in v and is_number_or_none(v[k]) for k in PRIMARY_METRICS),
      f"an object of the six primary metrics {list(PRIMARY_METRICS)} (numbers or null)"),

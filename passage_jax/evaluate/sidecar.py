@@ -5,8 +5,9 @@ scores it with :func:`passage_jax.evaluate.score_run`, then writes
 ``sidecar.json`` from :func:`sidecar`: the evaluated subset (sample ids and their
 hash), the dataset identity (root, revision, shard hashes), seeds, inference
 kwargs per seed, hardware, timing settings, precision, the evaluator's source
-hash, the six primary metrics per seed and their seed mean; and from the run's
-provenance (:mod:`passage_jax.run.provenance`): the split role, the canonical-JSON
+hash, the six primary metrics per seed and their seed mean, the timing profile and
+boundary and each seed's ``validation_recost_ms`` block (as in ``metrics.json``); and
+from the run's provenance (:mod:`passage_jax.run.provenance`): the split role, the canonical-JSON
 sha256 of the calibration decisions (null without), the determinism claim (default
 ``non_deterministic``), the evaluator's git commit when it runs from a checkout, the
 roster and the container digest (the spec's ``container_digest``, the argument or
@@ -97,6 +98,18 @@ def _scores_blocks(scores: dict) -> dict:
                               "status_counts": s.get("status_counts")} for name, s in scores.items()}}
 
 
+def _timing_blocks(scores: dict) -> dict:
+    """The timing profile and boundary (the first seed's: a run's seeds share them) and
+    each seed's ``validation_recost_ms`` block (``null`` for a seed scored before it
+    existed)."""
+    first = next(iter(scores.values()))
+    profile = first.get("timing_profile") or {}
+    return {"timing_profile": profile,
+            "timing_boundary": first.get("timing_boundary", profile.get("timing_boundary")),
+            "validation_recost_ms": {name: s.get("validation_recost_ms")
+                                     for name, s in scores.items()}}
+
+
 def _files(folders: list) -> dict:
     return {f.name: {n: sha256_file(f / n) for n in SEED_FILES} for f in folders}
 
@@ -139,7 +152,7 @@ def sidecar(output: Path, spec, scores: dict, container_digest=None) -> dict:
         "device": m0.get("device"),
         "versions": m0.get("versions"),
         "timing": {**(m0.get("timing") or {}), "budget": m0.get("budget")},
-        "timing_profile": next(iter(scores.values()))["timing_profile"],
+        **_timing_blocks(scores),
         **_scores_blocks(scores),
         "files": _files(folders),
         "per_sample_fields": list(PER_SAMPLE_FIELDS),
