@@ -5,6 +5,7 @@ buffers."""
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 
 import numpy as np
@@ -120,3 +121,40 @@ def test_array_sha256_hashes_the_bytes_tobytes_gives(a):
     c = np.ascontiguousarray(a)
     want = hashlib.sha256(f"{c.dtype.str}{c.shape}".encode() + c.tobytes()).hexdigest()
     assert array_sha256(a) == want
+
+
+def _unscored_copy(src, dest):
+    import shutil  # noqa: PLC0415
+
+    shutil.copytree(src, dest)
+    for seed in dest.glob("seed-*"):
+        for name in ("score_receipt.json", "metrics.json", "per_sample.npz"):
+            (seed / name).unlink()
+    return dest
+
+
+def test_seeds_of_a_run_are_scored_from_one_read_and_equal_alone(tmp_path, monkeypatch):
+    """score_run reads the scenes once for the seeds that share their tasks; every output
+    equals the seed scored on its own (score_folder), byte for byte."""
+    from test_score_support import runs  # noqa: PLC0415
+
+    import passage_jax.evaluate.score as score  # noqa: PLC0415
+
+    src = runs()["exact"]
+    together = _unscored_copy(src, tmp_path / "together")
+    alone = _unscored_copy(src, tmp_path / "alone")
+    reads = []
+    real = score.open_run_tasks
+    monkeypatch.setattr(score, "open_run_tasks", lambda *a, **k: reads.append(a[2]) or real(*a, **k))
+    seeds = sorted(p.name for p in together.glob("seed-*"))
+    assert len(seeds) == 2
+    score.score_run(together)
+    assert len(reads) == 1  # one read for both seeds
+    for s in seeds:
+        score.score_folder(alone / s)
+    assert len(reads) == 3
+    for s in seeds:
+        for name in ("per_sample.npz", "metrics.json"):
+            assert (together / s / name).read_bytes() == (alone / s / name).read_bytes(), (s, name)
+        receipt = json.loads((together / s / "score_receipt.json").read_text())
+        assert receipt["outputs"] == json.loads((alone / s / "score_receipt.json").read_text())["outputs"]

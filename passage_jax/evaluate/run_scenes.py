@@ -12,7 +12,8 @@ from passage_jax.evaluate.score_format import DatasetNotFound, ScoreError, is_in
 from passage_jax.fileio import check_sha256
 from passage_jax.protocol.records import input_hash
 
-__all__ = ["dataset_root", "open_run_tasks", "reload_tasks", "check_data_fields", "task_input_hash"]
+__all__ = ["dataset_root", "open_run_tasks", "reload_tasks", "check_data_fields", "task_input_hash",
+           "ChunkCheck"]
 
 #: the manifest's ``data`` fields that reloading the scenes needs
 _DATA_KEYS = ("resolution", "split", "cost_model", "task_variant", "shards", "sample_ids")
@@ -75,7 +76,7 @@ def _ref(refs, key: str):
     return refs[key] if isinstance(refs, Mapping) else getattr(refs, key)
 
 
-class _ChunkCheck:
+class ChunkCheck:
     """Checks each chunk of reloaded tasks against the run (id, shard, input hash,
     objective, variant, weight), then hands it to ``on_chunk``."""
 
@@ -86,12 +87,19 @@ class _ChunkCheck:
         self.cost_weight = _ref(refs, "cost_weight")
 
     def __call__(self, first: int, tasks) -> None:
+        self.check(first, tasks)
+        if self.on_chunk is not None:
+            self.on_chunk(first, tasks)
+
+    def check(self, first: int, tasks) -> None:
+        """The chunk of ``tasks`` that starts at task ``first``, checked against the run
+        (``shard_hashes`` None: the shards were checked by another seed's read)."""
         where, run_ids = self.where, self.run_ids
         for i, t in enumerate(tasks, start=first):
             if i >= len(run_ids) or t.id != run_ids[i]:
                 raise ScoreError(f"{where}: reloaded scene {i} is {t.id}, the run's is "
                                  f"{run_ids[i] if i < len(run_ids) else 'absent'}")
-            if Path(t.scene.file).name not in self.shard_hashes:
+            if self.shard_hashes is not None and Path(t.scene.file).name not in self.shard_hashes:
                 raise ScoreError(f"{where}: scene {t.id} comes from {t.scene.file}, a shard the "
                                  f"run did not record")
             got = task_input_hash(t)  # the identity the run recorded at admission
@@ -102,8 +110,6 @@ class _ChunkCheck:
                     or float(t.weight) != float(self.cost_weight[i])):
                 raise ScoreError(f"{where}: task {i} (scene {t.id}): objective/variant/weight "
                                  f"differ from the run's references")
-        if self.on_chunk is not None:
-            self.on_chunk(first, tasks)
 
 
 def open_run_tasks(manifest: dict, refs, where: str, dataset_path=None, on_chunk=None, *,
@@ -134,7 +140,7 @@ def open_run_tasks(manifest: dict, refs, where: str, dataset_path=None, on_chunk
     if run_ids != list(ref_ids):
         raise ScoreError(f"{where}: the manifest's scene ids {run_ids[:3]}... differ from the "
                          f"references' {ref_ids[:3]}...")
-    check = _ChunkCheck(refs, run_ids, shard_hashes, where, on_chunk)
+    check = ChunkCheck(refs, run_ids, shard_hashes, where, on_chunk)
     try:
         tasks = open_tasks(root, res, split, data["cost_model"], data["task_variant"],
                            n_samples=data.get("n_samples"), chunk=chunk, on_chunk=check,

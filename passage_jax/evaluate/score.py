@@ -45,6 +45,7 @@ writers are bound here, when a folder is scored.
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 from passage_jax import cluster
@@ -63,6 +64,7 @@ from passage_jax.evaluate.run_folder import (
 )
 from passage_jax.evaluate.run_records import RECORD_FIELDS, RecordColumns, check_record
 from passage_jax.evaluate.run_scenes import (
+    ChunkCheck,
     dataset_root,  # noqa: F401 (re-exported)
     open_run_tasks,
     reload_tasks,
@@ -198,23 +200,86 @@ def score_folder(folder, force: bool = False, dataset_path=None, *, chunk: int |
     per-record results are gathered in task order, and process 0 alone writes the
     files, after every share arrived: they equal a single-process score's. What this
     process compiled while scoring the folder goes into the receipt."""
-    folder = Path(folder)
-    seed = SeedFolder(folder)
-    existed = seed.is_scored()
+    return _score_seeds([Path(folder)], force, dataset_path, chunk)[Path(folder).name]
+
+
+def _refuse_scored(folder: Path, force: bool) -> bool:
+    """Whether ``folder`` holds a score (which ``force`` replaces); :class:`AlreadyScored`
+    without ``force``."""
+    existed = SeedFolder(folder).is_scored()
     if existed and not force:
         raise AlreadyScored(f"{folder} is already scored ({RECEIPT} exists)")
+    return existed
+
+
+def _score_seeds(folders: list, force: bool, dataset_path, chunk) -> dict:
+    """Score seed folders that hold the same tasks (:func:`_same_tasks`) from one read of
+    their scenes: each chunk, read, validated and hashed once, is checked against every
+    seed's records and scored for each; then each folder's files are written as
+    :func:`score_folder` writes them (the outputs do not depend on the grouping). The
+    receipt of each records what scoring the group compiled. Returns {folder name: metrics}."""
+    existed = [_refuse_scored(f, force) for f in folders]
     with CompileCounter() as compiling:
-        inputs = seed.read_inputs()
-        scored = _score_records(inputs, BatchPlan.of(inputs, chunk), dataset_path, chunk)
-        outputs = collect_outputs(inputs, scored.collected)
+        inputs = [SeedFolder(f).read_inputs() for f in folders]
+        if len(inputs) == 1 or cluster.process_count() > 1:
+            scored = [_score_records(i, BatchPlan.of(i, chunk), dataset_path, chunk) for i in inputs]
+        else:
+            scored = _score_records_together(inputs, dataset_path, chunk)
+        outputs = [collect_outputs(i, sc.collected) for i, sc in zip(inputs, scored)]
     if not cluster.is_writer():
-        return outputs.metrics  # process 0 writes the files
-    receipt = Receipt(inputs={**inputs.input_hashes, "shards": scored.shard_hashes},
-                      dataset_root=scored.dataset_root, forced=existed,
-                      compilation=compiling.stats.to_dict())
-    # the writers are looked up here, when the folder is scored
-    write_score(folder, outputs, receipt, Writers(npz=atomic_write_npz, json=atomic_write_json))
-    return outputs.metrics
+        return {f.name: o.metrics for f, o in zip(folders, outputs)}  # process 0 writes the files
+    for f, i, sc, o, ex in zip(folders, inputs, scored, outputs, existed):
+        receipt = Receipt(inputs={**i.input_hashes, "shards": sc.shard_hashes},
+                          dataset_root=sc.dataset_root, forced=ex,
+                          compilation=compiling.stats.to_dict())
+        # the writers are looked up here, when the folder is scored
+        write_score(f, o, receipt, Writers(npz=atomic_write_npz, json=atomic_write_json))
+    return {f.name: o.metrics for f, o in zip(folders, outputs)}
+
+
+class _Together:
+    """One read of the scenes for several seed folders: each chunk checked against every
+    further seed's records (the first seed's check is :func:`open_run_tasks`' own) and
+    scored for every seed."""
+
+    def __init__(self, inputs: list, chunk):
+        self.scorers = [_ShareScorer(i, BatchPlan.of(i, chunk), score_routes) for i in inputs]
+        for sc in self.scorers[1:]:
+            sc.strata = self.scorers[0].strata  # the same tasks: measured once
+        self.checks = [ChunkCheck(i.refs, list(i.manifest["data"]["sample_ids"]), None, i.where, None)
+                       for i in inputs[1:]]
+
+    def __call__(self, first: int, scenes) -> None:
+        for check in self.checks:
+            check.check(first, scenes)
+        for scorer in self.scorers:
+            scorer(first, scenes)
+
+
+def _score_records_together(inputs: list, dataset_path, chunk) -> list:
+    """:func:`_score_records` of seed folders over the same tasks, in one process, from
+    one read of the scenes."""
+    together = _Together(inputs, chunk)
+    first = together.scorers[0]
+    _tasks, root, shard_hashes = open_run_tasks(inputs[0].manifest, inputs[0].refs, inputs[0].where,
+                                                dataset_path, together, chunk=chunk,
+                                                on_read=first.strata.measure)
+    return [_Scored(sc.collector.collected(i.where), root, shard_hashes)
+            for sc, i in zip(together.scorers, inputs)]
+
+
+def _same_tasks(folders: list) -> list[list]:
+    """``folders`` grouped (in order) by the tasks their manifests record (``data``): the
+    seeds of one run share them, and one read of the scenes serves the group."""
+    groups: dict[str, list] = {}
+    for f in folders:
+        try:
+            data = SeedFolder(f).manifest().get("data")
+            key = json.dumps(data, sort_keys=True, default=str)
+        except (ScoreError, TypeError, ValueError):
+            key = f"unreadable:{f}"  # scored alone: its own read reports the problem
+        groups.setdefault(key, []).append(f)
+    return list(groups.values())
 
 
 def score_run(path, force: bool = False, dataset_path=None, log=None, *,
@@ -227,19 +292,21 @@ def score_run(path, force: bool = False, dataset_path=None, log=None, *,
     Without ``force``: when every seed is scored, :class:`AlreadyScored`; otherwise the
     seeds without a receipt are scored (outputs a stopped score left behind are replaced)
     and the scored ones are kept, their outputs verified against their receipts
-    (:func:`load_score`, :class:`ScoreOutdated` when they no longer match)."""
+    (:func:`load_score`, :class:`ScoreOutdated` when they no longer match). The seeds to
+    score that share their tasks (a run's seeds do) are scored from one read of the
+    scenes (:func:`_score_seeds`)."""
     out = {}
     folders = seed_folders(path)
     done = [] if force else [f for f in folders if is_scored(f)]
     if done and len(done) == len(folders):
         raise AlreadyScored(f"{done[0]} is already scored ({RECEIPT} exists)")
-    for f in folders:
-        if f in done:
-            out[f.name] = load_score(f)["metrics"]
-            if log:
-                log(f"kept {f} (already scored)")
-            continue
-        out[f.name] = score_folder(f, force=force, dataset_path=dataset_path, chunk=chunk)
+    for f in done:
+        out[f.name] = load_score(f)["metrics"]
         if log:
-            log(f"scored {f}")
-    return out
+            log(f"kept {f} (already scored)")
+    for group in _same_tasks([f for f in folders if f not in done]):
+        out.update(_score_seeds(group, force, dataset_path, chunk))
+        if log:
+            for f in group:
+                log(f"scored {f}")
+    return {f.name: out[f.name] for f in folders}
