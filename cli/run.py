@@ -55,7 +55,8 @@ def main(args) -> int:
         admitted = None
         if cluster.process_count() > 1 or args.chunk is not None:
             # every process qualifies its share of the references; process 0 alone runs the
-            # planner requests (they are timed one at a time)
+            # planner requests (they are timed one at a time), except under a session timing
+            # profile, where each process runs its own session on its share of each seed
             admitted = _admit_across_processes(spec, args)
             if admitted is None:
                 return 0
@@ -80,6 +81,11 @@ def main(args) -> int:
     except (SpecError, AdmissionError, RunError) as e:
         print(f"run: {e}", file=sys.stderr)
         return 2
+    if summary.get("follower"):
+        print(f"run: process {summary['process_index']} of {cluster.process_count()}: its shares "
+              f"of {len(summary['shares'])} seed(s) run and delivered; process 0 wrote the run "
+              f"folder", file=sys.stderr)
+        return 0
     _print_summary(summary, args.output)
     return 0
 
@@ -103,18 +109,20 @@ def _print_summary(summary: dict, output) -> None:
 
 def _admit_across_processes(spec, args):
     """Admission (``--chunk`` scenes at a time), split across the launch's processes: the
-    admitted run on process 0, None on the others (their share is delivered). Process 0
-    first checks that the output folder can receive the run, so that no process qualifies
-    anything for a refused run."""
+    admitted run on process 0 (and, under a session timing profile, on the others, which
+    then run their shares of the requests), None on the others (their share is
+    delivered). Process 0 first checks that the output folder can receive the run, so that
+    no process qualifies anything for a refused run."""
     from passage_jax import cluster  # noqa: PLC0415 (CLI start-up)
     from passage_jax.run import OutputFolderTaken, admit, holds_run  # noqa: PLC0415 (CLI start-up)
+    from passage_jax.run.session_shares import splits_requests  # noqa: PLC0415 (CLI start-up)
 
     why = holds_run(args.output) if cluster.is_writer() and not args.resume else None
     why = cluster.gather_shares(why, what="run: checking the output folder")[0]
     if why:
         raise OutputFolderTaken(why)
     admitted = admit(spec, chunk=args.chunk)
-    if cluster.is_writer():
+    if cluster.is_writer() or splits_requests(spec):
         return admitted
     print(f"run: process {cluster.process_index()} of {cluster.process_count()}: references "
           f"qualified and delivered; process 0 runs the requests", file=sys.stderr)

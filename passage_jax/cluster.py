@@ -1,15 +1,17 @@
 """Multi-process launches on JAX's distributed runtime: who this process is, which share
 of the work it does, and how the shares come back together.
 
-A launch of ``audit``, ``run`` (its admission's reference qualification) or ``score``
-may span several processes, on one host or many (``docs/distributed.md``). Every
-process runs the same command; :func:`init_from_args` joins them through
+A launch of ``audit``, ``run`` (its admission's reference qualification; under a session
+timing profile also its planner requests) or ``score`` may span several processes, on
+one host or many (``docs/distributed.md``). Every process runs the same command;
+:func:`init_from_args` joins them through
 ``jax.distributed.initialize`` (settings from flags, ``PASSAGE_JAX_*`` variables, or a
 launcher JAX detects: SLURM, Open MPI). Then:
 
 * :func:`process_share` gives each process a contiguous range of items (chunks of
   tasks, rows of a split): process ``i`` of ``P`` takes ``[n*i // P, n*(i+1) // P)``,
-  so process order is item order;
+  so process order is item order (:func:`chunk_share` and :func:`chunk_share_from` share
+  out whole chunks of items);
 * :func:`gather_shares` collects one payload per process, in process order, on every
   process (``multihost_utils.process_allgather`` of fixed-size padded byte arrays: a
   first all-gather of the lengths, a second of the payloads padded to the longest).
@@ -44,8 +46,8 @@ from jax.experimental import multihost_utils
 __all__ = [
     "ENV_COORDINATOR", "ENV_NUM_PROCESSES", "ENV_PROCESS_ID", "ClusterError", "PeerLost", "ShareFailed",
     "Launch", "launch_settings", "init_from_args", "initialize", "process_index", "process_count",
-    "process_share", "chunk_share", "gather_shares", "run_share", "is_writer", "barrier",
-    "abandon",
+    "process_share", "chunk_share", "chunk_share_from", "gather_shares", "run_share", "is_writer",
+    "barrier", "abandon",
 ]
 
 ENV_COORDINATOR = "PASSAGE_JAX_COORDINATOR"
@@ -232,6 +234,21 @@ def chunk_share(n_items: int, chunk: int) -> range:
     n, c = int(n_items), int(chunk)
     mine = process_share(-(-n // c))
     return range(min(n, mine.start * c), min(n, mine.stop * c))
+
+
+def chunk_share_from(first: int, n_items: int, chunk: int, *, process: int | None = None,
+                     processes: int | None = None) -> range:
+    """The items of ``[first, n_items)`` of process ``i`` of ``P`` (default: this process of
+    this launch) when the whole chunks of ``chunk`` items that hold them are shared out
+    (:func:`process_share` of those chunks; the first one clipped at ``first``). With
+    ``first = 0`` this is :func:`chunk_share`: chunks keep their boundaries whatever
+    ``first`` is, so each is still one batch."""
+    f, n, c = int(first), int(n_items), int(chunk)
+    if c < 1 or not 0 <= f <= n:
+        raise ValueError(f"no chunk share of items [{f}, {n}) in chunks of {c}")
+    lo = f // c
+    mine = process_share(-(-n // c) - lo, process=process, processes=processes)
+    return range(min(n, max(f, (lo + mine.start) * c)), min(n, max(f, (lo + mine.stop) * c)))
 
 
 def _missing_processes(tag: str) -> list[int]:

@@ -354,11 +354,13 @@ def verify_runtime_bundle(path) -> dict | None:
 
 
 def select_device(name):
+    """The spec's device: the first of this process's devices of that platform (in a
+    multi-process launch each process runs on its own), or None for the default."""
     if name is None:
         return None
     platform_name = {"gpu": "gpu", "cuda": "gpu", "rocm": "gpu"}.get(name, name)
     try:
-        devs = jax.devices(platform_name)
+        devs = jax.local_devices(backend=platform_name)
     except RuntimeError as e:
         raise AdmissionError(f"device {name!r} is not available: {e}") from None
     if not devs:

@@ -19,7 +19,9 @@ next request starts; when the seed completes, ``requests.jsonl``, ``paths.npz``,
 ``run_spec(..., resume=True)`` continues a killed run from what is durable
 (:mod:`passage_jax.run.resume`): it checks the stored identities, keeps completed seeds
 (verified, and rebuilt from their journals when a file is torn) and every complete
-journal entry, and re-runs only what is missing.
+journal entry, and re-runs only what is missing. Under a session profile in a
+multi-process launch the processes share each seed's requests out, one session each,
+and process 0 journals the gathered records (:mod:`passage_jax.run.session_shares`).
 
 The pieces: :mod:`~passage_jax.run.folder` (output folders, refusals, the lock, what a
 failed launch leaves), :mod:`~passage_jax.run.plan` (the requests in order),
@@ -35,6 +37,7 @@ import os
 import shutil
 from pathlib import Path
 
+from passage_jax import cluster
 from passage_jax.fileio import atomic_write_json, atomic_write_text, to_json, utc_now
 from passage_jax.protocol.records import RUN_FORMAT
 from passage_jax.run import admission as adm
@@ -69,6 +72,7 @@ from passage_jax.run.resume import (
 from passage_jax.run.seed_files import SEED_FILES, clear_leftovers, finish_seed, references_arrays
 from passage_jax.run.seed_requests import execute_requests
 from passage_jax.run.seed_state import SEED_STATE, SeedState, load_state, save_state
+from passage_jax.run.session_shares import Leader, execute_shared, follow, leading, splits_requests
 from passage_jax.run.spec import RunSpec, load_spec
 
 __all__ = ["RunError", "OutputFolderTaken", "ResumeError", "run_spec", "run_seed", "passes",
@@ -104,11 +108,33 @@ def run_spec(spec: RunSpec | str | os.PathLike, output, progress=None,
     Every launch writes ``resolved_protocol.json`` (:mod:`passage_jax.run.launch_record`).
     With ``dry_run=True`` the run is admitted and that record written, nothing else: no
     request runs and no seed folder is made; returns ``{"dry_run": True, ...}``.
+
+    Under a session timing profile in a multi-process launch every process calls this:
+    each runs its own session on its share of each seed's requests
+    (:mod:`passage_jax.run.session_shares`; ``admitted``: the launch's admission, made
+    here when not given); process 0 writes the run folder and returns the summary, the
+    others return ``{"follower": True, ...}``. Under ``complete_request_v1`` the process
+    calling this runs every request.
     """
     if dry_run and resume:
         raise RunError("a dry run checks a new run; it cannot resume one")
     if not isinstance(spec, RunSpec):
         spec = load_spec(spec)
+    if not splits_requests(spec):
+        return _run_spec(spec, output, admitted, progress=progress, log=log, resume=resume,
+                         dry_run=dry_run)
+    if admitted is None:  # every process of the launch admits, together
+        admitted = adm.admit(spec)
+    if not cluster.is_writer():
+        return follow(admitted, log)
+    with Leader():  # process 0 leads the others through the run (session_shares.leading)
+        return _run_spec(spec, output, admitted, progress=progress, log=log, resume=resume,
+                         dry_run=dry_run)
+
+
+def _run_spec(spec: RunSpec, output, admitted: adm.Admitted | None, *, progress, log, resume: bool,
+              dry_run: bool) -> dict:
+    """:func:`run_spec` in this process."""
     output = output_folder(output)
     stored = stored_run(output) if resume else None
     if stored is not None:
@@ -224,9 +250,12 @@ def run_seed(admitted: adm.Admitted, seed: int, folder: Path, progress=None,
     is dropped and reported), the planner is rebuilt, and execution continues with the
     first missing request, whose record carries ``resumed: true``. ``progress``: as in
     :func:`run_spec`; ``provenance``: the run's provenance record (None: the manifest
-    takes it).
+    takes it). On process 0 of a multi-process session run
+    (:func:`~passage_jax.run.session_shares.leading`) the missing requests are shared out
+    across the launch's processes.
     """
     ctx = RunContext.of(admitted, code, provenance=provenance, progress=progress, log=log)
+    leader = leading()
     folder.mkdir(parents=True, exist_ok=True)
     fsync_dir(folder.parent)
     clear_leftovers(folder)
@@ -245,7 +274,9 @@ def run_seed(admitted: adm.Admitted, seed: int, folder: Path, progress=None,
                        if scan.torn else ""))
         del scan
         save_state(folder, state)
-        if journal.n_entries < len(rows):
+        if journal.n_entries < len(rows) and leader is not None:
+            state = execute_shared(ctx, leader, seed, rows, journal, state, resumed)
+        elif journal.n_entries < len(rows):
             state = execute_requests(ctx, seed, rows, journal, state, planner, resumed)
     finally:
         journal.close()

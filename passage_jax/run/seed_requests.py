@@ -4,7 +4,9 @@ The planner is built (not timed); under a session timing profile the session's w
 calls run next (:mod:`passage_jax.run.sessions`). The build is recorded in the seed state
 (with its session entry), every missing request runs and its record is appended to the
 journal (fsynced before the next request starts), then the build records what the
-executor saw and what it compiled in the run's process.
+executor saw and what it compiled in the run's process. :func:`serve_requests` is that
+build and its requests with the records handed to any sink: the journal here, a process's
+share of a seed in a multi-process session run (:mod:`passage_jax.run.session_shares`).
 
 A record's ``warm_complete``: under a session profile the executor's (the session or
 worker serving it completed its ``session_warmup`` calls); under the default profile a
@@ -13,6 +15,7 @@ warm-up passes (a build a resume started after the first warm-up request did not
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -29,7 +32,7 @@ from passage_jax.run.progress import ProgressEvent
 from passage_jax.run.seed_state import Build, SeedState, save_state
 from passage_jax.run.working_directory import WorkingDirectory
 
-__all__ = ["execute_requests"]
+__all__ = ["execute_requests", "serve_requests", "report"]
 
 
 def execute_requests(ctx: RunContext, seed: int, rows: RequestPlan, journal: Journal,
@@ -39,19 +42,41 @@ def execute_requests(ctx: RunContext, seed: int, rows: RequestPlan, journal: Jou
     the seed state with the build recorded (saved)."""
     folder = journal.path.parent
     done = journal.n_entries
-    _report(ctx, seed, done, len(rows))
+    report(ctx, seed, done, len(rows))
+    held = {"state": state}
+
+    def started(build: Build) -> None:  # recorded before its first request
+        held["state"] = save_state(folder, held["state"].with_build(build))
+
+    build = serve_requests(ctx, seed, rows, range(done, len(rows)), journal.append, planner=planner,
+                           resumed_at=done if resumed else None, on_build=started)
+    state = held["state"].with_build_finished(build.executor_stats, build.compilation,
+                                              build.working_directory_restored, build.session)
+    return save_state(folder, state)
+
+
+def serve_requests(ctx: RunContext, seed: int, rows: RequestPlan, indices: range, append, *,
+                   planner=None, resumed_at: int | None = None, on_build=None) -> Build:
+    """Requests ``indices`` of ``rows`` on one planner build, in order; each record is handed
+    to ``append(line, snapshot)`` as it completes, and the record ``resumed_at`` (if any)
+    carries ``resumed: true``. ``on_build(build)`` is called once the planner is built (and
+    its session warmed up). Returns the build with what its executor saw and compiled."""
+    first = indices.start
     cwd = WorkingDirectory(seed, ctx.log)
     counter = CompileCounter().__enter__()  # what this build compiled in the run's process
     with _open(ctx, seed, planner, cwd) as ex:
-        session = _open_session(ctx, ex, cwd, done)
-        state = save_state(folder, state.with_build(_build(ex, done, session)))
-        _run_rows(ctx, seed, rows, journal, ex, cwd, resumed)
+        session = _open_session(ctx, ex, cwd, first)
+        build = _build(ex, first, session)
+        if on_build is not None:
+            on_build(build)
+        _run_rows(ctx, seed, rows, indices, append, ex, cwd, resumed_at)
         # what the executor saw (requests; for workers also starts, kills, crashes, warm-ups)
         stats = dict(ex.stats or {})
         counter.__exit__(None, None, None)
-        session = None if session is None else {**ex.session.to_dict(), "first_record": done}
-        state = state.with_build_finished(stats, counter.stats.to_dict(), cwd.record(), session)
-        return save_state(folder, state)
+        if session is not None:
+            session = {**ex.session.to_dict(), "first_record": first}
+        return dataclasses.replace(build, executor_stats=stats, compilation=counter.stats.to_dict(),
+                                   working_directory_restored=cwd.record(), session=session)
 
 
 def _open(ctx: RunContext, seed: int, planner, cwd: WorkingDirectory):
@@ -82,13 +107,12 @@ def _build(ex, at_record: int, session: dict | None = None) -> Build:
                  planner_name=ex.planner_name, profile=ex.profile, timer=ex.timer, session=session)
 
 
-def _run_rows(ctx: RunContext, seed: int, rows: RequestPlan, journal: Journal, ex,
-              cwd: WorkingDirectory, resumed: bool) -> None:
+def _run_rows(ctx: RunContext, seed: int, rows: RequestPlan, indices: range, append, ex,
+              cwd: WorkingDirectory, resumed_at: int | None) -> None:
     spec = ctx.spec
-    first = resumed
     # default profile: this build ran the warm-up passes (it started at or before their first request)
-    warmed_build = spec.latency_warmup >= 1 and journal.n_entries <= len(rows.stubs)
-    for i in range(journal.n_entries, len(rows)):
+    warmed_build = spec.latency_warmup >= 1 and indices.start <= len(rows.stubs)
+    for i in indices:
         series, rep, ti, _sid = rows[i]
         task = ctx.admitted.tasks[ti]  # the chunk holding it is read when first needed
         try:
@@ -96,17 +120,17 @@ def _run_rows(ctx: RunContext, seed: int, rows: RequestPlan, journal: Journal, e
         finally:
             cwd.restore(f"request {i}")
         rec.update(record=i, seed=int(seed), series=series, repeat=rep, task_index=ti,
-                   sample_id=task.id, resumed=first,
+                   sample_id=task.id, resumed=i == resumed_at,
                    quality=series == "warm" and rep == spec.quality_repeat_index)
         if rec.get("warm_complete") is None:
             rec["warm_complete"] = series == "warm" and warmed_build
-        first = False
         ordered = {k: rec.get(k) for k in RECORD_KEYS}
-        journal.append(json.dumps(ordered, default=_json_num, allow_nan=False), snap)
-        _report(ctx, seed, i + 1, len(rows), series, rep)
+        append(json.dumps(ordered, default=_json_num, allow_nan=False), snap)
+        report(ctx, seed, i + 1, len(rows), series, rep)
 
 
-def _report(ctx: RunContext, seed: int, done: int, total: int, series=None, repeat=None) -> None:
+def report(ctx: RunContext, seed: int, done: int, total: int, series=None, repeat=None) -> None:
+    """Tell the progress callback (if any) that ``done`` of ``total`` requests are done."""
     if ctx.progress is not None:
         ctx.progress(ProgressEvent(ctx.spec.method_name, int(seed), done, total, series, repeat))
 

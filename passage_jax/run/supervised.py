@@ -68,7 +68,7 @@ from passage_jax.contract import SUPERVISED_TIMING_PROFILE
 from passage_jax.data.scene import PASSAGE_CALIBRATION, Scene, Task, normalise_elevation
 from passage_jax.protocol.contracts import BudgetSpec
 from passage_jax.protocol.records import ROUTE_FORMAT_CODE
-from passage_jax.run.placement import placement
+from passage_jax.run.placement import local_position, placement
 from passage_jax.run.planner_build import PlannerBuildError
 from passage_jax.run.timing import finish_record
 from passage_jax.run.worker import task_payload, worker_main
@@ -259,7 +259,7 @@ class SupervisedExecutor:
         self.warmup_tasks = list(warmup_tasks) if warmup_tasks else None
         self._config = {"inference": inference, "inference_format": inference_format,
                         "kwargs": dict(kwargs or {}), "sys_path": list(sys.path), "parent_pid": os.getpid(),
-                        "device": None if device is None else (device.platform, int(device.id))}
+                        "device": None if device is None else (device.platform, local_position(device))}
         self._ctx = multiprocessing.get_context("spawn")
         self._worker: _Worker | None = None
         self._n_workers = 0
