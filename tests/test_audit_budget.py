@@ -140,7 +140,7 @@ def test_default_budget_is_n_squared(scenes):
     assert rep["summary"]["n_censored"] == 0  # no task of this cohort needs N² expansions
 
 
-@pytest.mark.parametrize("chunk_size", [1, 7])
+@pytest.mark.parametrize("chunk_size", [1, pytest.param(7, marks=pytest.mark.slow)])
 def test_chunked_equals_per_scene(bounded, scenes, chunk_size):
     rep = audit_dataset(shipped_cohort_root(), [N], [SPLIT], workers=2, budget=K,
                         chunk_size=chunk_size)

@@ -163,7 +163,8 @@ def test_value_iteration_compiles_once_per_rung(scenes):
                                    [s.metadata["c_star"][key] for s in pool[p]], rtol=1e-9)
 
 
-@pytest.mark.parametrize("precision,chunks", [("float64", ("auto", None)), ("double_float", ("auto",))])
+@pytest.mark.parametrize("precision,chunks", [
+    ("float64", ("auto", None)), pytest.param("double_float", ("auto",), marks=pytest.mark.slow)])
 def test_padded_and_split_batches_equal_the_unpadded_one(scenes, monkeypatch, precision, chunks):
     """Padding scenes (skipped one at a time, converged in lock step) and the split into
     calls leave every scene's values, c*, sweep counts, statuses and routes as one

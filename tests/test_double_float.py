@@ -213,7 +213,7 @@ def test_env_var_read_at_call_time(monkeypatch):
 # --------------------------------------------------------------------------- #
 
 @pytest.mark.parametrize("chunk", [None, 1])
-@pytest.mark.parametrize("x64", [False, True])
+@pytest.mark.parametrize("x64", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_double_float_kernel_has_no_float64(chunk, x64):
     """The traced double-float kernel holds no f64 value, traced with x64 off (as it
     runs) and even with x64 on (nothing in it asks for float64)."""
@@ -313,7 +313,8 @@ def _check_cohort(tasks, label):
     assert worst_sci <= PRECISION_RTOL["double_float"]
 
 
-@pytest.mark.parametrize("res", [64, pytest.param(128, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("res", [pytest.param(64, marks=pytest.mark.slow),
+                                 pytest.param(128, marks=pytest.mark.slow)])
 def test_cohort_double_float_agrees(res):
     _check_cohort(_tasks(res), f"{res}x{res}")
 

@@ -371,6 +371,7 @@ def _row(tree, j):
     return jax.tree_util.tree_map(lambda x: x[j], tree)
 
 
+@pytest.mark.slow  # a larger sibling of a default test (the suite stays under five minutes)
 def test_jit_eager_vmap_agree(terrain_batch):
     cands, tasks, cstar, ok = terrain_batch
     idx = [i for i in range(len(tasks)) if tasks[i].obstacles.shape == (40, 40)][:: 9][:2]

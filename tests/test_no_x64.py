@@ -192,7 +192,7 @@ def _compare_scores(a, b):
 
 
 @pytest.mark.parametrize("material", ["shipped", "synthetic"])
-@pytest.mark.parametrize("long_route", [2048, 24])
+@pytest.mark.parametrize("long_route", [pytest.param(2048, marks=pytest.mark.slow), 24])
 def test_score_routes_without_float64(both_modes, material, long_route):
     """Shipped cohort (64x64 test scenes) and synthetic terrain; ``long_route=24`` sends
     most tasks through the long-route path (kernel without geometry + host geometry)."""

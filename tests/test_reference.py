@@ -222,6 +222,7 @@ def _scenes(z, o, s, g, m, w) -> SceneInputs:
                        weight=jnp.asarray(w))
 
 
+@pytest.mark.slow  # a larger sibling of a default test (the suite stays under five minutes)
 def test_jit_and_nonjit_agree():
     z, o, s, g, m, w = batch(8, 3, seed0=5)
     with jax.enable_x64(True):
@@ -279,6 +280,7 @@ def test_solve_scene_equals_batch_item():
             assert np.all(np.asarray(one.route)[n:] == -1)
 
 
+@pytest.mark.slow  # a larger sibling of a default test (the suite stays under five minutes)
 def test_vmap_over_kernel_equals_flat_batch():
     z, o, s, g, m, w = batch(8, 4, seed0=2)
     flat = solve_batch(z, o, s, g, m, w, bucket=False)
@@ -302,7 +304,8 @@ def test_chunked_equals_lockstep():
     assert np.array_equal(b.sweeps, a.sweeps) and np.array_equal(c.sweeps, a.sweeps)
 
 
-@pytest.mark.parametrize("max_sweeps", [5, 6, 7])
+@pytest.mark.parametrize("max_sweeps", [pytest.param(5, marks=pytest.mark.slow), 6,
+                                        pytest.param(7, marks=pytest.mark.slow)])
 def test_lockstep_budget_equals_one_at_a_time(max_sweeps):
     # budgets that stop some scenes in either phase while others still run
     z, o, s, g, m, w = batch(32, 8, seed0=0)
