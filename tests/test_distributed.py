@@ -259,6 +259,7 @@ def draws(sharding):
 """
 
 
+@pytest.mark.slow  # a larger sibling of a default test (the suite stays under five minutes)
 def test_bootstrap_over_the_global_mesh_equals_one_device(tmp_path):
     out = tmp_path / "draws.json"
     port = free_port()

@@ -397,7 +397,7 @@ def test_jit_eager_vmap_agree(terrain_batch):
         assert_matches({k: np.asarray(v) for k, v in batched.items()}, j, want)
 
 
-@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+@pytest.mark.parametrize("jit", [pytest.param(False, marks=pytest.mark.slow), True], ids=["eager", "jit"])
 def test_score_task_jitted_and_eager_match_numpy(terrain_batch, jit):
     """score_task alone (no vmap), run jitted and un-jitted, against the
     independent NumPy/SciPy reference, on every kind of candidate."""

@@ -272,6 +272,7 @@ run_spec(spec, sys.argv[2], progress=False, admitted=admit(spec, chunk=int(sys.a
 """
 
 
+@pytest.mark.slow  # a larger sibling of a default test (the suite stays under five minutes)
 def test_two_processes_resume_a_one_process_run_sharing_the_missing_tail(runs):
     tmp = runs["tmp"]
     spec, _ = write_spec(tmp, "tail", runs["cohort"])
