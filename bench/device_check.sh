@@ -25,10 +25,11 @@ import jax, platform
 print("python", platform.python_version(), "jax", jax.__version__, jax.devices())
 PY
 if [ "$what" = tests ] || [ "$what" = all ]; then
-  python3 -m pytest -q -x -p no:cacheprovider 2>&1 | tee "$out/tests.log"
+  # without pytest-xdist on the image: the default selection, in one process
+  python3 -m pytest -q -x -p no:cacheprovider -o addopts="" -m "not slow" 2>&1 | tee "$out/tests.log"
 fi
 if [ "$what" = bench ] || [ "$what" = dfloat ] || [ "$what" = all ]; then
-  PASSAGE_JAX_NO_X64=1 python3 -m pytest -q -x -s -p no:cacheprovider tests/test_double_float.py \
+  PASSAGE_JAX_NO_X64=1 python3 -m pytest -q -x -s -p no:cacheprovider -o addopts="" tests/test_double_float.py \
     2>&1 | tee "$out/double_float_tests.log"
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
@@ -42,4 +43,7 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
   # score end to end on the accelerator (this code only: the device copy has no git history)
   python3 bench/score_pipeline.py --sizes 500 --no-before --workers 8 --work /tmp/passage_campaign 2>&1 \
     | tee "$out/score_pipeline.log"
+  # the paper's campaign session (native_raw_path_persistent_v1, three seeds, exact vs greedy)
+  python3 bench/campaign_session.py --sizes 500 --workers 8 --work /tmp/passage_campaign \
+    --json-out "$out/campaign_session.json" 2>&1 | tee "$out/campaign_session.log"
 fi
