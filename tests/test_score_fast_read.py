@@ -158,3 +158,15 @@ def test_seeds_of_a_run_are_scored_from_one_read_and_equal_alone(tmp_path, monke
             assert (together / s / name).read_bytes() == (alone / s / name).read_bytes(), (s, name)
         receipt = json.loads((together / s / "score_receipt.json").read_text())
         assert receipt["outputs"] == json.loads((alone / s / "score_receipt.json").read_text())["outputs"]
+
+
+def test_a_stream_rereads_without_the_route_columns_and_keeps_the_released_route(tmp_path):
+    """A pass over an opened stream re-reads the grids only: each task's released route is
+    the opening read's (the stub's array itself), equal to a plain full read's."""
+    write_rows(tmp_path, make_rows(5, n=8), 8, "test", rows_per_shard=2)
+    stream = open_tasks(tmp_path, 8, "test", "elevation", chunk=2)
+    full = list(iter_scenes(tmp_path, 8, "test", None, workers=0))
+    for i, task in enumerate(stream):
+        assert task.route is stream.stubs[i].route  # not decoded again
+        np.testing.assert_array_equal(task.route, full[i].routes[("elevation", "obstacles")])
+        assert task.scene.routes == {}  # the re-read scene holds no route columns

@@ -179,8 +179,10 @@ class _Rereader:
     def restart(self) -> None:
         self.close()
         # the ids were checked across the split folders when the stream was opened; a re-read
-        # checks each task against its stub (id, file, row, input hash) instead
-        self.it = self.source.tasks(len(self.stubs), check_ids=False)
+        # checks each task against its stub (id, file, row, input hash) instead, and takes
+        # the released route from the stub rather than decoding the six route columns again
+        lean = dataclasses.replace(self.source, released_routes=False)
+        self.it = lean.tasks(len(self.stubs), check_ids=False)
         self.next = 0
 
     def close(self) -> None:
@@ -225,6 +227,8 @@ class _Rereader:
         if got != stub.input_sha256:
             raise DataError(f"{stub.where}: input hash {got} differs from {stub.input_sha256} "
                             f"taken when the tasks were opened; the shard changed")
+        if task.route is None:
+            task.route = stub.route  # as the opening read gave it (None if it read none)
         return task
 
 
