@@ -227,8 +227,10 @@ class _Rereader:
         if got != stub.input_sha256:
             raise DataError(f"{stub.where}: input hash {got} differs from {stub.input_sha256} "
                             f"taken when the tasks were opened; the shard changed")
-        if task.route is None:
-            task.route = stub.route  # as the opening read gave it (None if it read none)
+        if task.route is None and stub.route is not None:
+            # as the opening read gave it; the re-read scene holds this task's route only
+            task.route = stub.route
+            task.scene.routes = {(task.objective, task.variant): stub.route}
         return task
 
 
