@@ -88,6 +88,7 @@ def test_library_import_changes_no_jax_setting(tmp_path):
     assert not (tmp_path / "passage_jax").exists()
 
 
+@pytest.mark.slow  # run by CI after the default run (the default run stays under five minutes)
 def test_cli_fills_the_per_user_cache_and_reuses_it(tmp_path):
     xdg = tmp_path / "xdg"
     args = ["-m", "cli", "audit", "--dataset-path", "shipped", "--resolution", "64", "--json",

@@ -148,6 +148,7 @@ def test_single_process_gather_is_the_identity():
 
 # ----------------------------------------------------------------------------- two processes
 
+@pytest.mark.slow  # run by CI after the default run (the default run stays under five minutes)
 def test_audit_two_processes_equals_single(single):
     out = single["tmp"] / "audit-2.json"
     res = launch(lambda i, f: ["-m", "cli", "audit", "--dataset-path", str(single["cohort"]),

@@ -214,6 +214,7 @@ def test_two_process_session_run_equals_one_process(runs):
     assert sorted(by_pid.values()) == sorted(want)
 
 
+@pytest.mark.slow  # run by CI after the default run (the default run stays under five minutes)
 def test_a_killed_process_fails_the_launch_and_resume_completes(runs):
     tmp = runs["tmp"]
     victim = next(t for t, i in owners(N_TASKS, CHUNK).items() if i == 1)

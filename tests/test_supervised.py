@@ -240,6 +240,7 @@ def test_shipped_bfs_config_supervised():
             assert a["status"] == "ok"
 
 
+@pytest.mark.slow  # run by CI after the default run (the default run stays under five minutes)
 def test_run_spec_supervised_end_to_end(tmp_path):
     """Through run_spec: the hanging tasks time out in every pass, the manifest names the
     supervised boundary, and compare lists it against an in-process run's as a differing
