@@ -198,13 +198,9 @@ class SupervisedSessionExecutor(SupervisedExecutor):
                 else:
                     self.session.rewarm_calls += 1
             if reply.kind != "msg":
-                self.stats["warmup_failures"] += 1
                 if self.session is not None and first:
                     self.session.warmup_failures += 1
-                self._lose_worker(w, None)
-                w = self._start_worker()
-                w.warmed = True  # served unwarmed (worker.warmup == 0)
-                return w
+                return self._replace_unwarmed(w)
             w.warmup += 1
         return w
 

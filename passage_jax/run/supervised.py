@@ -360,12 +360,17 @@ class SupervisedExecutor:
             reply = self._send_and_wait(w, wt, budget, warm=True)
             self.stats["warmup_requests"] += 1
             if reply.kind != "msg":  # the warm-up itself hung, died or ran out of memory
-                self.stats["warmup_failures"] += 1
-                self._lose_worker(w, None)
-                w = self._start_worker()
-                w.warmed = True  # served unwarmed (worker.warmup == 0)
-                return w
+                return self._replace_unwarmed(w)
             w.warmup += 1
+        return w
+
+    def _replace_unwarmed(self, w: _Worker) -> _Worker:
+        """``w``, whose warm-up call failed, lost; a replacement that serves unwarmed
+        (``worker.warmup == 0``)."""
+        self.stats["warmup_failures"] += 1
+        self._lose_worker(w, None)
+        w = self._start_worker()
+        w.warmed = True
         return w
 
     def _send_and_wait(self, w: _Worker, task, budget: BudgetSpec, warm: bool = False, t0=None,
