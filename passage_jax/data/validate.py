@@ -51,7 +51,7 @@ from passage_jax.graph import OBJECTIVES, route_problem
 __all__ = [
     "REQUIRED_COLUMNS", "REQUIRED_METADATA", "OBJECT_METADATA", "SOLVER_KEYS", "FLIPPED_MARKERS",
     "MAX_METADATA_BYTES", "MAX_METADATA_DEPTH", "DataError", "RowRef", "check_id", "json_depth",
-    "parse_metadata", "decode_checked", "marker_cells", "detect_marker_convention",
+    "parse_metadata", "decode_checked", "decode_planes", "marker_cells", "detect_marker_convention",
     "route_array", "validate_row", "SCENE_COLUMNS", "declares_markers", "duplicate_id_problem",
     "marker_convention", "convention_problem",
 ]
@@ -272,12 +272,41 @@ def _check_tile(tile, ref: RowRef) -> None:
 
 def decode_checked(blob, resolution: int, ref: RowRef) -> np.ndarray:
     """Decode the tensor and check finite values, e in [0, 1], obstacles in {0, 1}."""
+    t = _decoded(blob, resolution, ref)
+    _tensor_problem(t, ref)
+    return t
+
+
+def decode_planes(blob, resolution: int, ref: RowRef) -> tuple:
+    """The tensor decoded into its three channels (e, markers, obstacles), each a
+    contiguous (N, N) float32 array, checked as :func:`decode_checked` checks it (and
+    failing with the same message): a few passes over the planes when the tensor is
+    good, the detailed checks only to name what is wrong with one that is not."""
+    t = _decoded(blob, resolution, ref)
+    e, m, o = (np.ascontiguousarray(t[..., k]) for k in range(3))
+    # e in [0, 1] (NaN fails both comparisons), o in {0, 1}, m in {0, +1, -1}: every
+    # cell of o and of m counted in exactly one of its allowed values
+    good = bool(e.min() >= 0) and bool(e.max() <= 1)
+    good = good and np.count_nonzero(o == 1) + np.count_nonzero(o == 0) == o.size
+    good = good and (np.count_nonzero(m == 0) + np.count_nonzero(m == 1)
+                     + np.count_nonzero(m == -1)) == m.size
+    if not good:
+        _tensor_problem(t, ref)  # raises, naming the first problem
+    return e, m, o
+
+
+def _decoded(blob, resolution: int, ref: RowRef) -> np.ndarray:
     if blob is None:
         raise _fail(ref, "tensor is null")
     try:
-        t = decode_tensor(blob, resolution)
+        return decode_tensor(blob, resolution)
     except TensorError as e:
         raise _fail(ref, str(e)) from None
+
+
+def _tensor_problem(t: np.ndarray, ref: RowRef) -> None:
+    """Raise naming the first problem of the decoded tensor ``t`` (non-finite values,
+    then e outside [0, 1], then obstacles, then markers), if it has one."""
     bad = ~np.isfinite(t)
     if bad.any():
         r, c, ch = (int(x) for x in np.argwhere(bad)[0])
@@ -301,20 +330,22 @@ def decode_checked(blob, resolution: int, ref: RowRef) -> np.ndarray:
         r, c = (int(x) for x in np.argwhere(bad_m)[0])
         raise _fail(ref, f"marker channel must hold only 0, +1, -1; found {float(m[r, c])!r} "
                          f"at ({r}, {c})")
-    return t
 
 
 def marker_cells(markers: np.ndarray, ref: RowRef) -> tuple[tuple[int, int], tuple[int, int]]:
     """Cells of the +1 and the -1 marker; exactly one of each is required."""
+    markers = np.asarray(markers)
     cells = {}
     for sign, name in ((1, "+1"), (-1, "-1")):
-        where = np.argwhere(markers == sign)
-        if len(where) != 1:
-            what = "missing" if len(where) == 0 else (
-                f"marked {len(where)} times, at {[tuple(map(int, w)) for w in where[:4]]}")
+        flat = np.flatnonzero(markers == sign)
+        if len(flat) != 1:
+            where = np.column_stack(np.unravel_index(flat[:4], markers.shape))
+            what = "missing" if len(flat) == 0 else (
+                f"marked {len(flat)} times, at {[tuple(map(int, w)) for w in where]}")
             raise _fail(ref, f"marker {name} is {what}; exactly one start and one goal "
                              f"marker are required")
-        cells[sign] = (int(where[0][0]), int(where[0][1]))
+        r, c = np.unravel_index(int(flat[0]), markers.shape)
+        cells[sign] = (int(r), int(c))
     return cells[1], cells[-1]
 
 
@@ -419,8 +450,8 @@ def _validated(row: dict, resolution: int, split: str, where: tuple, released_ro
         raise _fail(ref, f"missing column(s) {missing}")
     sid = check_id(row["id"], ref)
     md = parse_metadata(row["metadata"], resolution, split, ref)
-    t = decode_checked(row["tensor"], resolution, ref)
-    plus, minus = marker_cells(t[..., 1], ref)
+    e, markers, obstacle_plane = decode_planes(row["tensor"], resolution, ref)
+    plus, minus = marker_cells(markers, ref)
     routes = _released_routes(row, resolution, ref) if released_routes else {}
     if "markers" in md:
         conv = {"start": int(md["markers"]["start"]), "goal": int(md["markers"]["goal"])}
@@ -430,7 +461,7 @@ def _validated(row: dict, resolution: int, split: str, where: tuple, released_ro
         raise _fail(ref, "metadata declares no markers, and the released routes that imply "
                          "the marker convention were not read")
     start, goal = (plus, minus) if conv["start"] == 1 else (minus, plus)
-    obstacles = t[..., 2] == 1
+    obstacles = obstacle_plane == 1
     for name, cell in (("start", start), ("goal", goal)):
         if obstacles[cell]:
             raise _fail(ref, f"the {name} marker at {cell} lies on an obstacle")
@@ -441,10 +472,9 @@ def _validated(row: dict, resolution: int, split: str, where: tuple, released_ro
             raise _fail(ref, f"route {ROUTE_COLUMNS[(obj, var)]}: {prob}")
     md = dict(md)
     md.setdefault("markers", dict(conv))
-    e = np.array(t[..., 0], dtype=np.float32)
     return Scene(
         id=sid, resolution=resolution, split=split, elevation_norm=e,
-        elevation_m=elevation_metres(e, md["calibration"]), obstacles=obstacles.copy(),
+        elevation_m=elevation_metres(e, md["calibration"]), obstacles=obstacles,
         start=start, goal=goal,
         routes={k: r.astype(np.int32) for k, r in routes.items()},
         metadata=md, file=str(file), row=int(row_index),

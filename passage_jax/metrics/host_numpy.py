@@ -14,7 +14,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.spatial import cKDTree
 
 from passage_jax.contract import CENSOR_FACTOR, FAILURE_REGRET
 from passage_jax.graph import MODEL_NAMES, CropStats, get_cost_model
@@ -80,6 +79,8 @@ def host_cost_regret(cells, lens, z, valid, models: RouteCostModels, c_star, *,
 
 def _nearest_d2(q, pts):
     """Exact integer squared distance from each cell of ``q`` to its nearest cell of ``pts``."""
+    from scipy.spatial import cKDTree  # noqa: PLC0415 (long routes only: a second to import)
+
     _, j = cKDTree(pts.astype(np.float64)).query(q.astype(np.float64), k=1)
     d = q - pts[j]
     return d[:, 0] * d[:, 0] + d[:, 1] * d[:, 1]
