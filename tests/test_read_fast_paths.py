@@ -111,9 +111,20 @@ def test_scoring_imports_neither_the_audit_nor_the_notebooks():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
     # every re-exported name still resolves
+    import pkgutil
+    import types
+
     import passage_jax.data as data
     import passage_jax.evaluate as evaluate
 
     for pkg in (data, evaluate):
+        lazy = set(pkg.__all__) - set(vars(pkg))
+        # a name that is also a submodule cannot be lazy: importing the module would
+        # bind the module, not the name, on the package
+        clash = lazy & {m.name for m in pkgutil.iter_modules(pkg.__path__)}
+        assert not clash, clash
         for name in pkg.__all__:
-            assert getattr(pkg, name) is not None, name
+            assert not isinstance(getattr(pkg, name), types.ModuleType), name
+    import passage_jax.evaluate.sidecar  # noqa: F401  (the module of the same name)
+
+    assert callable(evaluate.sidecar) and not isinstance(evaluate.sidecar, types.ModuleType)

@@ -5,6 +5,9 @@ It reads the records of :mod:`passage_jax.protocol.records` and never imports
 :mod:`passage_jax.run` (nor does ``run`` import it); ``python -m cli bench`` composes
 the two.
 """
+# ``sidecar`` is also the name of its module: bound here, or importing the module would
+# replace the function on the package (tests/test_read_fast_paths.py checks for these)
+from passage_jax.evaluate.sidecar import SIDECAR_FORMAT, default_output, sidecar
 from passage_jax.exports import lazy_exports
 
 # re-exports, by module: each module is imported when one of its names is first used
@@ -28,5 +31,5 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
         "PER_SAMPLE_FIELDS", "AlreadyScored", "DatasetNotFound", "ScoreError", "ScoreOutdated",
         "load_score", "score_folder", "score_run", "seed_folders",
     ),
-    "passage_jax.evaluate.sidecar": ("SIDECAR_FORMAT", "default_output", "sidecar"),
 })
+__all__ += ["SIDECAR_FORMAT", "default_output", "sidecar"]
