@@ -1,6 +1,7 @@
 """``python -m cli compare --score A --score B --output F``: paired comparison of two scored runs."""
 from __future__ import annotations
 
+import json
 import sys
 
 
@@ -105,12 +106,22 @@ def main(args) -> int:
     return 0
 
 
+def _limit_text(v, limit: int = 60) -> str:
+    text = json.dumps(v, sort_keys=True) if not isinstance(v, str) else v
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def print_limits(res: dict) -> None:
-    """The procedure limits that differ, and a warning when the timing boundaries do."""
+    """A warning naming the procedure limits that differ with each run's value (the report's
+    "differs"), and one more when the timing boundaries do."""
     lim = res["procedure_limits"]
     if not lim["differ"]:
         return
-    print(f"procedure limits differ: {', '.join(lim['differ'])}")
+    values = "; ".join(f"{k}: A {_limit_text(lim['A'].get(k))} vs B {_limit_text(lim['B'].get(k))}"
+                       for k in lim["differ"])
+    print(f"warning: procedure limits differ: {', '.join(lim['differ'])} ({values}); the runs "
+          f"were not measured under the same procedure (--require-identical-limits refuses "
+          f"such a pair)")
     if "timing_boundary" in lim["differ"]:
         print(f"timing boundaries differ (A {lim['A']['timing_boundary']}, B "
               f"{lim['B']['timing_boundary']}): the latency contrast is not like-for-like")
@@ -129,7 +140,11 @@ def print_contrasts(res: dict) -> None:
         t.add_column(c, justify="left" if c == "metric" else "right")
     for k, c in res["contrasts"].items():
         t.add_row(k, _num(c["delta"]), _num(c.get("ci_low")), _num(c.get("ci_high")))
-    Console().print(t)
+    console = Console()
+    console.print(t)
+    from cli.console import contrast_footnotes, print_footnotes  # noqa: PLC0415 (CLI start-up)
+
+    print_footnotes(contrast_footnotes(res), console)
 
 
 def print_confirmatory(res: dict) -> None:

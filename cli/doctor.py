@@ -13,7 +13,8 @@ import json
 import platform
 import sys
 
-__all__ = ["register", "main", "installed_version", "requirement_checks", "jax_summary", "collect"]
+__all__ = ["register", "main", "installed_version", "requirement_checks", "missing_extra_packages",
+           "jax_summary", "collect"]
 
 DIST = "passage_jax"
 
@@ -30,15 +31,43 @@ def installed_version(name: str) -> str | None:
         return None
 
 
-def requirement_checks(requires=None, extras=None, version_of=None) -> list[dict]:
+def _requires_of(name: str) -> list:
+    try:
+        return importlib.metadata.requires(name) or []
+    except importlib.metadata.PackageNotFoundError:
+        return []
+
+
+def missing_extra_packages(req, version_of, requires_of=None) -> list[str]:
+    """The distributions a requirement's own extras pull in (``jax[cuda12]`` ->
+    ``jax-cuda12-plugin``) that are not installed; empty for a requirement without extras."""
+    from packaging.requirements import Requirement  # noqa: PLC0415 (declared dependency, CLI start-up)
+
+    if not req.extras:
+        return []
+    missing = []
+    for text in (requires_of or _requires_of)(req.name):
+        sub = Requirement(text)
+        if sub.marker is None or not any(sub.marker.evaluate({"extra": e}) for e in req.extras):
+            continue
+        if version_of(sub.name) is None and sub.name not in missing:
+            missing.append(sub.name)
+    return missing
+
+
+def requirement_checks(requires=None, extras=None, version_of=None, requires_of=None) -> list[dict]:
     """One row per declared requirement of the installed distribution.
 
     ``requires``/``extras`` default to the installed distribution's ``Requires-Dist`` and
     ``Provides-Extra``. ``extra`` is None for a runtime dependency, else the extra naming
     it. ``in_range`` is True/False for an installed package, None when it is not
-    installed (or when ``packaging`` is missing; ``error`` then says so). A runtime
+    installed (or when ``packaging`` is missing; ``error`` then says so). A requirement
+    with extras of its own (``jax[cuda12]``) is installed only when the packages those
+    extras pull in are: ``missing`` lists the absent ones (``in_range`` None then), so
+    ``[cuda] jax`` without the CUDA plugin is not reported in range. A runtime
     dependency that is missing or out of range makes ``ok`` False; an extra that is not
-    installed does not.
+    installed does not. ``requires_of(name)`` gives a distribution's own requirements
+    (default: its installed metadata).
     """
     version_of = version_of or installed_version
     if requires is None:
@@ -63,9 +92,14 @@ def requirement_checks(requires=None, extras=None, version_of=None) -> list[dict
                 continue
         have = version_of(req.name)
         in_range = None if have is None else req.specifier.contains(have, prereleases=True)
-        rows.append({"requirement": text, "name": req.name, "extra": extra,
-                     "specifier": _spec_text(req.specifier), "installed": have, "in_range": in_range,
-                     "ok": bool(in_range) if extra is None else in_range is not False})
+        row = {"requirement": text, "name": req.name, "extra": extra,
+               "specifier": _spec_text(req.specifier), "installed": have, "in_range": in_range}
+        missing = missing_extra_packages(req, version_of, requires_of) if have is not None else []
+        if missing:  # the base package alone does not satisfy jax[cuda12]
+            row.update(in_range=None, missing=missing)
+            in_range = None
+        row["ok"] = bool(in_range) if extra is None else in_range is not False
+        rows.append(row)
     return rows
 
 
@@ -106,12 +140,21 @@ def collect(version_of=None) -> dict:
         "python": platform.python_version(),
         "python_executable": sys.executable,
         "platform": platform.platform(),
-        "packages": package_versions(),
+        "packages": {**package_versions(),
+                     **{r["name"]: r["installed"] for r in checks if r["extra"] is None}},
         "requirements": checks,
         "jax": jax_summary(),
         "compilation_cache": cache_usage(),
         "ok": all(r["ok"] for r in checks),
     }
+
+
+def _missing_text(r: dict) -> str:
+    """The state of a requirement whose extras' packages are absent (``[cuda] jax``)."""
+    names = ", ".join(r["missing"])
+    if any("cuda" in n for n in r["missing"]):
+        return f"no CUDA plugin is installed ({names} missing; JAX runs without CUDA)"
+    return f"not installed ({names} missing)"
 
 
 def _text(report: dict) -> str:
@@ -121,6 +164,8 @@ def _text(report: dict) -> str:
     for r in report["requirements"]:
         if "error" in r:
             state = r["error"]
+        elif r.get("missing"):
+            state = _missing_text(r)
         elif r["installed"] is None:
             state = "MISSING" if r["extra"] is None else "not installed"
         else:

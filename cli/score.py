@@ -60,5 +60,16 @@ def main(args) -> int:
         print(f"score: process {cluster.process_index()} of {cluster.process_count()}: shares "
               f"delivered; process 0 wrote the files", file=sys.stderr)
         return 0
-    print_metrics_table(res, title=f"score {args.run}")
+    print_metrics_table(res, title=f"score {args.run}", folders=_folders(args.run, res))
     return 0
+
+
+def _folders(run, res: dict) -> dict:
+    """Each scored seed's folder by its name in ``res``: ``run`` itself when it is a seed
+    folder, else ``run/<name>``."""
+    from pathlib import Path  # noqa: PLC0415 (CLI start-up)
+
+    run = Path(run)
+    if (run / "manifest.json").is_file():
+        return {name: run for name in res}
+    return {name: run / name for name in res}

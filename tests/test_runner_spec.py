@@ -114,4 +114,4 @@ def test_load_yaml_json_and_starter(tmp_path):
         load_spec(tmp_path / "none.yaml")
     starter = parse_spec(yaml.safe_load(STARTER_SPEC))
     assert starter.inference == "passage_jax.planners.bounded:make_planner"
-    assert starter.budget.max_expansions == 10000
+    assert starter.budget.max_expansions is None and starter.inference_kwargs["max_expansions"] == 20000

@@ -251,7 +251,7 @@ def test_console_names_differing_boundaries(runs, capsys):
     res = compare_runs(runs["in_process"], runs["supervised"], None, n_resamples=B)
     print_limits(res)
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == "procedure limits differ: timer, timing_boundary"
+    assert out[0].startswith("warning: procedure limits differ: timer, timing_boundary (timer: A ")
     assert out[1].startswith(f"timing boundaries differ (A {IN_PROCESS}, B {SUPERVISED})")
     print_limits(compare_runs(runs["in_process"], runs["in_process"], None, n_resamples=B))
     assert capsys.readouterr().out == ""

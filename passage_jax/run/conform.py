@@ -20,6 +20,13 @@ qualified), builds the planner of the first seed, and runs:
 * ``admitted_task`` — one timed request on the admitted task ends with a
   terminal record that is not a protocol or runtime failure.
 
+In both of the last two, an answer that is not a route result fails: status ``ok``
+(or a bare answer) with no route (``None``) or with something that is not integer
+``(L, 2)`` cells. A failure status (``no_path``, ...) without a route is a legal
+answer, and an integer route that breaks the graph (a gap, an obstacle) is the
+planner's quality, not an interface fault. Every failed check states its ``reason``
+in its detail (:func:`failure_reason`).
+
 A passed receipt certifies this bounded interface check only: not device
 synchronisation, label validity of a population, or optimality.
 """
@@ -54,7 +61,7 @@ from passage_jax.run.spec import RunSpec
 from passage_jax.run.timing import execute
 
 __all__ = ["conform", "analytic_task", "RECEIPT_FORMAT", "SCOPE", "Probe", "CheckResult", "run_checks",
-           "check_isolation"]
+           "check_isolation", "failure_reason"]
 
 RECEIPT_FORMAT = "passage-jax-conformance-v1"
 SCOPE = ("CPU interface checks of the request/result protocol on one admitted task and an "
@@ -105,13 +112,58 @@ def _route(snap) -> np.ndarray:
 
 
 def _checked(name: str, fn, *args) -> CheckResult:
-    """``fn(*args)`` -> ``(passed, detail)`` as a result; an exception fails the check."""
+    """``fn(*args)`` -> ``(passed, detail)`` as a result; an exception fails the check. A
+    failed check's detail carries ``reason``: one sentence saying why (the check's own, or
+    the exception)."""
     try:
         passed, detail = fn(*args)
     except Exception as e:  # noqa: BLE001
         passed, detail = False, {"error": f"{type(e).__name__}: {e}",
                                  "trace": traceback.format_exc()[-1500:]}
+    if not passed and not detail.get("reason"):
+        detail = {**detail, "reason": _fallback_reason(detail)}
     return CheckResult(name, bool(passed), detail)
+
+
+def _fallback_reason(detail: dict) -> str:
+    """Why a check failed, from its detail when the check stated no reason."""
+    if detail.get("error"):
+        return f"the check raised {detail['error']}"
+    if detail.get("problems"):
+        return "; ".join(map(str, detail["problems"]))
+    return "the check's conditions were not met (see its detail)"
+
+
+def failure_reason(check: dict) -> str | None:
+    """The reason of a receipt's check (``None`` when it passed): its ``detail.reason``, or
+    one derived from the detail of a receipt written without reasons."""
+    if check.get("passed"):
+        return None
+    detail = check.get("detail") or {}
+    return str(detail.get("reason") or _fallback_reason(detail))
+
+
+def _planner_said(rec: dict) -> str:
+    """What a record says the planner did: its status and, when there is one, its error or
+    the route's problem."""
+    why = rec.get("error") or rec.get("problem")
+    return f"{rec['status']}" + (f" ({why})" if why else "")
+
+
+def _answer_problem(rec: dict) -> str | None:
+    """Why a record shows the planner's answer is not a route result: status ``ok`` (or a
+    bare answer) with no route or with something that is not integer ``(L, 2)`` cells. A
+    stated failure status (``no_path``, ...) with no route is a legal answer."""
+    if rec["status"] != "invalid_path" or rec.get("reported_status") not in ("ok", None):
+        return None
+    fmt = rec.get("route_format")
+    if fmt == "none":
+        return ("the planner answered status ok with no route (None): return (L, 2) integer "
+                "(row, col) cells, or a PlanResult with a failure status such as 'no_path'")
+    if fmt != "int":
+        return (f"the planner's answer is not a route (route format {fmt!r}: "
+                f"{rec.get('problem')}); a route is (L, 2) integer (row, col) cells")
+    return None
 
 
 def analytic_task(objective: str, weight: float, n: int = 9):
@@ -193,7 +245,11 @@ def _penalties(probe: Probe):
     ok = (not s["success"][0] and not s["success"][1] and bool(s["success"][2])
           and s["regret"][0] == FAILURE_REGRET and s["regret"][1] == FAILURE_REGRET
           and math.isclose(float(s["predicted_cost"][1]), CENSOR_FACTOR * c_star, rel_tol=1e-12))
-    return ok, {"planner_status": rec["status"],
+    reason = None if ok else (
+        f"a failed request was not scored as a failure with regret {FAILURE_REGRET:.0f} and cost "
+        f"{CENSOR_FACTOR:g}*c* (regret {float(s['regret'][1]):g}, cost "
+        f"{float(s['predicted_cost'][1]):g}, c* {c_star:g})")
+    return ok, {"reason": reason, "planner_status": rec["status"], "planner_error": rec["error"],
                 "failed_regret": float(s["regret"][1]),
                 "failed_predicted_cost": float(s["predicted_cost"][1]), "c_star": c_star}
 
@@ -208,7 +264,13 @@ def _deadlines(probe: Probe):
 
     rec2, _ = execute(_Wrapped(late), probe.task, BudgetSpec(wall_time_ms=5.0))
     ok = rec["status"] == "timeout" and rec2["status"] == "timeout" and rec2["problem"] is None
-    return ok, {"planner_status_at_spent_deadline": rec["status"],
+    reason = None
+    if rec["status"] != "timeout":
+        reason = f"under a spent deadline the planner's request ended {_planner_said(rec)}, not timeout"
+    elif not ok:
+        reason = f"a legal route returned late ended {_planner_said(rec2)}, not timeout"
+    return ok, {"reason": reason, "planner_status_at_spent_deadline": rec["status"],
+                "planner_error": rec["error"],
                 "planner_returned_ms": rec["returned_ms"],
                 "late_legal_route_status": rec2["status"]}
 
@@ -245,7 +307,8 @@ def _stage_work(probe: Probe, raw):
     rec, _ = execute(_Wrapped(under), probe.task, BudgetSpec())
     if rec["status"] != "runtime_error":
         problems.append("an under-reported total was not refused")
-    return not problems, {"problems": problems, "work": work, "stage_work": stages}
+    return not problems, {"reason": "; ".join(problems) or None, "problems": problems,
+                          "work": work, "stage_work": stages}
 
 
 def _malformed(probe: Probe):
@@ -266,11 +329,19 @@ def _malformed(probe: Probe):
             problems.append(name)
     if out["float"]["route_format"] != "float":
         problems.append("float route not flagged")
-    return not problems, {"cases": out, "problems": problems}
+    reason = None if not problems else "; ".join(
+        f"{p} route ended {out[p]['status']} (valid {out[p]['valid_path']}), expected invalid_path"
+        if p in out else p for p in problems)
+    return not problems, {"reason": reason, "cases": out, "problems": problems}
 
 
-def _terminal(rec) -> bool:
-    return rec["status"] in STATUSES and rec["status"] != "runtime_error"
+def _terminal(rec) -> tuple[bool, str | None]:
+    """Whether a record ends the request properly, and why not: a terminal status other
+    than ``runtime_error``, and an answer that is a route result (:func:`_answer_problem`)."""
+    if rec["status"] not in STATUSES or rec["status"] == "runtime_error":
+        return False, f"the request ended {_planner_said(rec)}"
+    problem = _answer_problem(rec)
+    return problem is None, problem
 
 
 def _analytic(probe: Probe):
@@ -278,14 +349,17 @@ def _analytic(probe: Probe):
     t, cs = analytic_task(probe.task.objective, probe.task.weight)
     rec, snap = execute(probe.planner, t, probe.budget)
     s = _score([_route(snap)], [t], [cs], [rec["status"] == "ok"], [t.route])
-    return _terminal(rec), {"status": rec["status"], "c_star": cs, "route_cost": rec["route_cost"],
-                            "regret": float(s["regret"][0]), "error": rec["error"]}
+    ok, reason = _terminal(rec)
+    return ok, {"reason": reason, "status": rec["status"], "c_star": cs,
+                "route_cost": rec["route_cost"], "route_format": rec["route_format"],
+                "regret": float(s["regret"][0]), "error": rec["error"]}
 
 
 def _admitted(probe: Probe):
     """One timed request on the admitted task ends with a terminal record."""
     rec, _ = execute(probe.planner, probe.task, probe.budget)
-    return _terminal(rec), {"sample_id": probe.task.id, "status": rec["status"],
+    ok, reason = _terminal(rec)
+    return ok, {"reason": reason, "sample_id": probe.task.id, "status": rec["status"],
                             "latency_ms": rec["latency_ms"], "route_format": rec["route_format"],
                             "error": rec["error"], "work": rec["work"]}
 

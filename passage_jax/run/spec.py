@@ -13,6 +13,7 @@ be a plain name (:func:`check_plain_name`).
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 from pathlib import Path
 from typing import Any
@@ -144,6 +145,18 @@ class RunSpec:
         return sha256_bytes(json.dumps(self.to_dict(), sort_keys=True).encode())
 
 
+def _did_you_mean(unknown: list) -> str:
+    """``" (did you mean 'n_samples'?)"`` for the unknown keys close to a known one (difflib);
+    empty when none is."""
+    hints = []
+    for k in unknown:
+        close = difflib.get_close_matches(str(k)[:200], KNOWN, n=1, cutoff=0.75)
+        if close:
+            hints.append(f"{shown(k, 60)}: did you mean {close[0]!r}?" if len(unknown) > 1
+                         else f"did you mean {close[0]!r}?")
+    return f" ({'; '.join(hints)})" if hints else ""
+
+
 def _keys(data: Any, where: str) -> dict:
     """Every known key of ``data`` with its value or default; SpecError for a mapping
     that is not one, an unknown key or a missing required key."""
@@ -152,8 +165,8 @@ def _keys(data: Any, where: str) -> dict:
     unknown = sorted(set(map(str, data)) - set(KNOWN))
     if unknown:
         more = f", ... ({len(unknown) - 5} more)" if len(unknown) > 5 else ""
-        raise SpecError(f"{where}: unknown key(s) [{', '.join(shown(k, 60) for k in unknown[:5])}{more}]; "
-                        f"known keys: {sorted(KNOWN)}")
+        raise SpecError(f"{where}: unknown key(s) [{', '.join(shown(k, 60) for k in unknown[:5])}{more}]"
+                        f"{_did_you_mean(unknown[:5])}; known keys: {sorted(KNOWN)}")
     missing = [k for k in REQUIRED if data.get(k) is None]
     if missing:
         raise SpecError(f"{where}: missing required key(s) {missing}")
@@ -210,7 +223,7 @@ architecture: astar                 # free text
 # request as fn(request, **inference_kwargs).
 inference: passage_jax.planners.bounded:make_planner
 inference_format: request           # request | scene (legacy predict_path) | tensor
-inference_kwargs: {max_expansions: 10000}
+inference_kwargs: {max_expansions: 20000}   # the planner's own search limit (configs/bounded.yaml)
 inference_kwargs_by_seed: {}        # {seed: {kwargs}} overlays inference_kwargs per seed;
                                     # declare checkpoint files here (keys *checkpoint*/*params*)
 
@@ -225,9 +238,11 @@ dataset_path: shipped               # "shipped": the cohort in the package; or a
 dataset_repo: null                  # or a hub dataset ...
 dataset_revision: null              # ... with an exact 40-hex-character commit
 
-# Timing series: one cold pass, then warm-up passes, then measured warm repeats
+# Timing series: one cold pass, then warm-up passes, then measured warm repeats. These
+# three and the budget below are the shipped baselines' (configs/bfs.yaml, greedy.yaml,
+# exact.yaml), so `compare` against a baseline pairs runs with identical procedure limits.
 latency_warmup: 1                   # the default is 5 (docs/contract.md); 1 keeps this demo short
-latency_repeats: 2
+latency_repeats: 1
 quality_repeat_index: 0             # which warm repeat is the headline quality
 # Timing profile: complete_request_v1 (the default: the series above) or a session profile,
 # native_raw_path_persistent_v1 (execution: in_process), supervised_service_v1 or
@@ -241,9 +256,11 @@ quality_repeat_index: 0             # which warm repeat is the headline quality
 # warmup_scene: null                # session profiles: a validation sample id (null: the first
                                     # validation scene outside the roster)
 
-# Budgets (all optional). A work limit requires the planner to report the counter.
-budget:
-  max_expansions: 10000
+# Budgets (all optional; none, as in the baselines). A work limit requires the planner to
+# report the counter; a run with a budget compared against one without is listed under
+# "procedure limits differ" by `compare`.
+budget: {}
+  # max_expansions: 20000           # e.g. budget: {max_expansions: 20000} (configs/bounded.yaml)
   # wall_time_ms: 1000              # absolute deadline per request, cooperative
   # max_queue_operations: 100000
   # max_live_states: 10000

@@ -26,7 +26,7 @@ from passage_jax.contract import (
     SESSION_PROFILES,
     TIMING_PROFILES,
 )
-from passage_jax.data.scene import canonical_split
+from passage_jax.data.scene import SPLIT_ALIASES, SPLITS, canonical_split
 from passage_jax.fileio import one_line
 from passage_jax.graph.spec import OBJECTIVES, VARIANTS
 from passage_jax.protocol.adapters import INFERENCE_FORMATS
@@ -233,8 +233,9 @@ def _cost_weight(v, d):
 def _split(v, d):
     try:
         return canonical_split(str(v))
-    except ValueError as e:
-        raise Invalid(one_line(e, ECHO_LIMIT)) from None
+    except ValueError:
+        # the caller adds the value once ("(got ...)"); the message says only what it must be
+        raise Invalid(f"must be one of {list(SPLITS)} (aliases {SPLIT_ALIASES})") from None
 
 
 def _seeds(v, d):
