@@ -1,7 +1,10 @@
 """``python -m cli report --compare F --output R.md``: Markdown report with figures.
 
 ``python -m cli report --attribution RUN [RUN ...] --output R.md``: the component-attribution
-table of any number of scored runs (``passage_jax.evaluate.attribution``)."""
+table of any number of scored runs (``passage_jax.evaluate.attribution``).
+
+``--html`` also writes the same content as one self-contained page beside the Markdown
+(``<name>.html``: figures inline, every table sortable by a click on its header)."""
 from __future__ import annotations
 
 import sys
@@ -14,6 +17,9 @@ def register(p):
     p.add_argument("--output", required=True,
                    help="Markdown file to write; figures go beside it as <stem>_*.png")
     p.add_argument("--route-tasks", type=int, default=4, help="tasks in the route figure")
+    p.add_argument("--html", action="store_true",
+                   help="also write <name>.html beside the Markdown: one self-contained page "
+                        "(figures inline, tables sortable by clicking a header)")
     p.add_argument("--force", action="store_true", help="replace existing report files")
 
 
@@ -25,22 +31,35 @@ def main(args) -> int:
         AttributionExists,
         write_attribution_report,
     )
+    from passage_jax.evaluate.report import html_path_of  # noqa: PLC0415 (CLI start-up)
+    from passage_jax.evaluate.report_html import (  # noqa: PLC0415 (CLI start-up)
+        ReportHtmlError,
+        write_report_html,
+    )
 
     if (args.compare is None) == (args.attribution is None):
         print("report: give either --compare F or --attribution RUN [RUN ...]", file=sys.stderr)
         return 2
     if args.attribution:
         try:
+            page = html_path_of(args.output) if args.html else None
+            if page is not None and page.exists() and not args.force:
+                raise ReportExists(f"{page} exists; choose a new report name")
             write_attribution_report(args.attribution, args.output, force=args.force)
-        except AttributionError as e:
-            flag = " (or pass --force to replace it)" if isinstance(e, AttributionExists) else ""
+            if page is not None:
+                write_report_html(args.output, page)
+        except (AttributionError, ReportError, ReportHtmlError) as e:
+            exists = isinstance(e, (AttributionExists, ReportExists))
+            flag = " (or pass --force to replace it)" if exists else ""
             print(f"report: {e}{flag}", file=sys.stderr)
             return 2
         print(args.output)
+        if page is not None:
+            print(page)
         return 0
     try:
         out = write_report(args.compare, args.output, n_route_tasks=args.route_tasks,
-                           force=args.force)
+                           force=args.force, html=args.html)
     except ReportError as e:
         flag = " (or pass --force to replace it)" if isinstance(e, ReportExists) else ""
         print(f"report: {e}{flag}", file=sys.stderr)

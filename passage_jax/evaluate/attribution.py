@@ -43,7 +43,7 @@ __all__ = [
     "format_number", "markdown_table", "attribution_table", "attribution_rows", "attribution_flags",
     "run_entry",
     "render_attribution_markdown", "write_attribution_report", "AttributionError",
-    "AttributionExists", "ATTRIBUTION_FORMAT", "REQUIRED_CONTROLS", "ROW_FIGURES",
+    "AttributionExists", "ATTRIBUTION_FORMAT", "REQUIRED_CONTROLS", "ROW_FIGURES", "CONTROL_SPECS",
 ]
 
 ATTRIBUTION_FORMAT = "passage-attribution-v1"
@@ -56,6 +56,13 @@ REQUIRED_CONTROLS = {
     "exact_classical": (),
     "budgeted_classical": (),
     "oracle_diagnostic": (),
+}
+#: variant -> the shipped run spec that declares it (named by a ``missing control`` flag's hint)
+CONTROL_SPECS = {
+    "direct": "configs/learned_direct.yaml",
+    "bounded_repair": "configs/learned_bounded_repair.yaml",
+    "prediction_free": "configs/learned_prediction_free.yaml",
+    "exact_fallback": "configs/learned_exact_fallback.yaml",
 }
 #: the per-run figures of a row (seed means), in table order
 ROW_FIGURES = ("legal_route_rate", "regret_median", "regret_p90", "direct_success_rate",
@@ -96,6 +103,16 @@ def _seed_mean(values: list):
     return float(np.mean([float(v) for v in values]))
 
 
+def _stage_medians(comps: list, stage: str) -> dict:
+    """A stage's work medians: the mean over the seeds where the stage ran of each seed's
+    median (a seed whose stage never ran has no median to average, and is not a missing
+    counter); ``None`` when a seed where it ran lacks the counter."""
+    ran = [((c.get("stage_work") or {}).get(stage) or {}) for c in comps]
+    ran = [sw for sw in ran if int(sw.get("n_rows_ran") or 0) > 0]
+    return {f"{k}_median": _seed_mean([(sw.get(k) or {}).get("median") for sw in ran])
+            for k in WORK_KEYS}
+
+
 def run_entry(path, name: str | None = None) -> dict:
     """One scored run's row: declaration, identity, limits, seed-mean figures, the
     per-stage work and the reporting counts behind them."""
@@ -126,9 +143,7 @@ def run_entry(path, name: str | None = None) -> dict:
         "work_reported": {k: sum(int(((c.get("work") or {}).get(k) or {}).get("n_reported") or 0)
                                  for c in comps) for k in WORK_KEYS},
     }
-    stage_work = {st: {f"{k}_median": _seed_mean([(((c.get("stage_work") or {}).get(st) or {})
-                                                   .get(k) or {}).get("median") for c in comps])
-                       for k in WORK_KEYS} for st in STAGES}
+    stage_work = {st: _stage_medians(comps, st) for st in STAGES}
     for st in STAGES:
         stage_work[st]["n_rows_ran"] = sum(int(((c.get("stage_work") or {}).get(st) or {})
                                                .get("n_rows_ran") or 0) for c in comps)
@@ -284,6 +299,22 @@ def _rate(x) -> str:
     return "not reported" if x is None else format_number(x, 3)
 
 
+def _control_hint(flag: str) -> str:
+    """What to run for a ``missing control: <variant>`` flag (empty for other flags)."""
+    if not flag.startswith("missing control: "):
+        return ""
+    variant = flag.split(": ", 1)[1]
+    spec = CONTROL_SPECS.get(variant)
+    how = (f"a run spec declaring `component_control.variant: {variant}` with the same "
+           f"machinery_id and budget")
+    if spec is None:
+        return f" (run and score {how}, then add it to the table)"
+    return (f" (run and score {how}, e.g. the shipped `{spec}`: `python -m cli run --spec {spec} "
+            f"--output outputs/{Path(spec).stem}`, `python -m cli score --run "
+            f"outputs/{Path(spec).stem}`, then `python -m cli report --attribution RUN "
+            f"outputs/{Path(spec).stem} --output attribution.md` with this run as RUN)")
+
+
 def render_attribution_markdown(table: dict, heading: str = "## Component attribution") -> str:
     """Markdown of an :func:`attribution_table` (or a compare file's ``attribution``)."""
     lines = [heading, ""]
@@ -322,15 +353,16 @@ def render_attribution_markdown(table: dict, heading: str = "## Component attrib
             st_rows.append([r["name"], st, sw["n_rows_ran"]]
                            + [format_number(sw[f"{c}_median"], 1) for c in WORK_KEYS])
     if st_rows:
-        lines += ["Per-stage work (median over the rows where the stage ran and reported the "
-                  "counter; stages are shown apart and never summed):", "",
+        lines += ["Per-stage work (each seed's median over the rows where the stage ran and "
+                  "reported the counter, averaged over the seeds in which the stage ran; stages "
+                  "are shown apart and never summed):", "",
                   markdown_table(["run", "stage", "rows ran", "expansions med", "queue ops med",
                              "live states med"], st_rows), ""]
     if not any(r["stage_spans"] for r in table["rows"]):
         lines += ["Stage spans: not recorded (per-stage latency is not in the records; "
                   "a sum of stage medians would not reconstruct total latency anyway).", ""]
     if table["flags"]:
-        lines += ["Flags:", ""] + [f"- {f}" for f in table["flags"]] + [""]
+        lines += ["Flags:", ""] + [f"- {f}{_control_hint(f)}" for f in table["flags"]] + [""]
     elif table["complete"]:
         lines += ["No flags: every declared variant has its controls, with the same machinery "
                   "and budget.", ""]

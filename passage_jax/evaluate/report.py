@@ -14,7 +14,9 @@ scenes' terrain, hash-checked, for the route figure) and writes:
   the two methods' regrets differ most, then the first tasks);
 * ``<stem>_regret.png``: the distribution of all-task regret per method
   (empirical CDF of the finite, non-censored regrets on a symmetric-log axis,
-  with the number of failures, whose regret is 999999, stated).
+  with the number of failures, whose regret is 999999, stated);
+* ``<stem>.html`` (with ``html=True``, ``report --html``): the same content as one
+  self-contained page, figures inline and tables sortable by a click on a header.
 
 Also :func:`metrics_rows` and :data:`METRICS_COLUMNS`: the six-metric table of
 ``score`` and ``bench`` as data (``cli/console.py`` draws it).
@@ -33,13 +35,15 @@ import numpy as np
 from passage_jax.contract import PRIMARY_METRICS, PRIMARY_SHORT
 from passage_jax.evaluate.attribution import format_number as _fmt
 from passage_jax.evaluate.report_figures import regret_figure, route_figure
+from passage_jax.evaluate.report_html import ReportHtmlError, write_report_html
 from passage_jax.evaluate.report_input import COMPARE_FIELDS, ReportError, ReportExists, read_comparison
 from passage_jax.evaluate.report_markdown import components_section, render_markdown
 from passage_jax.evaluate.score import ScoreError
 from passage_jax.fileio import atomic_write_text
 from passage_jax.protocol.records import RecordFileError
 
-__all__ = ["write_report", "render_markdown", "METRICS_COLUMNS", "metrics_rows",
+__all__ = ["write_report", "html_path_of", "write_report_html", "render_markdown",
+           "METRICS_COLUMNS", "metrics_rows",
            "components_section", "read_comparison",
            "route_figure", "regret_figure", "ReportError", "ReportExists", "COMPARE_FIELDS"]
 
@@ -80,19 +84,34 @@ def _refuse_folders(paths) -> None:
                           f"files (a folder is never replaced, with or without --force)")
 
 
-def write_report(compare_json, output, n_route_tasks: int = 4, force: bool = False) -> dict:
+def html_path_of(output) -> Path:
+    """Where ``report --html`` writes the page of the report ``output``: the same name with
+    ``.html`` (refused when ``output`` is itself an ``.html`` file)."""
+    output = Path(output)
+    if output.suffix.lower() in (".html", ".htm"):
+        raise ReportError(f"{output}: --output names the Markdown report (e.g. report.md); with "
+                          f"--html the page is written beside it as <name>.html")
+    return output.with_suffix(".html")
+
+
+def write_report(compare_json, output, n_route_tasks: int = 4, force: bool = False,
+                 html: bool = False) -> dict:
     """Write the Markdown report of the comparison file ``compare_json`` to ``output`` and its
     figures beside it; returns their paths. A malformed comparison file (not JSON, not an
     object, a field missing or of the wrong type) raises :class:`ReportError` naming the file
-    and the field; existing outputs are replaced only with ``force`` (never a folder)."""
+    and the field; existing outputs are replaced only with ``force`` (never a folder).
+    ``html``: also write the self-contained page (:func:`html_path_of`; figures inline,
+    sortable tables; :mod:`~passage_jax.evaluate.report_html`)."""
     compare_json, output = Path(compare_json), Path(output)
+    page = html_path_of(output) if html else None
     cmp = read_comparison(compare_json)
     trail = cmp._trail
     stem = output.stem
     figs = {"routes": output.with_name(f"{stem}_routes.png"),
             "regret": output.with_name(f"{stem}_regret.png")}
-    _refuse_folders([output, *figs.values()])
-    existing = [p for p in [output, *figs.values()] if p.exists()]
+    outputs = [output, *figs.values()] + ([page] if page else [])
+    _refuse_folders(outputs)
+    existing = [p for p in outputs if p.exists()]
     if existing and not force:
         raise ReportExists(f"{existing[0]} exists; choose a new report name")
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -107,4 +126,10 @@ def write_report(compare_json, output, n_route_tasks: int = 4, force: bool = Fal
         raise ReportError(f"{compare_json}: malformed comparison file{near}: {type(e).__name__}: "
                           f"{e}") from None
     atomic_write_text(output, md)
-    return {"report": str(output), **{k: str(v) for k, v in figs.items()}}
+    out = {"report": str(output), **{k: str(v) for k, v in figs.items()}}
+    if page is not None:
+        try:
+            out["html"] = str(write_report_html(output, page))
+        except ReportHtmlError as e:
+            raise ReportError(str(e)) from None
+    return out

@@ -22,7 +22,16 @@ from passage_jax.evaluate.score import load_npz, load_score, open_run_tasks, rea
 from passage_jax.fileio import atomic_write_bytes
 from passage_jax.protocol.records import PathsReader, unpack_routes
 
-__all__ = ["route_figure", "regret_figure", "SeedRoutes", "choose_tasks"]
+__all__ = ["route_figure", "regret_figure", "SeedRoutes", "choose_tasks", "ROUTE_STYLES",
+           "REGRET_AXIS_LABEL"]
+
+#: how each side's route is drawn: A wide, solid and half transparent underneath, B narrow
+#: and dashed on top, so that where the two routes share cells both stay visible (B's
+#: dashes inside A's band) and neither route looks cut where it runs under the other
+ROUTE_STYLES = {"A": {"color": "tab:red", "lw": 4.2, "ls": "-", "alpha": 0.7, "zorder": 4},
+                "B": {"color": "tab:blue", "lw": 1.8, "ls": (0, (4, 2)), "alpha": 1.0, "zorder": 5}}
+#: the regret ECDF's x axis: the relative regret of SPEC §3, (route cost − c*) / c*
+REGRET_AXIS_LABEL = "relative regret (route cost − c*) / c*  [symlog; 0 = optimal]"
 
 
 def _pyplot():
@@ -96,9 +105,11 @@ def choose_tasks(ra: np.ndarray, rb: np.ndarray, n_all: int, n_tasks: int) -> li
     return chosen[:n_tasks]
 
 
-def _draw_terrain(ax, t, rr) -> None:
+def _draw_terrain(ax, t, rr):
+    """Elevation (returned: the image, for its colour bar), hillshade, obstacles and the
+    reference route."""
     z = np.asarray(t.elevation_m, np.float64)
-    ax.imshow(z, cmap="terrain", interpolation="nearest")
+    im = ax.imshow(z, cmap="terrain", interpolation="nearest")
     ax.imshow(_hillshade(z), cmap="gray", alpha=0.35, interpolation="nearest")
     obst = np.asarray(t.obstacles, bool)
     over = np.zeros(obst.shape + (4,))
@@ -107,19 +118,21 @@ def _draw_terrain(ax, t, rr) -> None:
     ax.plot(rr[:, 1], rr[:, 0], color="white", lw=4.0, zorder=3)
     ax.plot(rr[:, 1], rr[:, 0], color="black", lw=1.2, ls="--", zorder=3,
             label="reference route")
+    return im
 
 
 def _draw_task(ax, t, rr, i: int, sides: tuple) -> None:
     """One task's panel: terrain, obstacles, the reference route and each side's route
-    (``sides``: ``(SeedRoutes, color, label)`` per method), start and goal."""
-    _draw_terrain(ax, t, rr)
-    for d, color, lab in sides:
+    (``sides``: ``(SeedRoutes, style, label)`` per method, style from :data:`ROUTE_STYLES`),
+    start and goal, and the elevation colour bar (metres)."""
+    im = _draw_terrain(ax, t, rr)
+    for d, style, lab in sides:
         route = d.route(i)
         txt = f"{lab} (regret {_fmt(d.rows['regret'][i], 3)}, {d.rows['status'][i]})"
         if route is not None and len(route):
-            ax.plot(route[:, 1], route[:, 0], color=color, lw=1.8, ls="-", label=txt, zorder=4)
+            ax.plot(route[:, 1], route[:, 0], label=txt, solid_capstyle="round", **style)
         else:
-            ax.plot([], [], color=color, label=txt + ", no route")
+            ax.plot([], [], label=txt + ", no route", **style)
     (r0, c0), (r1, c1) = t.scene.start, t.scene.goal
     ax.scatter([c0], [r0], marker="o", s=70, c="lime", edgecolors="black", zorder=5,
                label="start")
@@ -128,6 +141,9 @@ def _draw_task(ax, t, rr, i: int, sides: tuple) -> None:
     ax.set_title(f"scene {t.id}  ({t.objective}/{t.variant})", fontsize=10)
     ax.set_xticks([])
     ax.set_yticks([])
+    cbar = ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.02)
+    cbar.set_label("elevation (m)", fontsize=8)
+    cbar.ax.tick_params(labelsize=7)
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.01), fontsize=8, ncol=2,
               frameon=False)
 
@@ -143,14 +159,15 @@ def route_figure(cmp: dict, path: Path, n_tasks: int = 4) -> Path:
     chosen = choose_tasks(da.rows["regret"], db.rows["regret"], len(tasks), n_tasks)
     ncol = min(len(chosen), 2)
     nrow = int(math.ceil(len(chosen) / ncol))
-    fig, axes = plt.subplots(nrow, ncol, figsize=(6.2 * ncol, 5.6 * nrow), squeeze=False)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(6.8 * ncol, 5.6 * nrow), squeeze=False)
     na, nb = cmp["runs"]["A"]["method_name"], cmp["runs"]["B"]["method_name"]
-    sides = ((da, "tab:red", f"A: {na}"), (db, "tab:blue", f"B: {nb}"))
+    sides = ((da, ROUTE_STYLES["A"], f"A: {na}"), (db, ROUTE_STYLES["B"], f"B: {nb}"))
     for ax, i in zip(axes.ravel(), chosen):
         _draw_task(ax, tasks[i], ref_routes[i], i, sides)
     for ax in axes.ravel()[len(chosen):]:
         ax.axis("off")
-    fig.suptitle(f"Routes on terrain (seed pair {pair['label']}); black = obstacles", fontsize=12)
+    fig.suptitle(f"Routes on terrain (seed pair {pair['label']}); black = obstacles; A wide solid "
+                 f"band, B dashed on top", fontsize=12)
     return _save_figure(fig, path)
 
 
@@ -185,7 +202,7 @@ def _regret_axes(ax, linthresh: float, lowest: float) -> None:
     ax.set_xlim(left=min(-0.3 * linthresh, 1.5 * lowest))
     ax.axvline(0.0, color="0.5", lw=0.8, ls=":", zorder=1)
     ax.set_ylim(0, 1.02)
-    ax.set_xlabel("regret (predicted cost − c*) / c*  [symlog]")
+    ax.set_xlabel(REGRET_AXIS_LABEL)
     ax.set_ylabel("fraction of all tasks")
     ax.set_title("Regret distribution (quality repeat, all seeds pooled)")
     ax.grid(alpha=0.3)

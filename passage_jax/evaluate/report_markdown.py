@@ -247,8 +247,10 @@ def _components_and_attribution(cmp: dict, names: tuple) -> list[str]:
 def _limits_section(cmp: dict, names: tuple) -> list[str]:
     lim = cmp["procedure_limits"]
     rows = [[k, json.dumps(lim["A"][k]), json.dumps(lim["B"][k]),
-             "**differs**" if k in lim["differ"] else ""] for k in lim["A"]]
-    return ["## Procedure limits", "", _md_table(["limit", "A", "B", ""], rows), ""]
+             "**differs**" if k in lim["differ"] else "same"] for k in lim["A"]]
+    na, nb = names
+    return ["## Procedure limits", "",
+            _md_table(["limit", f"A ({na})", f"B ({nb})", "A vs B"], rows), ""]
 
 
 def _roster_line(blk: dict) -> list[str]:

@@ -1,0 +1,392 @@
+"""A static leaderboard page across comparisons and scored runs (``python -m cli leaderboard``).
+
+:func:`leaderboard` reads any number of inputs, each one of
+
+* a comparison file written by ``compare`` (``passage-jax-compare-v1``), or a folder holding
+  one as ``compare.json`` (the output folder of ``bench --against``);
+* a scored run folder (or one seed folder of it), read with ``load_score``;
+
+and ranks every method they hold against one baseline method. The baseline is
+``baseline=NAME`` (a ``method_name``); by default it is run B of the first comparison given
+(``compare``'s and ``bench --against``'s convention: B is the baseline), or the first scored
+run when no comparison is given.
+
+Each row shows the method's seed means of all-task regret median, success rate and warm
+latency p50 (quality repeat), its contrasts against the baseline (method − baseline) with
+their paired block-bootstrap intervals, the planner-reported precision, the timing profile
+and a relative link to the comparison's report where one exists (``report.html`` or
+``report.md`` beside the comparison file or in its ``report/`` folder). A contrast comes
+from a comparison file that pairs the method with the baseline (reoriented when the
+baseline is its run A); otherwise the two scored runs are compared in memory
+(``compare_runs``, ``n_resamples`` draws), and when neither is possible the row says why.
+
+Rows are ranked by seed-mean regret median (lower first), then success rate (higher
+first), then latency p50 (lower first).
+
+Incomparable entries are **refused**, never mixed and never split into separate tables: all
+methods must share resolution, cost model, split, task variant, the task set
+(``tasks_sha256``) and the timing profile. The error names both entries and the field.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+
+from passage_jax.contract import FAILURE_REGRET
+from passage_jax.evaluate.attribution import format_number as _fmt
+from passage_jax.evaluate.attribution import markdown_table
+from passage_jax.evaluate.compare import COMPARE_FORMAT, compare_runs
+from passage_jax.evaluate.report_html import html_page, markdown_body
+from passage_jax.evaluate.report_input import ReportError, read_comparison
+from passage_jax.evaluate.score import ScoreError, load_score, read_json, seed_folders
+from passage_jax.fileio import atomic_write_json, atomic_write_text, jsonable, utc_now
+
+__all__ = ["leaderboard", "write_leaderboard", "LeaderboardError", "LeaderboardExists",
+           "LEADERBOARD_FORMAT", "COMPARABLE_FIELDS", "render_leaderboard_markdown",
+           "LEADERBOARD_COLUMNS", "table_rows"]
+
+LEADERBOARD_FORMAT = "passage-jax-leaderboard-v1"
+#: what every entry on one leaderboard must share (field -> how it is named in an error)
+COMPARABLE_FIELDS = {"resolution": "resolution", "cost_model": "cost model", "split": "split",
+                     "task_variant": "task variant", "tasks_sha256": "task set (tasks_sha256)",
+                     "timing_profile": "timing profile"}
+#: the page's table columns, in order
+LEADERBOARD_COLUMNS = ("rank", "method", "seeds", "regret median", "Δ regret median [interval]",
+                       "success rate", "Δ success [interval]", "latency p50 ms",
+                       "Δ latency p50 ms [interval]", "precision", "timing profile", "report")
+
+
+#: the page's own style (on top of the report page's): the table's cells on one line, full width
+_PAGE_CSS = "td{white-space:nowrap}body{max-width:none}"
+
+
+class LeaderboardError(RuntimeError):
+    """The leaderboard cannot be built (bad input, incomparable entries, unknown baseline)."""
+
+
+class LeaderboardExists(LeaderboardError, FileExistsError):
+    """The output folder already holds a leaderboard (replacing it must be asked for)."""
+
+
+# --------------------------------------------------------------------------- #
+# inputs
+# --------------------------------------------------------------------------- #
+
+def _identity(data: dict, timing_profile, where: str, fields: dict) -> dict:
+    """The comparability fields of one entry; ``fields`` names where each is read."""
+    out = {k: data.get(k) for k in ("resolution", "cost_model", "split", "task_variant",
+                                    "tasks_sha256")}
+    out["timing_profile"] = (timing_profile or {}).get("profile") if isinstance(
+        timing_profile, dict) else timing_profile
+    missing = [k for k, v in out.items() if v is None]
+    if missing:
+        raise LeaderboardError(f"{where}: field {fields[missing[0]]!r} is missing (cannot tell "
+                               f"which entries it is comparable with)")
+    return out
+
+
+def _seed_figures(m: dict) -> dict:
+    """regret median, success rate, warm latency p50 of one seed (compare ``methods`` entry
+    or ``metrics.json``)."""
+    p = m.get("primary") or {}
+    lat = m.get("latency_warm")
+    if lat is None:
+        lat = (m.get("latency") or {}).get("warm")
+    p50 = ((lat or {}).get("interpolated") or {}).get("p50")
+    return {"regret_median": p.get("regret_median"), "success_rate": p.get("success_rate"),
+            "latency_p50_ms": p50}
+
+
+def _mean(vals):
+    vals = [v for v in vals if v is not None and math.isfinite(float(v))]
+    return float(np.mean(vals)) if vals else None
+
+
+def _precision(folders) -> str | None:
+    """The planner-reported precisions of the seed folders (when readable)."""
+    found = []
+    for f in folders:
+        try:
+            m = read_json(Path(f) / "metrics.json", LeaderboardError)
+        except (LeaderboardError, OSError):
+            return None
+        found += [str(x) for x in ((m.get("precision") or {}).get("planner_reported") or [])]
+    return ", ".join(sorted(set(found))) or None
+
+
+def _method(name, path, seeds, per_seed: dict, identity, folders, source) -> dict:
+    figs = {k: _mean([_seed_figures(m)[k] for m in per_seed.values()])
+            for k in ("regret_median", "success_rate", "latency_p50_ms")}
+    return {"method_name": name, "path": str(path), "seeds": [int(s) for s in seeds],
+            "figures": figs, "identity": identity, "folders": [str(f) for f in folders],
+            "precision": _precision(folders), "source": str(source)}
+
+
+def _report_of(compare_file: Path) -> Path | None:
+    d = compare_file.parent
+    for cand in (d / "report" / "report.html", d / "report.html", d / "report" / "report.md",
+                 d / "report.md"):
+        if cand.is_file():
+            return cand
+    return None
+
+
+def _read_compare(path: Path) -> dict:
+    try:
+        return _compare_entry(path)
+    except ReportError as e:
+        raise LeaderboardError(str(e)) from None
+    except (KeyError, TypeError, AttributeError, ValueError) as e:
+        raise LeaderboardError(f"{path}: malformed comparison file: {type(e).__name__}: {e}") from None
+
+
+def _compare_entry(path: Path) -> dict:
+    cmp = read_comparison(path)
+    where = str(path)
+    ident = cmp["identity"]
+    identity = _identity(dict(ident["data"], tasks_sha256=ident.get("tasks_sha256")),
+                         ident.get("timing_profile"), where,
+                         {**{k: f"identity.data.{k}" for k in COMPARABLE_FIELDS},
+                          "tasks_sha256": "identity.tasks_sha256",
+                          "timing_profile": "identity.timing_profile.profile"})
+    sides = {}
+    for side in ("A", "B"):
+        run = cmp["runs"][side]
+        sides[side] = _method(run["method_name"], run["path"], run["seeds"],
+                              cmp["methods"][side]["per_seed"], identity,
+                              list(run["folders"].values()), path)
+    return {"file": str(path), "sides": sides, "contrasts": cmp["contrasts"],
+            "latency_contrast": cmp["latency_contrast"], "report": _report_of(path)}
+
+
+def _read_run(path: Path) -> dict:
+    try:
+        folders = seed_folders(path)
+        scores = [load_score(f) for f in folders]
+    except ScoreError as e:
+        raise LeaderboardError(str(e)) from None
+    m0 = scores[0]["manifest"]
+    where = str(folders[0] / "manifest.json")
+    identity = _identity(m0.get("data") or {}, scores[0]["metrics"].get("timing_profile"), where,
+                         {**{k: f"data.{k}" for k in COMPARABLE_FIELDS},
+                          "timing_profile": "timing_profile.profile (metrics.json)"})
+    per_seed = {str(s["manifest"].get("seed")): s["metrics"] for s in scores}
+    return _method(m0.get("method_name"), Path(path).resolve(), list(per_seed), per_seed,
+                   identity, folders, path)
+
+
+def _classify(path: Path):
+    """("compare", file) or ("run", folder) for one input; refused by name otherwise."""
+    if path.is_file():
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeError) as e:
+            raise LeaderboardError(f"{path}: not a JSON comparison file ({e})") from None
+        if not isinstance(doc, dict) or doc.get("format") != COMPARE_FORMAT:
+            got = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
+            raise LeaderboardError(f"{path}: not a {COMPARE_FORMAT} file (format {got!r})")
+        return "compare", path
+    if path.is_dir():
+        if (path / "run.json").is_file() or (path / "manifest.json").is_file():
+            return "run", path
+        if (path / "compare.json").is_file():
+            return "compare", path / "compare.json"
+        raise LeaderboardError(f"{path}: neither a comparison (no compare.json) nor a scored run "
+                               f"folder (no run.json or manifest.json)")
+    raise LeaderboardError(f"{path}: not found")
+
+
+# --------------------------------------------------------------------------- #
+# the table
+# --------------------------------------------------------------------------- #
+
+def _check_comparable(methods: list) -> None:
+    first = methods[0]
+    for m in methods[1:]:
+        for k, what in COMPARABLE_FIELDS.items():
+            if m["identity"][k] != first["identity"][k]:
+                raise LeaderboardError(
+                    f"incomparable entries: {m['method_name']!r} from {m['source']} has {what} "
+                    f"{m['identity'][k]!r} but {first['method_name']!r} from {first['source']} has "
+                    f"{first['identity'][k]!r}; a leaderboard ranks only entries with the same "
+                    f"resolution, cost model, split, task variant, task set and timing profile "
+                    f"(build one leaderboard per setting)")
+
+
+def _contrast(c: dict, flip: bool) -> dict:
+    """``{delta, ci_low, ci_high, ci_available, reason}`` of a contrast, as method − baseline."""
+    if c is None:
+        return {"delta": None, "ci_low": None, "ci_high": None, "ci_available": False}
+    d, lo, hi = c.get("delta"), c.get("ci_low"), c.get("ci_high")
+    if flip:
+        d = None if d is None else -d
+        lo, hi = (None if hi is None else -hi), (None if lo is None else -lo)
+    return {"delta": d, "ci_low": lo, "ci_high": hi, "ci_available": bool(c.get("ci_available")),
+            "reason": c.get("reason")}
+
+
+def _contrasts(contrasts: dict, latency: dict, flip: bool) -> dict:
+    return {"regret_median": _contrast(contrasts.get("regret_median"), flip),
+            "success_rate": _contrast(contrasts.get("success_rate"), flip),
+            "latency_p50_ms": _contrast(latency, flip)}
+
+
+def _in_memory(method: dict, base: dict, n_resamples: int) -> tuple[dict | None, str | None]:
+    try:
+        res = compare_runs(method["path"], base["path"], None, n_resamples=n_resamples)
+    except (RuntimeError, ValueError, OSError, KeyError) as e:  # a refusal: the row's reason
+        return None, f"no paired comparison with the baseline ({type(e).__name__}: {e})"
+    return _contrasts(res["contrasts"], res["latency_contrast"], False), None
+
+
+def leaderboard(inputs, baseline: str | None = None, output_dir=None,
+                n_resamples: int = 2000) -> dict:
+    """The leaderboard of ``inputs`` (comparison files or folders, scored run folders) against
+    the method named ``baseline`` (see the module docstring for the default); report links are
+    relative to ``output_dir`` (default: the current folder). :class:`LeaderboardError` names
+    a bad input, an unknown or ambiguous baseline, or two incomparable entries."""
+    inputs = [Path(p) for p in inputs]
+    if not inputs:
+        raise LeaderboardError("no input given (comparison files or folders, scored run folders)")
+    compares, runs = [], []
+    for p in inputs:
+        kind, where = _classify(p)
+        (compares if kind == "compare" else runs).append(
+            _read_compare(where) if kind == "compare" else _read_run(where))
+    entries = [s for c in compares for s in (c["sides"]["A"], c["sides"]["B"])] + runs
+    _check_comparable(entries)
+    methods: dict[str, dict] = {}
+    for m in entries:
+        methods.setdefault(str(Path(m["path"]).resolve()), m)
+    methods_list = list(methods.values())
+    if baseline is None:
+        base = compares[0]["sides"]["B"] if compares else runs[0]
+        baseline_rule = ("run B of the first comparison given" if compares
+                         else "the first scored run given")
+    else:
+        named = [m for m in methods_list if m["method_name"] == baseline]
+        if not named:
+            raise LeaderboardError(f"--baseline {baseline!r}: no entry has that method_name (names: "
+                                   f"{sorted({m['method_name'] for m in methods_list})})")
+        if len(named) > 1:
+            raise LeaderboardError(f"--baseline {baseline!r}: several runs have that method_name "
+                                   f"({', '.join(m['path'] for m in named)}); give one of them")
+        base, baseline_rule = named[0], "--baseline"
+    base_key = str(Path(base["path"]).resolve())
+    out_dir = Path(output_dir) if output_dir is not None else Path.cwd()
+    rows = []
+    for key, m in methods.items():
+        row = {**m, "baseline": key == base_key, "contrasts": None, "contrast_source": None,
+               "reason": None, "report": None}
+        for c in compares:
+            pair = {str(Path(c["sides"][s]["path"]).resolve()): s for s in ("A", "B")}
+            if key in pair and row["report"] is None and c["report"] is not None:
+                row["report"] = os.path.relpath(c["report"], out_dir.resolve())
+            if key != base_key and key in pair and base_key in pair:
+                row["contrasts"] = _contrasts(c["contrasts"], c["latency_contrast"],
+                                              flip=pair[key] == "B")
+                row["contrast_source"] = c["file"]
+        if key != base_key and row["contrasts"] is None:
+            row["contrasts"], row["reason"] = _in_memory(m, base, n_resamples)
+            row["contrast_source"] = "in memory" if row["contrasts"] else None
+        rows.append(row)
+
+    def order(r):
+        f = r["figures"]
+        reg = f["regret_median"] if f["regret_median"] is not None else FAILURE_REGRET * 10
+        suc = -(f["success_rate"] if f["success_rate"] is not None else -1.0)
+        lat = f["latency_p50_ms"] if f["latency_p50_ms"] is not None else math.inf
+        return (reg, suc, lat, r["method_name"])
+
+    rows.sort(key=order)
+    for i, r in enumerate(rows, 1):
+        r["rank"] = i
+    return jsonable({"format": LEADERBOARD_FORMAT, "created_utc": utc_now(),
+                     "baseline": {"method_name": base["method_name"], "path": base["path"],
+                                  "chosen_by": baseline_rule},
+                     "identity": base["identity"], "inputs": [str(p) for p in inputs],
+                     "ranking": "seed-mean regret median (lower first), then success rate "
+                                "(higher first), then latency p50 (lower first)",
+                     "rows": rows})
+
+
+def _interval(c: dict | None) -> str:
+    if not c or c.get("delta") is None:
+        return "(no interval)"
+    if c.get("ci_available"):
+        return f"[{_fmt(c['ci_low'])}, {_fmt(c['ci_high'])}]"
+    return "(interval unavailable)"
+
+
+def _link(rel: str | None) -> str:
+    return f"[report]({rel.replace(' ', '%20')})" if rel else "—"
+
+
+def _cell(text) -> str:
+    return str(text).replace("|", "\\|")
+
+
+def table_rows(board: dict) -> list[list[str]]:
+    """The leaderboard's rows as text cells under :data:`LEADERBOARD_COLUMNS`."""
+    out = []
+    for r in board["rows"]:
+        f, c = r["figures"], r["contrasts"] or {}
+        name = r["method_name"] + (" (baseline)" if r["baseline"] else "")
+        base = "baseline" if r["baseline"] else "n/a"
+        cells = [r["rank"], name, ", ".join(map(str, r["seeds"])), _fmt(f["regret_median"])]
+        for k, digits in (("regret_median", 4), ("success_rate", 4), ("latency_p50_ms", 2)):
+            if k != "regret_median":
+                cells.append(_fmt(f[k], digits))
+            d = (c.get(k) or {}).get("delta")
+            cells.append(base if r["baseline"] else
+                         "n/a" if d is None else f"{_fmt(d, digits)} {_interval(c.get(k))}")
+        cells += [r["precision"] or "not reported", r["identity"]["timing_profile"],
+                  _link(r["report"])]
+        out.append([_cell(x) for x in cells])
+    return out
+
+
+def render_leaderboard_markdown(board: dict) -> str:
+    """The leaderboard as Markdown (the page's content)."""
+    ident, base = board["identity"], board["baseline"]
+    lines = ["# Leaderboard", "",
+             f"- Setting: {ident['resolution']}x{ident['resolution']} {ident['split']}, cost model "
+             f"`{ident['cost_model']}`, variant `{ident['task_variant']}`, tasks sha256 "
+             f"`{str(ident['tasks_sha256'])[:16]}…`, timing profile `{ident['timing_profile']}`",
+             f"- Baseline: **{base['method_name']}** (`{base['path']}`, chosen by "
+             f"{base['chosen_by']})",
+             f"- Ranked by {board['ranking']}; Δ = method − baseline with its paired "
+             f"block-bootstrap interval.",
+             f"- Created {board['created_utc']} from {len(board['inputs'])} input(s).", "",
+             markdown_table(LEADERBOARD_COLUMNS, table_rows(board)), ""]
+    notes = [f"- {r['method_name']}: {r['reason']}" for r in board["rows"] if r.get("reason")]
+    if notes:
+        lines += ["Rows without a contrast:", "", *notes, ""]
+    lines += ["Regret is the relative regret over all tasks (a failure counts 999999); success "
+              "is the legal-route rate; latency p50 is the warm quality-repeat median in ms. "
+              "Local results, not official leaderboard entries.", ""]
+    return "\n".join(lines)
+
+
+def write_leaderboard(inputs, output_dir, baseline: str | None = None, force: bool = False,
+                      n_resamples: int = 2000) -> dict:
+    """Write ``output_dir/index.html`` (self-contained) and ``output_dir/leaderboard.json``;
+    a folder already holding either is refused unless ``force``. Returns their paths."""
+    out = Path(output_dir)
+    if out.exists() and not out.is_dir():
+        raise LeaderboardError(f"{out}: exists and is not a folder; --output names a folder")
+    page, data = out / "index.html", out / "leaderboard.json"
+    held = [p for p in (page, data) if p.exists()]
+    if held and not force:
+        raise LeaderboardExists(f"{held[0]} exists (an earlier leaderboard); choose a new folder")
+    board = leaderboard(inputs, baseline, out, n_resamples)
+    md = render_leaderboard_markdown(board)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(data, board)
+    title = f"Leaderboard against {board['baseline']['method_name']}"
+    atomic_write_text(page, html_page(title, markdown_body(md, out), css=_PAGE_CSS))
+    return {"index": str(page), "data": str(data), "board": board}
