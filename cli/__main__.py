@@ -15,6 +15,7 @@ import argparse
 import errno
 import importlib
 import os
+import re
 import sys
 
 from passage_jax import __version__
@@ -28,11 +29,14 @@ COMMANDS = {
     "make-cohort": ("cli.make_cohort", "cut real-terrain scenes, solve exact labels, write shards"),
     "audit": ("cli.audit", "validate a dataset root: counts, errors, blocks, reference qualification"),
     "conform": ("cli.conform", "check a planner against the request/result interface"),
+    "admit-test": ("cli.admit_test", "test admission gate: may this split_role: test run proceed"),
+    "check-entry": ("cli.check_entry", "reproducible-entry check: what a run or compare has and lacks"),
     "run": ("cli.run", "run a planner on frozen tasks and persist every timed route"),
     "score": ("cli.score", "score a run offline from its persisted routes"),
     "compare": ("cli.compare", "paired block-bootstrap comparison of two scored runs"),
     "trust": ("cli.trust", "trust axes of scored runs: stability, geographic, ODD boundary, efficiency"),
     "report": ("cli.report", "Markdown report with tables and route figures from a compare"),
+    "leaderboard": ("cli.leaderboard", "static page ranking compared and scored methods against a baseline"),
     "analyze": ("cli.analyze", "prepare and execute the analysis notebooks of a dataset, per resolution"),
     "bench": ("cli.bench", "run + score a spec and write sidecar.json"),
     "train": ("cli.train", "train the value-field network and write a checkpoint"),
@@ -50,17 +54,51 @@ _MAX_LINE = 600
 NO_COMPILE = frozenset({"init-spec", "doctor"})
 
 
+_ROLE = re.compile(r":[a-z]+(?::[a-z]+)?:`~?([^`<]*?)(?:\s*<[^>]*>)?`")
+_LITERAL = re.compile(r"``(.+?)``")
+
+
+def plain(text: str | None) -> str | None:
+    """``text`` without reST markup, for ``--help``: ``literals`` and :role:`targets` become
+    their plain words (``:func:`~a.b.f``` becomes ``f``)."""
+    if not text:
+        return text
+
+    def role(m):
+        target = m.group(1)
+        return target.rsplit(".", 1)[-1] if m.group(0).count("`~") else target
+
+    return _LITERAL.sub(r"\1", _ROLE.sub(role, text)).replace("....", "...")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line ``<command>: <what>`` (exit 2), as every
+    other failure of a command is."""
+
+    def error(self, message):
+        name = self.prog.split()[-1] if self.prog != "python -m cli" else "python -m cli"
+        self.exit(EXIT_ERROR, f"{name}: {message} (see {self.prog} --help)\n")
+
+
+def _plain_help(p: argparse.ArgumentParser) -> None:
+    for action in p._actions:
+        if action.help and action.help is not argparse.SUPPRESS:
+            action.help = plain(action.help)
+
+
 def build_parser(load: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m cli", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="python -m cli", description=plain(__doc__.splitlines()[0]))
     parser.add_argument("--version", action="version", version=f"passage_jax {__version__}")
     _debug_flag(parser)
     sub = parser.add_subparsers(dest="command", metavar="<command>")
     sub.required = True
     for name, (module, help_) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_, description=help_)
+        p = sub.add_parser(name, help=plain(help_), description=plain(help_))
         _debug_flag(p)
         if name == load:
             importlib.import_module(module).register(p)
+            p.description = plain(p.description)
+            _plain_help(p)
     return parser
 
 

@@ -3,11 +3,14 @@
 The work is :func:`passage_jax.evaluate.analyze.analyze_notebooks`: the four templates of
 ``notebooks/`` (dataset, display, metrics, passage_eval_metrics) are written into
 ``<staging-root>/<N>x<N>/`` with their parameters cell set for that resolution, executed
-with ``--execute`` and recorded in ``<staging-root>/analysis_manifest.json``. Exit status:
+with ``--execute`` and recorded in ``<staging-root>/analysis_manifest.json``, beside copies
+of the source notebooks and a read-only snapshot of the shards (hardlinks or reflinks;
+``--copy`` allows an ordinary copy). Exit status:
 0 when every notebook was written (and, with ``--execute``, ran without error); 1 when a
 cell failed (the notebook, cell index and error are printed and recorded); 2 for bad
 input (missing extra, dataset or resolution, a staging root that already holds an
-analysis without ``--force``).
+analysis without ``--force``, shards that can be neither linked nor, without ``--copy``,
+copied).
 """
 from __future__ import annotations
 
@@ -15,7 +18,13 @@ import sys
 from pathlib import Path
 
 from cli.launch import positive_int
-from passage_jax.evaluate.analyze import AnalyzeError, MissingDependency, StagingExists, analyze_notebooks
+from passage_jax.evaluate.analyze import (
+    AnalyzeError,
+    MissingDependency,
+    StagingExists,
+    StagingRefused,
+    analyze_notebooks,
+)
 
 __all__ = ["register", "main"]
 
@@ -38,6 +47,10 @@ def register(parser) -> None:
                              "(default: the templates' own)")
     parser.add_argument("--force", action="store_true",
                         help="write into a staging root that already holds an analysis")
+    parser.add_argument("--copy", action="store_true",
+                        help="stage the Parquet shards by an ordinary copy where neither a hardlink "
+                             "nor a reflink is possible (default: refuse; the dataset is never copied "
+                             "silently)")
 
 
 def main(args) -> int:
@@ -48,13 +61,16 @@ def main(args) -> int:
         manifest = analyze_notebooks(args.dataset_path, args.resolution, args.staging_root,
                                      execute=args.execute, census_limit=args.census_limit,
                                      classical_budget=args.classical_budget, split=args.split,
-                                     force=args.force, progress=progress)
+                                     force=args.force, copy=args.copy, progress=progress)
     except MissingDependency as e:
         print(f"error: {e}\nInstall the notebook packages with: pip install -e '.[analyze]'",
               file=sys.stderr)
         return 2
     except StagingExists as e:
         print(f"error: {e}; choose a new --staging-root or pass --force", file=sys.stderr)
+        return 2
+    except StagingRefused as e:
+        print(f"error: staging refused: {e}", file=sys.stderr)
         return 2
     except AnalyzeError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -63,6 +79,13 @@ def main(args) -> int:
     for entry in manifest["notebooks"]:
         took = "" if entry["seconds"] is None else f" ({entry['seconds']:.1f} s)"
         print(f"{entry['status']:>13}  {root / entry['path']}{took}")
+    states = manifest["states"]
+    staging = manifest["parquet_staging"]
+    print(f"notebooks: {states['notebooks']['state']}; parquet staging: {staging['method']} "
+          f"({staging['n_files']} shard(s), read-only); publication: "
+          f"{states['publication']['state']}")
+    for why in states["publication"]["reasons"]:
+        print(f"  not admitted for publication: {why}")
     print(f"manifest: {root / 'analysis_manifest.json'}")
     for f in manifest["failed"]:
         print(f"notebook {root / f['path']} failed at cell {f['cell_index']} "

@@ -24,6 +24,12 @@ def register(p):
     p.add_argument("--dry-run", action="store_true",
                    help="admit the spec and write resolved_protocol.json only: no request runs")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--admission-receipt", default=None, metavar="FILE",
+                   help="split_role: test: the green receipt of python -m cli admit-test (default: "
+                        "<output>.admission.json)")
+    p.add_argument("--without-admission", action="store_true",
+                   help="split_role: test: run without a green admission receipt (recorded in each "
+                        "seed manifest under provenance.test_admission)")
     p.add_argument("--chunk", type=launch.positive_int, default=None, metavar="K",
                    help="scenes read and qualified together at admission (default: a budget of "
                         "grid cells, 1,024 scenes at 64x64, 64 at 256x256); a multi-process launch "
@@ -52,6 +58,7 @@ def main(args) -> int:
         return code
     try:
         spec = load_spec(args.spec)
+        gate = _test_admission(spec, args)
         admitted = None
         if cluster.process_count() > 1 or args.chunk is not None:
             # every process qualifies its share of the references; process 0 alone runs the
@@ -60,7 +67,7 @@ def main(args) -> int:
             admitted = _admit_across_processes(spec, args)
             if admitted is None:
                 return 0
-        with run_progress(False if args.no_progress else None) as progress:
+        with run_progress(False if args.no_progress else None) as progress, gate:
             summary = run_spec(spec, args.output, progress=progress,
                                log=lambda m: print(m, file=sys.stderr), resume=args.resume,
                                dry_run=args.dry_run, admitted=admitted)
@@ -88,6 +95,24 @@ def main(args) -> int:
         return 0
     _print_summary(summary, args.output)
     return 0
+
+
+def _test_admission(spec, args):
+    """The test admission gate's hook (docs/admission.md): a context that records what the
+    gate found in each seed manifest; raises TestAdmissionRefused (a RunError) when a
+    ``split_role: test`` spec has no green receipt that fits and ``--without-admission`` is
+    not given. A dry run runs nothing and is not gated."""
+    from passage_jax.run.provenance import test_admission_recorded  # noqa: PLC0415 (CLI start-up)
+    from passage_jax.run.test_gate import require_admission  # noqa: PLC0415 (CLI start-up)
+
+    if args.dry_run:
+        return contextlib.nullcontext()
+    record = require_admission(spec, args.output, receipt=args.admission_receipt,
+                               without=args.without_admission)
+    if record is not None and record["status"] == "overridden":
+        print("run: split_role: test spec run --without-admission: no green admission receipt; "
+              "recorded in the manifests", file=sys.stderr)
+    return test_admission_recorded(record)
 
 
 def _print_summary(summary: dict, output) -> None:

@@ -2,8 +2,12 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import hashlib
 import json
+import os
+import shutil
+import stat
 from pathlib import Path
 
 import pytest
@@ -14,6 +18,7 @@ pytest.importorskip("ipykernel")
 
 import cli.analyze as analyze_cli  # noqa: E402
 import passage_jax.evaluate.analyze as analysis  # noqa: E402
+import passage_jax.evaluate.analyze_export as export  # noqa: E402
 from passage_jax.data import shipped_cohort_root  # noqa: E402
 from passage_jax.evaluate.analyze import (  # noqa: E402
     TEMPLATES,
@@ -36,10 +41,45 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+@pytest.fixture(scope="module")
+def cohort(tmp_path_factory):
+    """A copy of the shipped cohort (64x64 and 128x128): staging hardlinks its shards and
+    makes them read-only, which the package's own files are kept out of."""
+    root = tmp_path_factory.mktemp("cohort") / "cohort"
+    for n in (64, 128):
+        shutil.copytree(shipped_cohort_root() / f"{n}x{n}", root / f"{n}x{n}")
+    return root
+
+
+def _staged_shards_are_hardlinks(out: Path, root: Path, manifest: dict, n: int = 64) -> None:
+    staging = manifest["parquet_staging"]
+    assert staging["state"] == "staged" and staging["method"] == "hardlink"
+    assert staging["read_only"] and staging["verified"]
+    sources = sorted((root / f"{n}x{n}").glob("*/*.parquet"))
+    assert len(sources) == 3 and staging["n_files"] == 3
+    for src in sources:
+        rel = src.relative_to(root)
+        dst = out / "data" / rel
+        assert os.stat(dst).st_ino == os.stat(src).st_ino and os.stat(dst).st_dev == os.stat(src).st_dev
+        assert not os.stat(dst).st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)
+        entry = next(f for f in staging["files"] if f["path"] == f"data/{rel.as_posix()}")
+        assert entry["method"] == "hardlink" and entry["sha256"] == sha256(src)
+        assert entry["inode"] == os.stat(src).st_ino
+
+
+def _source_copies(out: Path, templates: Path, manifest: dict) -> None:
+    copies = manifest["source_notebooks"]
+    assert [c["notebook"] for c in copies] == list(TEMPLATES)
+    for c in copies:
+        src = templates / f"_{c['notebook']}.ipynb"
+        assert (out / c["path"]).read_bytes() == src.read_bytes()
+        assert c["sha256"] == sha256(src)
+
+
 @pytest.mark.slow  # four notebooks executed in kernels (about 25 s); each also runs in test_notebooks
-def test_analyze_executes_the_four_notebooks_and_records_identities(tmp_path, capsys):
+def test_analyze_executes_the_four_notebooks_and_records_identities(tmp_path, capsys, cohort):
     out = tmp_path / "staging"
-    rc = run_cli(["--dataset-path", "shipped", "--resolution", "64", "--staging-root", out, "--execute",
+    rc = run_cli(["--dataset-path", cohort, "--resolution", "64", "--staging-root", out, "--execute",
                   "--census-limit", "2", "--classical-budget", "2"])
     captured = capsys.readouterr()
     assert rc == 0, captured.err[-3000:]
@@ -61,7 +101,7 @@ def test_analyze_executes_the_four_notebooks_and_records_identities(tmp_path, ca
         assert "resolution = 64" in params.source and "census_limit = 2" in params.source
     assert manifest["failed"] == []
     # data identities: an independent sha256 of every 64x64 shard
-    root = shipped_cohort_root().resolve()
+    root = cohort.resolve()
     assert manifest["data"]["dataset_root"] == str(root)
     expected = {p.relative_to(root).as_posix(): sha256(p) for p in (root / "64x64").glob("*/*.parquet")}
     got = {f["path"]: f["sha256"] for files in manifest["data"]["resolutions"]["64"]["splits"].values()
@@ -70,9 +110,14 @@ def test_analyze_executes_the_four_notebooks_and_records_identities(tmp_path, ca
     # evaluator identity
     assert manifest["evaluator"]["code_hash"] == code_hash()
     assert manifest["evaluator"]["notebook_packages"]["nbclient"]
-    # the kernel ran in the staging folder; the dataset was not copied there
+    # the kernel ran in the staging folder on the staged read-only snapshot (hardlinks)
     assert (out / "64x64" / "outputs" / "metrics" / "exact").is_dir()
-    assert not list(out.rglob("*.parquet"))
+    _staged_shards_are_hardlinks(out, root, manifest)
+    _source_copies(out, NOTEBOOKS, manifest)
+    states = manifest["states"]
+    assert states["notebooks"]["state"] == "executed" and states["notebooks"]["executed"] == 4
+    assert states["parquet_staging"]["method"] == "hardlink"
+    assert states["publication"] == {"state": "admitted", "reasons": []}
 
 
 def _tiny_templates(folder: Path, failing: str | None = None) -> Path:
@@ -89,11 +134,12 @@ def _tiny_templates(folder: Path, failing: str | None = None) -> Path:
     return folder
 
 
-def test_a_failing_cell_fails_the_command_naming_notebook_and_cell(tmp_path, monkeypatch, capsys):
+def test_a_failing_cell_fails_the_command_naming_notebook_and_cell(tmp_path, monkeypatch, capsys,
+                                                                  cohort):
     templates = _tiny_templates(tmp_path / "templates", failing="display")
     monkeypatch.setattr(analysis, "default_template_dir", lambda: templates)
     out = tmp_path / "staging"
-    rc = run_cli(["--dataset-path", "shipped", "--resolution", "64", "--staging-root", out, "--execute"])
+    rc = run_cli(["--dataset-path", cohort, "--resolution", "64", "--staging-root", out, "--execute"])
     err = capsys.readouterr().err
     assert rc == 1
     assert "64x64/display.ipynb failed at cell 3" in err and "no analysis at 64" in err
@@ -107,13 +153,88 @@ def test_a_failing_cell_fails_the_command_naming_notebook_and_cell(tmp_path, mon
     nb = nbformat.read(out / "64x64" / "display.ipynb", as_version=4)
     assert nb.cells[3].outputs[-1].output_type == "error"
     assert str(out / "64x64") in nb.cells[2].outputs[0].text
+    # the failure keeps the export from publication; the staging is its own state
+    states = manifest["states"]
+    assert states["notebooks"]["state"] == "failed" and states["notebooks"]["failed"] == 1
+    assert states["parquet_staging"] == {"state": "staged", "method": "hardlink", "read_only": True,
+                                         "verified": True}
+    assert states["publication"]["state"] == "not_admitted"
+    assert states["publication"]["reasons"] == ["64x64/display.ipynb failed at cell 3"]
 
 
-def test_a_staging_root_with_an_analysis_is_refused(tmp_path, monkeypatch, capsys):
+def test_execute_exports_notebooks_sources_hardlinked_shards_and_three_states(tmp_path, monkeypatch,
+                                                                             capsys, cohort):
     templates = _tiny_templates(tmp_path / "templates")
     monkeypatch.setattr(analysis, "default_template_dir", lambda: templates)
     out = tmp_path / "staging"
-    argv = ["--dataset-path", "shipped", "--resolution", "64", "128", "--staging-root", out]
+    rc = run_cli(["--dataset-path", cohort, "--resolution", "64", "--staging-root", out, "--execute"])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err[-2000:]
+    assert "parquet staging: hardlink (3 shard(s), read-only); publication: admitted" in captured.out
+    manifest = json.loads((out / "analysis_manifest.json").read_text())
+    _staged_shards_are_hardlinks(out, cohort, manifest)
+    _source_copies(out, templates, manifest)
+    # the notebooks read the staged snapshot, not the dataset root
+    params = manifest["notebooks"][0]["parameters"]
+    assert params["dataset_path"] == str(out / "data")
+    states = manifest["states"]
+    assert states["notebooks"] == {"state": "executed", "total": 4, "ready": 4, "executed": 4,
+                                   "failed": 0, "not_executed": 0}
+    assert states["publication"] == {"state": "admitted", "reasons": []}
+
+
+def test_not_executed_export_is_ready_but_not_admitted(tmp_path, monkeypatch, cohort):
+    templates = _tiny_templates(tmp_path / "templates")
+    monkeypatch.setattr(analysis, "default_template_dir", lambda: templates)
+    out = tmp_path / "staging"
+    assert run_cli(["--dataset-path", cohort, "--resolution", "64", "--staging-root", out]) == 0
+    states = json.loads((out / "analysis_manifest.json").read_text())["states"]
+    assert states["notebooks"]["state"] == "ready" and states["notebooks"]["not_executed"] == 4
+    assert states["parquet_staging"]["method"] == "hardlink"
+    assert states["publication"] == {"state": "not_admitted",
+                                     "reasons": ["the notebooks were not executed (--execute)"]}
+
+
+def test_no_links_is_a_named_refusal_and_copy_opts_in(tmp_path, monkeypatch, capsys, cohort):
+    """A file system without hardlinks or reflinks: the staging is refused by name, nothing
+    is left staged; --copy then makes ordinary read-only copies."""
+    templates = _tiny_templates(tmp_path / "templates")
+    monkeypatch.setattr(analysis, "default_template_dir", lambda: templates)
+
+    def no_link(src, dst, *a, **k):
+        raise OSError(errno.EXDEV, "Invalid cross-device link", str(src), None, str(dst))
+
+    def no_reflink(src, dst):
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(export.os, "link", no_link)
+    monkeypatch.setattr(export, "_reflink", no_reflink)
+    out = tmp_path / "staging"
+    argv = ["--dataset-path", cohort, "--resolution", "64", "--staging-root", out]
+    assert run_cli(argv) == 2
+    err = capsys.readouterr().err
+    assert "staging refused: cannot stage shard" in err
+    assert "hardlink refused (Invalid cross-device link [EXDEV])" in err
+    assert "reflink refused (Operation not permitted [EPERM])" in err and "--copy" in err
+    assert not list(out.rglob("*.parquet")) and not (out / "analysis_manifest.json").exists()
+    assert run_cli([*argv, "--copy"]) == 0
+    manifest = json.loads((out / "analysis_manifest.json").read_text())
+    staging = manifest["parquet_staging"]
+    assert staging["method"] == "copy" and staging["copy_allowed"] and staging["read_only"]
+    assert manifest["options"]["copy"] is True
+    for f in staging["files"]:
+        src, dst = Path(f["source"]), out / f["path"]
+        assert os.stat(dst).st_ino != os.stat(src).st_ino
+        assert sha256(dst) == sha256(src) == f["sha256"]
+        assert not os.stat(dst).st_mode & 0o222
+    assert manifest["states"]["parquet_staging"]["method"] == "copy"
+
+
+def test_a_staging_root_with_an_analysis_is_refused(tmp_path, monkeypatch, capsys, cohort):
+    templates = _tiny_templates(tmp_path / "templates")
+    monkeypatch.setattr(analysis, "default_template_dir", lambda: templates)
+    out = tmp_path / "staging"
+    argv = ["--dataset-path", cohort, "--resolution", "64", "128", "--staging-root", out]
     assert run_cli(argv) == 0
     first = json.loads((out / "analysis_manifest.json").read_text())
     assert {e["status"] for e in first["notebooks"]} == {"not_executed"}

@@ -6,15 +6,23 @@ Four templates per resolution (:data:`TEMPLATES`): ``_dataset.ipynb``, ``_displa
 ``<staging_root>/<N>x<N>/`` without the leading underscore, with the cell tagged
 ``parameters`` replaced by the values for that resolution; with ``execute=True`` it runs
 each one with nbclient on the ``python3`` kernel of this interpreter (working directory:
-the resolution's staging folder) and writes the executed notebook in place. The dataset is
-read where it is; nothing of it is copied into the staging folder.
+the resolution's staging folder) and writes the executed notebook in place.
+
+The export also holds the source notebooks (``<staging_root>/source_notebooks/``, copies
+of the templates, :func:`copy_source_notebooks`) and a read-only snapshot of the analysed
+shards (``<staging_root>/data/<N>x<N>/<split>/``, :func:`stage_shards`), which the
+notebooks read: each shard is hardlinked, else reflinked; when neither is possible the
+analysis is refused (:class:`StagingRefused`) unless an ordinary copy was asked for
+(``copy=True``, ``--copy``). The dataset is never copied silently.
 
 ``<staging_root>/analysis_manifest.json`` (:data:`ANALYSIS_FORMAT`) records, per notebook,
 the template's sha256, readiness, execution status (``executed``, ``failed`` or
 ``not_executed``), seconds and, for a failure, the cell index and error; and once for the
 analysis the identities of the data (dataset root, sha256 of every shard of each
 resolution) and of the evaluator (:func:`passage_jax.protocol.records.code_hash`, package
-versions, the kernel's command line).
+versions, the kernel's command line); and three states kept apart (:func:`export_states`):
+``notebooks`` (readiness and execution), ``parquet_staging`` (method hardlink, reflink,
+copy or mixed; read-only; verified) and ``publication`` (admitted, or not with the reasons).
 
 nbformat, nbclient and ipykernel are the ``analyze`` extra
 (``pip install -e '.[analyze]'``); :class:`MissingDependency` names a missing one.
@@ -23,7 +31,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import importlib
+import importlib  # noqa: F401 (the module the notebook packages are imported through)
 import json
 import sys
 import time
@@ -33,6 +41,20 @@ from pathlib import Path
 from typing import Any
 
 from passage_jax.data import DataError, present_splits, resolve_dataset_root, shard_files
+from passage_jax.evaluate.analyze_export import (
+    DATA_FOLDER,
+    SOURCES_FOLDER,
+    STAGING_METHODS,
+    AnalyzeError,
+    MissingDependency,
+    StagingExists,
+    StagingRefused,
+    _clear_export,
+    _require,
+    copy_source_notebooks,
+    export_states,
+    stage_shards,
+)
 from passage_jax.fileio import atomic_write_json, atomic_write_text, sha256_file, utc_now
 from passage_jax.protocol.records import code_hash, package_versions
 
@@ -41,6 +63,8 @@ __all__ = [
     "AnalyzeError", "MissingDependency", "StagingExists", "analyze_notebooks", "default_template_dir",
     "parameters_source", "parameterise", "execute_notebook", "data_identity", "evaluator_identity",
     "resolution_folder_name", "AnalyzeOptions", "AnalysisPlan", "PreparedNotebook", "plan_analysis",
+    "StagingRefused", "stage_shards", "copy_source_notebooks", "export_states", "DATA_FOLDER",
+    "SOURCES_FOLDER", "STAGING_METHODS",
 ]
 
 ANALYSIS_FORMAT = "passage-jax-analysis-v1"
@@ -52,26 +76,6 @@ NOTEBOOK_PACKAGES = ("nbformat", "nbclient", "ipykernel")
 KERNEL_NAME = "python3"
 #: execution timeout of one cell, seconds
 DEFAULT_CELL_TIMEOUT = 1800
-
-
-class AnalyzeError(RuntimeError):
-    """The analysis cannot be prepared (templates, staging root, dataset)."""
-
-
-class MissingDependency(AnalyzeError):
-    """A package of the ``analyze`` extra is not installed."""
-
-
-class StagingExists(AnalyzeError):
-    """The staging root already holds an analysis."""
-
-
-def _require(name: str):
-    try:
-        return importlib.import_module(name)
-    except ImportError as e:
-        raise MissingDependency(f"the analysis notebooks need {name!r} (one of "
-                                f"{', '.join(NOTEBOOK_PACKAGES)}), which is not installed: {e}") from None
 
 
 def default_template_dir() -> Path:
@@ -212,7 +216,8 @@ def evaluator_identity() -> dict:
 
 
 def _existing_analysis(staging_root: Path, names: list[Path]) -> list[Path]:
-    found = [p for p in [staging_root / MANIFEST_NAME, *names] if p.exists()]
+    found = [p for p in [staging_root / MANIFEST_NAME, staging_root / DATA_FOLDER,
+                         staging_root / SOURCES_FOLDER, *names] if p.exists()]
     return found
 
 
@@ -232,12 +237,14 @@ class AnalyzeOptions:
     template_dir: Any = None
     extra_params: dict | None = None
     cell_timeout: float = DEFAULT_CELL_TIMEOUT
+    copy: bool = False
 
     def to_dict(self, dataset_path, resolutions: list) -> dict:
         """The manifest's ``options`` block."""
         return {"dataset_path": str(dataset_path), "resolutions": resolutions, "split": self.split,
                 "execute": bool(self.execute), "census_limit": self.census_limit,
-                "classical_budget": self.classical_budget, "force": bool(self.force)}
+                "classical_budget": self.classical_budget, "force": bool(self.force),
+                "copy": bool(self.copy)}
 
     def parameters(self, root: Path, n: int, folder: Path, stem: str) -> dict:
         """The parameters cell of notebook ``stem`` at resolution ``n``."""
@@ -333,6 +340,7 @@ def plan_analysis(dataset_path, resolutions, staging_root, options: AnalyzeOptio
         raise StagingExists(f"{staging_root} already holds an analysis ({existing[0]})")
     if (staging_root / MANIFEST_NAME).exists():
         (staging_root / MANIFEST_NAME).unlink()
+    _clear_export(staging_root)
     return AnalysisPlan(root, identities, staging_root, templates, outputs)
 
 
@@ -351,9 +359,10 @@ def _manifest(plan: AnalysisPlan, dataset_path, options: AnalyzeOptions) -> dict
 
 
 def _prepare(plan: AnalysisPlan, n: int, stem: str, options: AnalyzeOptions, nbformat) -> PreparedNotebook:
-    """Write notebook ``stem`` of resolution ``n`` with its parameters set."""
+    """Write notebook ``stem`` of resolution ``n`` with its parameters set (its dataset is
+    the staged snapshot)."""
     folder = plan.staging_root / resolution_folder_name(n)
-    params = options.parameters(plan.root, n, folder, stem)
+    params = options.parameters(plan.staging_root / DATA_FOLDER, n, folder, stem)
     template = plan.templates[stem]
     try:
         nb = parameterise(template, params)
@@ -407,16 +416,20 @@ def analyze_notebooks(dataset_path, resolutions, staging_root, *, options: Analy
             _require(name)
     plan = plan_analysis(dataset_path, resolutions, staging_root, options)
     manifest = _manifest(plan, dataset_path, options)
+    manifest["parquet_staging"] = stage_shards(plan, copy=options.copy)
+    manifest["source_notebooks"] = copy_source_notebooks(plan)
     prepared = []
     for n in plan.resolutions:
         (plan.staging_root / resolution_folder_name(n)).mkdir(parents=True, exist_ok=True)
         for stem in TEMPLATES:
             prepared.append(_prepare(plan, n, stem, options, nbformat))
             manifest["notebooks"].append(prepared[-1].entry)
+    manifest["states"] = export_states(manifest, plan.staging_root, False)
     atomic_write_json(plan.staging_root / MANIFEST_NAME, manifest)
     if not options.execute:
         return manifest
     _execute(prepared, manifest, plan, options, progress, nbformat)
     manifest["finished_utc"] = utc_now()
+    manifest["states"] = export_states(manifest, plan.staging_root, True)
     atomic_write_json(plan.staging_root / MANIFEST_NAME, manifest)
     return manifest

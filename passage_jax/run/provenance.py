@@ -21,6 +21,8 @@ Both files are read bounded: the calibration decisions at most
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import json
 import os
@@ -32,11 +34,27 @@ from passage_jax.run.spec import SPEC_MAX_BYTES
 from passage_jax.stats.roster import RosterError, read_roster
 
 __all__ = ["ProvenanceError", "provenance", "canonical_json_sha256", "evaluator_commit",
-           "roster_record", "UNDECLARED", "ROSTER_MAX_BYTES"]
+           "roster_record", "UNDECLARED", "ROSTER_MAX_BYTES", "test_admission_recorded"]
 
 UNDECLARED = "undeclared"
 #: the largest roster file read, in bytes (about 900,000 task records)
 ROSTER_MAX_BYTES = 64 << 20
+
+
+#: what ``run`` found at the test admission gate (:mod:`passage_jax.run.test_gate`), set
+#: for the duration of a launch by :func:`test_admission_recorded`
+_TEST_ADMISSION: contextvars.ContextVar = contextvars.ContextVar("test_admission", default=None)
+
+
+@contextlib.contextmanager
+def test_admission_recorded(record: dict | None):
+    """Within the block, a run's provenance carries ``test_admission: record`` (nothing
+    when ``record`` is None)."""
+    token = _TEST_ADMISSION.set(record)
+    try:
+        yield
+    finally:
+        _TEST_ADMISSION.reset(token)
 
 
 class ProvenanceError(RuntimeError):
@@ -108,8 +126,9 @@ def evaluator_commit(root=None) -> dict | None:
 
 
 def provenance(spec, sample_ids) -> dict:
-    """The provenance block of a run's manifest (ProvenanceError when an input is bad)."""
-    return {
+    """The provenance block of a run's manifest (ProvenanceError when an input is bad);
+    ``test_admission`` only when the launch recorded one (:func:`test_admission_recorded`)."""
+    out = {
         "split_role": spec.split_role or UNDECLARED,
         "split": spec.split,
         "calibration_decisions": _calibration(spec.calibration_decisions),
@@ -118,3 +137,6 @@ def provenance(spec, sample_ids) -> dict:
         "roster": roster_record(spec.roster, spec.roster_sha256, sample_ids),
         "evaluator_commit": evaluator_commit(),
     }
+    if _TEST_ADMISSION.get() is not None:
+        out["test_admission"] = _TEST_ADMISSION.get()
+    return out
