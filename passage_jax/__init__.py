@@ -15,8 +15,9 @@ audit, shipped terrain, cohort maker; ``graph``, ``reference``, ``stats``),
 any stage may import: ``contract`` (the contract's constants), ``fileio`` (small
 file helpers), ``reduce`` (shared reducers), ``checks`` (value checks), ``shapes``
 (the size ladder), ``placement`` (device placement), ``compilation`` (the
-persistent compilation cache and compile counters), ``precision``, ``memory`` and
-``cluster``. ``testing`` is material for tests; the library never imports it.
+persistent compilation cache and compile counters), ``precision``, ``memory``,
+``cluster`` and ``exports`` (a package's names imported on first use). ``testing``
+is material for tests; the library never imports it.
 """
 __version__ = "0.1.0"
 

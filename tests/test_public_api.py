@@ -40,7 +40,8 @@ def _declares_all(source: str) -> bool:
             targets = node.targets
         elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
             targets = [node.target]
-        if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
+        names = [e for t in targets for e in (t.elts if isinstance(t, ast.Tuple) else [t])]
+        if any(isinstance(t, ast.Name) and t.id == "__all__" for t in names):
             return True
     return False
 

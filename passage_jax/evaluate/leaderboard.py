@@ -243,6 +243,33 @@ def _in_memory(method: dict, base: dict, n_resamples: int) -> tuple[dict | None,
     return _contrasts(res["contrasts"], res["latency_contrast"], False), None
 
 
+def _choose_baseline(baseline, methods_list, compares, runs) -> tuple:
+    """(the baseline entry, how it was chosen): the method named ``baseline``, else run B of
+    the first comparison, else the first scored run."""
+    if baseline is None:
+        if compares:
+            return compares[0]["sides"]["B"], "run B of the first comparison given"
+        return runs[0], "the first scored run given"
+    named = [m for m in methods_list if m["method_name"] == baseline]
+    if not named:
+        raise LeaderboardError(f"--baseline {baseline!r}: no entry has that method_name (names: "
+                               f"{sorted({m['method_name'] for m in methods_list})})")
+    if len(named) > 1:
+        raise LeaderboardError(f"--baseline {baseline!r}: several runs have that method_name "
+                               f"({', '.join(m['path'] for m in named)}); give one of them")
+    return named[0], "--baseline"
+
+
+def _rank_key(r: dict) -> tuple:
+    """Seed-mean regret median (lower first), success rate (higher first), latency p50
+    (lower first), then the name; a missing figure ranks last."""
+    f = r["figures"]
+    reg = f["regret_median"] if f["regret_median"] is not None else FAILURE_REGRET * 10
+    suc = -(f["success_rate"] if f["success_rate"] is not None else -1.0)
+    lat = f["latency_p50_ms"] if f["latency_p50_ms"] is not None else math.inf
+    return (reg, suc, lat, r["method_name"])
+
+
 def leaderboard(inputs, baseline: str | None = None, output_dir=None,
                 n_resamples: int = 2000) -> dict:
     """The leaderboard of ``inputs`` (comparison files or folders, scored run folders) against
@@ -263,19 +290,7 @@ def leaderboard(inputs, baseline: str | None = None, output_dir=None,
     for m in entries:
         methods.setdefault(str(Path(m["path"]).resolve()), m)
     methods_list = list(methods.values())
-    if baseline is None:
-        base = compares[0]["sides"]["B"] if compares else runs[0]
-        baseline_rule = ("run B of the first comparison given" if compares
-                         else "the first scored run given")
-    else:
-        named = [m for m in methods_list if m["method_name"] == baseline]
-        if not named:
-            raise LeaderboardError(f"--baseline {baseline!r}: no entry has that method_name (names: "
-                                   f"{sorted({m['method_name'] for m in methods_list})})")
-        if len(named) > 1:
-            raise LeaderboardError(f"--baseline {baseline!r}: several runs have that method_name "
-                                   f"({', '.join(m['path'] for m in named)}); give one of them")
-        base, baseline_rule = named[0], "--baseline"
+    base, baseline_rule = _choose_baseline(baseline, methods_list, compares, runs)
     base_key = str(Path(base["path"]).resolve())
     out_dir = Path(output_dir) if output_dir is not None else Path.cwd()
     rows = []
@@ -294,15 +309,7 @@ def leaderboard(inputs, baseline: str | None = None, output_dir=None,
             row["contrasts"], row["reason"] = _in_memory(m, base, n_resamples)
             row["contrast_source"] = "in memory" if row["contrasts"] else None
         rows.append(row)
-
-    def order(r):
-        f = r["figures"]
-        reg = f["regret_median"] if f["regret_median"] is not None else FAILURE_REGRET * 10
-        suc = -(f["success_rate"] if f["success_rate"] is not None else -1.0)
-        lat = f["latency_p50_ms"] if f["latency_p50_ms"] is not None else math.inf
-        return (reg, suc, lat, r["method_name"])
-
-    rows.sort(key=order)
+    rows.sort(key=_rank_key)
     for i, r in enumerate(rows, 1):
         r["rank"] = i
     return jsonable({"format": LEADERBOARD_FORMAT, "created_utc": utc_now(),
