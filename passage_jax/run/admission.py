@@ -12,6 +12,9 @@
 6. under a session timing profile, the warm-up scene is found outside the roster
    (:mod:`passage_jax.run.warmup_scene`).
 
+With ``references_from`` (an earlier run over the same tasks) step 3 takes that run's
+qualified references after checking them (:mod:`passage_jax.run.reused_references`).
+
 Nothing here calls the planner.
 """
 from __future__ import annotations
@@ -37,6 +40,7 @@ from passage_jax.learned.guide import shipped_checkpoint
 from passage_jax.protocol.adapters import import_entry, is_factory
 from passage_jax.protocol.records import pack_routes, references_identity
 from passage_jax.reference import qualify_scenes, solve_tasks
+from passage_jax.run.reused_references import ReusedReferences
 from passage_jax.run.spec import SPEC_MAX_BYTES, RunSpec, shown
 from passage_jax.run.warmup_scene import WarmupSceneError, warmup_task
 
@@ -68,6 +72,8 @@ class References:
     max_expansions: int | None
     precision: str = "float64"  # the arithmetic path that produced c* (every task's)
     precision_rtol: float = 1e-12  # its stated relative tolerance on c*
+    #: where the references were taken from (``references_from``), None when qualified here
+    reused_from: dict | None = None
     _identity: str | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
 
     def identity(self) -> str:
@@ -387,7 +393,9 @@ def admit(spec: RunSpec, qualify: bool = True, *, chunk: int | None = None) -> A
     bundle = verify_runtime_bundle(spec.runtime_bundle_manifest)
     device = select_device(spec.device)
     root = resolve_root(spec)
-    qualifier = _Qualifier(spec)
+    reused = (ReusedReferences(spec, References, AdmissionError) if spec.references_from
+              else None)
+    qualifier = reused or _Qualifier(spec)
     if cluster.process_count() == 1:
         tasks = open_admitted_tasks(spec, root, on_chunk=qualifier, chunk=chunk)
         tasks.release()
@@ -411,6 +419,8 @@ def admit(spec: RunSpec, qualify: bool = True, *, chunk: int | None = None) -> A
                                           error=AdmissionError, describe=_describe))
     shards = shard_identity(tasks)
     refs = qualifier.finish()
+    if reused is not None:  # after the tasks' own checks, which name the first task that differs
+        reused.check_shards(shards)
     warmup = None
     if spec.session_profile:
         try:

@@ -141,6 +141,7 @@ def _references(refs: adm.References) -> dict:
         "identity": refs.identity(), "n_qualified": int(refs.qualified.sum()),
         "solvers": sorted(set(refs.solver)),
         "precision": refs.precision, "precision_rtol": refs.precision_rtol,
+        "reused_from": refs.reused_from,
     }
 
 

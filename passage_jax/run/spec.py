@@ -95,6 +95,7 @@ class RunSpec:
     reference_max_expansions: int | None = None
     reference_policy: str = "released_labels"
     reference_cohort_id: str | None = None
+    references_from: str | None = None
     results_root: str = "results"
     component_control: dict | None = None
     runtime_bundle_manifest: str | None = None
@@ -269,6 +270,8 @@ budget: {}
 reference_max_expansions: null      # CPU exact-search budget for qualification; null = none
 reference_policy: released_labels   # or independent_analytic_reference (+ reference_cohort_id)
 reference_cohort_id: null
+references_from: null               # an earlier run's folder over the same tasks: its references
+                                    # are taken (checked) instead of qualified again
 
 results_root: outputs/passage-jax   # where `bench` writes
 component_control: null             # {variant, guide, checkpoint_id, machinery_id, primary_learned}

@@ -74,6 +74,7 @@ DEFAULTS: dict[str, Any] = {
     "reference_max_expansions": None,
     "reference_policy": "released_labels",
     "reference_cohort_id": None,
+    "references_from": None,
     "results_root": "results",
     "component_control": None,
     "runtime_bundle_manifest": None,
@@ -458,7 +459,7 @@ def _within_budget(v, d):
 
 
 _STRINGS = ("family", "architecture", "dataset_path", "dataset_repo", "reference_cohort_id",
-            "runtime_bundle_manifest", "device")
+            "references_from", "runtime_bundle_manifest", "device")
 
 #: ``(key, check)`` in the order the checks run (see the module docstring).
 VALIDATORS = (
