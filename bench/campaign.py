@@ -56,6 +56,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 import scipy.sparse
 import scipy.sparse.csgraph
 
@@ -245,6 +246,9 @@ def build_cohort(work, n_scenes: int, *, seed: int = 0, resolution: int = 256, s
              "seed": int(seed), "scenes_per_crop": int(scenes_per_crop),
              "coverage_max": float(coverage_max)}
             for k, f in enumerate(range(0, n_scenes, rows_per_shard))]
+    larger = _larger_cohort(work, wanted)
+    if larger is not None:
+        return _derive_cohort(larger, jobs, wanted, partial, root, workers=workers)
     t0 = time.perf_counter()
     results = []
     if workers > 1 and len(jobs) > 1:
@@ -268,6 +272,53 @@ def build_cohort(work, n_scenes: int, *, seed: int = 0, resolution: int = 256, s
             used[k] = used.get(k, 0) + 1
     summary = {**wanted, "build_s": seconds, "workers": int(workers), "rasters": used,
                "shards": len(jobs)}
+    atomic_write_json(partial / _MARKER, summary)
+    if root.exists():
+        shutil.rmtree(root)
+    partial.rename(root)
+    return {**summary, "root": str(root), "reused": False}
+
+
+def _larger_cohort(work, wanted: dict) -> Path | None:
+    """A finished cohort under ``work`` of the same seed, resolution, split and build
+    settings as ``wanted`` but more scenes (the smallest such), or None."""
+    best = None
+    for marker in Path(work).glob(f"cohort-{wanted['resolution']}-n*-s{wanted['seed']}/{_MARKER}"):
+        try:
+            done = json.loads(marker.read_text())
+        except (OSError, ValueError):
+            continue
+        same = all(done.get(k) == v for k, v in wanted.items() if k != "n_scenes")
+        if same and int(done.get("n_scenes", 0)) > wanted["n_scenes"]:
+            if best is None or done["n_scenes"] < best[0]:
+                best = (done["n_scenes"], marker.parent)
+    return None if best is None else best[1]
+
+
+def _derive_cohort(larger: Path, jobs: list, wanted: dict, partial: Path, root: Path, *,
+                   workers: int) -> dict:
+    """The first ``n_scenes`` scenes of the finished ``larger`` cohort: its whole shards
+    hard-linked (the same files), a last partial shard built again (a scene does not
+    depend on how the cohort is cut into shards, so these are the same scenes). The
+    larger cohort's scenes were checked pairwise distinct, so its prefix is."""
+    t0 = time.perf_counter()
+    sub = f"{wanted['resolution']}x{wanted['resolution']}/{wanted['split']}"
+    rest = []
+    for job in jobs:
+        name = f"part-{job['shard']:05d}.parquet"
+        if job["count"] == wanted["rows_per_shard"]:
+            os.link(larger / sub / name, Path(job["folder"]) / name)
+        else:
+            rest.append(job)
+    for job in rest:
+        _shard_job(job)
+    used: dict[str, int] = {}
+    for f in sorted(Path(jobs[0]["folder"]).glob("part-*.parquet")):
+        for text in pq.read_table(f, columns=["metadata"]).column("metadata").to_pylist():
+            k = json.loads(text)["source"]["raster"]
+            used[k] = used.get(k, 0) + 1
+    summary = {**wanted, "build_s": time.perf_counter() - t0, "workers": int(workers), "rasters": used,
+               "shards": len(jobs), "derived_from": str(larger)}
     atomic_write_json(partial / _MARKER, summary)
     if root.exists():
         shutil.rmtree(root)

@@ -12,7 +12,9 @@ three seeds, the exact planner against the greedy baseline, every step a fresh
   reading, validating and hashing the tasks, the references; shown apart, not counted
   again in the total);
 * ``run_exact``, ``run_greedy``: the three-seed session runs (their own admission
-  inside);
+  inside; the greedy run takes the exact run's qualified references, ``references_from``,
+  so its admission reads, validates and hashes the tasks without solving them again;
+  ``--requalify`` has it qualify them itself);
 * ``score_exact``, ``score_greedy``: offline scoring of the three seeds;
 * ``compare``: the paired block-bootstrap comparison (greedy against exact);
 * ``trust``: the trust axes of the greedy run with the exact run as its oracle;
@@ -72,14 +74,15 @@ def add_validation_split(root: Path, resolution: int, seed: int, count: int = WA
     campaign.build_shard(folder, 0, 0, count, n=resolution, split="validation", seed=seed)
 
 
-def session_spec(model: str, root: Path, n: int, out: Path, resolution: int) -> Path:
-    """The model's config as a three-seed session spec over the cohort."""
+def session_spec(model: str, root: Path, n: int, out: Path, resolution: int, **extra) -> Path:
+    """The model's config as a three-seed session spec over the cohort (``extra``: more
+    spec keys)."""
     spec = read_document(REPO / "configs" / f"{model}.yaml", ValueError, "spec", yaml_allowed=True)
     for k in ("latency_warmup", "latency_repeats", "quality_repeat_index"):
         spec.pop(k, None)  # the session profile's warm-up is session_warmup
     spec.update({"resolution": resolution, "dataset_path": str(root), "split": "test",
                  "n_samples": n, "seeds": list(SEEDS), "timing_profile": PROFILE,
-                 "session_warmup": 16, "results_root": str(out.parent)})
+                 "session_warmup": 16, "results_root": str(out.parent), **extra})
     path = out.parent / f"spec-{model}-n{n}.json"
     atomic_write_json(path, spec)
     return path
@@ -111,10 +114,13 @@ def measure(cmd: list, log: Path, processes: int, env: dict) -> dict:
             "maxrss_kb": max(p["maxrss_kb"] for p in parts), "processes": processes}
 
 
-def campaign_steps(root: Path, n: int, case: Path, resolution: int) -> list:
+def campaign_steps(root: Path, n: int, case: Path, resolution: int, reuse: bool = True) -> list:
     cli = [sys.executable, "-m", "cli"]
     sx = session_spec("exact", root, n, case / "exact", resolution)
-    sg = session_spec("greedy", root, n, case / "greedy", resolution)
+    # the greedy run takes the exact run's qualified references (references_from) unless
+    # told to qualify them again
+    more = {"references_from": str(case / "exact")} if reuse else {}
+    sg = session_spec("greedy", root, n, case / "greedy", resolution, **more)
     return [
         ("admission", cli + ["run", "--spec", sx, "--output", case / "dry", "--dry-run", "--no-progress"], 1),
         ("run_exact", cli + ["run", "--spec", sx, "--output", case / "exact", "--no-progress"], None),
@@ -129,14 +135,15 @@ def campaign_steps(root: Path, n: int, case: Path, resolution: int) -> list:
     ]
 
 
-def run_campaign(root: Path, n: int, case: Path, *, resolution: int, processes: int, env: dict) -> dict:
+def run_campaign(root: Path, n: int, case: Path, *, resolution: int, processes: int, env: dict,
+                 reuse: bool = True) -> dict:
     """Every step once (a fresh case folder); {step: measurement}."""
     if case.exists():
         import shutil  # noqa: PLC0415
         shutil.rmtree(case)
     case.mkdir(parents=True)
     out = {}
-    for step, cmd, fixed in campaign_steps(root, n, case, resolution):
+    for step, cmd, fixed in campaign_steps(root, n, case, resolution, reuse):
         m = measure(cmd, case / f"{step}.log", fixed or processes, env)
         if m["rc"] != 0:
             raise SystemExit(f"N={n} {step} failed (exit {m['rc']}): see {case}/{step}*.log")
@@ -179,6 +186,9 @@ def main(argv=None) -> int:
     ap.add_argument("--cohort-seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=2, help="cohort builder processes")
     ap.add_argument("--json-out", type=Path, default=None)
+    ap.add_argument("--requalify", action="store_true",
+                    help="the greedy run qualifies its references again (default: it takes the exact "
+                         "run's, references_from)")
     args = ap.parse_args(argv)
     sizes = [200] if args.quick else args.sizes
     work = args.work.resolve()
@@ -196,7 +206,7 @@ def main(argv=None) -> int:
         add_validation_split(root, args.resolution, args.cohort_seed)
         case = work / f"session-n{n}-p{args.processes}"
         rows[n] = run_campaign(root, n, case, resolution=args.resolution, processes=args.processes,
-                               env=env)
+                               env=env, reuse=not args.requalify)
         single = work / f"session-n{n}-p1"
         if args.processes > 1 and (single / "report.md").is_file():
             equal[n] = quality_equal(single, case)
