@@ -43,7 +43,7 @@ def test_a_run_takes_the_earlier_references_without_qualifying(earlier, tmp_path
     mine, theirs = out / "seed-1234", bfs / "seed-1234"
     a, b = np.load(mine / "references.npz"), np.load(theirs / "references.npz")
     for k in ("sample_id", "c_star", "qualified", "route_coords", "route_offsets", "released_cost",
-              "solver", "input_sha256", "identity"):
+              "solver", "input_sha256", "identity", "scene_strata", "scene_strata_fields"):
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
     m = json.loads((mine / "manifest.json").read_text())
     t = json.loads((theirs / "manifest.json").read_text())

@@ -170,3 +170,61 @@ def test_a_stream_rereads_without_the_route_columns_and_keeps_the_released_route
         assert task.route is stream.stubs[i].route  # not decoded again
         np.testing.assert_array_equal(task.route, full[i].routes[("elevation", "obstacles")])
         assert list(task.scene.routes) == [("elevation", "obstacles")]  # this task's only
+
+
+def test_admission_records_the_strata_and_score_uses_them(tmp_path, monkeypatch):
+    """references.npz keeps the scene stratifiers admission measured (equal to the plain
+    NumPy formulas on the reloaded tasks); score takes them (measuring nothing), and a run
+    without them (written before) is measured on the read, to the same bytes."""
+    import dataclasses  # noqa: PLC0415
+
+    from test_score_support import runs  # noqa: PLC0415
+
+    import passage_jax.evaluate.run_folder as run_folder  # noqa: PLC0415
+    import passage_jax.evaluate.score as score  # noqa: PLC0415
+    import passage_jax.evaluate.score_kernel as score_kernel  # noqa: PLC0415
+    from passage_jax.evaluate.run_scenes import reload_tasks  # noqa: PLC0415
+
+    src = runs()["exact"]
+    seed = sorted(p.name for p in src.glob("seed-*"))[0]
+    z = np.load(src / seed / "references.npz")
+    assert list(z["scene_strata_fields"]) == list(SCENE_STRATIFIERS)
+    refs = run_folder.References.read(src / seed / "references.npz")
+    manifest = json.loads((src / seed / "manifest.json").read_text())
+    tasks, _, _ = reload_tasks(manifest, refs, "test")
+    want = np.array([_strata_numpy(t) for t in tasks])
+    assert np.array_equal(z["scene_strata"], want, equal_nan=True)
+
+    recorded = _unscored_copy(src, tmp_path / "recorded")
+
+    def no_measuring(task):
+        raise AssertionError("a stratifier was measured although the run recorded them")
+
+    monkeypatch.setattr(score_kernel, "scene_strata", no_measuring)
+    score.score_folder(recorded / seed)
+    monkeypatch.undo()
+
+    measured = _unscored_copy(src, tmp_path / "measured")
+    read = run_folder.References.read
+    monkeypatch.setattr(run_folder.References, "read",
+                        classmethod(lambda cls, p: dataclasses.replace(read(p), scene_strata=None)))
+    calls = []
+    real = score_kernel.scene_strata
+    monkeypatch.setattr(score_kernel, "scene_strata", lambda t: calls.append(1) or real(t))
+    score.score_folder(measured / seed)
+    assert len(calls) == len(tasks)
+    for name in ("per_sample.npz", "metrics.json"):
+        assert (recorded / seed / name).read_bytes() == (measured / seed / name).read_bytes(), name
+
+
+def test_recorded_strata_of_another_shape_or_names_are_refused(tmp_path):
+    from passage_jax.evaluate.run_folder import _recorded_strata  # noqa: PLC0415
+    from passage_jax.evaluate.score_format import ScoreError  # noqa: PLC0415
+
+    good = {"scene_strata": np.zeros((3, 5)), "scene_strata_fields": np.array(SCENE_STRATIFIERS)}
+    assert _recorded_strata(good, 3, "r.npz").shape == (3, 5)
+    assert _recorded_strata({}, 3, "r.npz") is None
+    with pytest.raises(ScoreError, match=r"r\.npz: scene_strata has shape \(3, 5\).*not \(4, 5\)"):
+        _recorded_strata(good, 4, "r.npz")
+    with pytest.raises(ScoreError, match="r.npz: scene_strata_fields"):
+        _recorded_strata({**good, "scene_strata_fields": np.array(SCENE_STRATIFIERS[::-1])}, 3, "r.npz")

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from passage_jax.data.strata import SCENE_STRATIFIERS
 from passage_jax.evaluate.run_records import RecordColumns
 from passage_jax.evaluate.score_format import (
     RECEIPT,
@@ -346,6 +347,21 @@ def references_from_npz(ref: dict, where: str) -> dict:
             "identity": ident}
 
 
+def _recorded_strata(ref: dict, n: int, path) -> np.ndarray | None:
+    """``scene_strata`` of ``references.npz`` checked: (n, 5) float64 with the field names
+    ``scene_strata_fields`` equal to SCENE_STRATIFIERS; None when the run has none."""
+    if "scene_strata" not in ref:
+        return None
+    fields = [str(x) for x in np.asarray(ref.get("scene_strata_fields", []), dtype=str).reshape(-1)]
+    if fields != list(SCENE_STRATIFIERS):
+        raise ScoreError(f"{path}: scene_strata_fields {fields} are not {list(SCENE_STRATIFIERS)}")
+    rows = ref["scene_strata"]
+    if rows.shape != (n, len(SCENE_STRATIFIERS)) or rows.dtype != np.float64:
+        raise ScoreError(f"{path}: scene_strata has shape {rows.shape} and dtype {rows.dtype}, not "
+                         f"({n}, {len(SCENE_STRATIFIERS)}) float64")
+    return rows
+
+
 @dataclasses.dataclass(frozen=True)
 class References:
     """The run's qualified references (``references.npz``), checked: per task its scene id,
@@ -363,6 +379,9 @@ class References:
     input_sha256: list
     tile_json: np.ndarray
     policy: str
+    #: (T, 5) the scene stratifiers admission measured (SCENE_STRATIFIERS' order), or None
+    #: for a run written before admission recorded them
+    scene_strata: np.ndarray | None = None
 
     @classmethod
     def read(cls, path: Path) -> References:
@@ -372,7 +391,8 @@ class References:
                    variant=[str(x) for x in ref["variant"]],
                    cost_weight=np.asarray(ref["cost_weight"], np.float64),
                    input_sha256=[str(x) for x in ref["input_sha256"]], tile_json=ref["tile_json"],
-                   policy=str(ref.get("policy", "")))
+                   policy=str(ref.get("policy", "")),
+                   scene_strata=_recorded_strata(ref, len(core["sample_id"]), path))
 
     def __len__(self) -> int:
         return len(self.sample_id)

@@ -137,7 +137,8 @@ class _ShareScorer:
     def __init__(self, inputs: SeedInputs, plan: BatchPlan, kernel):
         self.inputs, self.plan, self.kernel = inputs, plan, kernel
         self.collector = Collector(len(inputs.records), inputs.n_tasks)
-        self.strata = SceneStrata(plan.share)  # measured on the reading thread
+        # recorded at admission, or measured on the reading thread (a run from before)
+        self.strata = SceneStrata(plan.share, inputs.refs.scene_strata)
         self.at: str | None = None
 
     def __call__(self, first: int, scenes) -> None:
@@ -154,7 +155,7 @@ class _ShareScorer:
         inputs = self.inputs
         _tasks, root, shard_hashes = open_run_tasks(inputs.manifest, inputs.refs, inputs.where,
                                                     dataset_path, self, chunk=chunk,
-                                                    on_read=self.strata.measure)
+                                                    on_read=self.strata.hook)
         return root, shard_hashes
 
     def share(self, dataset_path, chunk) -> dict:
@@ -263,7 +264,7 @@ def _score_records_together(inputs: list, dataset_path, chunk) -> list:
     first = together.scorers[0]
     _tasks, root, shard_hashes = open_run_tasks(inputs[0].manifest, inputs[0].refs, inputs[0].where,
                                                 dataset_path, together, chunk=chunk,
-                                                on_read=first.strata.measure)
+                                                on_read=first.strata.hook)
     return [_Scored(sc.collector.collected(i.where), root, shard_hashes)
             for sc, i in zip(together.scorers, inputs)]
 

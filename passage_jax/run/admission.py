@@ -34,6 +34,7 @@ import numpy as np
 
 from passage_jax import cluster
 from passage_jax.data import DataError, TaskStream, open_tasks, resolve_dataset_root
+from passage_jax.data.strata import strata_rows
 from passage_jax.fileio import read_document, sha256_file
 from passage_jax.graph.routes import route_cost
 from passage_jax.learned.guide import shipped_checkpoint
@@ -74,6 +75,9 @@ class References:
     precision_rtol: float = 1e-12  # its stated relative tolerance on c*
     #: where the references were taken from (``references_from``), None when qualified here
     reused_from: dict | None = None
+    #: (T, 5) the tasks' scene stratifiers (:data:`~passage_jax.data.strata.SCENE_STRATIFIERS`),
+    #: measured as admission reads them, kept in references.npz for scoring
+    scene_strata: np.ndarray | None = None
     _identity: str | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
 
     def identity(self) -> str:
@@ -158,7 +162,7 @@ class _Qualifier:
         self.cross = spec.reference_max_expansions is not None
         self.cols: dict[str, list] = {k: [] for k in ("sample_id", "c_star", "released_cost", "solver",
                                                         "reason", "work", "routes", "qualified",
-                                                        "precision")}
+                                                        "precision", "strata")}
         self.failures: list[str] = []
 
     def __call__(self, first: int, tasks: list) -> None:
@@ -173,6 +177,7 @@ class _Qualifier:
         routes = (_solver_routes(tasks) if spec.reference_policy == "independent_analytic_reference"
                   else [np.asarray(t.route, np.int32) for t in tasks])
         c = self.cols
+        c["strata"].extend(strata_rows(tasks))
         for t, q, route in zip(tasks, quals, routes):
             if key not in q:
                 raise AdmissionError(f"references: scene {t.id}: no qualification for {key}")
@@ -219,7 +224,8 @@ class _Qualifier:
                           reason=c["reason"], work=np.asarray(c["work"], np.int64),
                           policy=spec.reference_policy, cohort_id=spec.reference_cohort_id,
                           max_expansions=spec.reference_max_expansions, precision=path,
-                          precision_rtol=rtol)
+                          precision_rtol=rtol,
+                          scene_strata=np.asarray(c["strata"], np.float64).reshape(len(cs), -1))
 
 
 def _qualify_share(qualifier: _Qualifier, tasks: TaskStream) -> tuple:

@@ -16,7 +16,8 @@ folder>``) takes that run's ``references.npz`` instead, once every check below h
   run recorded (so the released routes, the reference routes of ``released_labels``, are
   the same bytes).
 
-Any difference refuses the run (:class:`~passage_jax.run.admission.AdmissionError` naming
+The scene stratifiers the earlier run measured at admission come along (measured here
+when the earlier run predates them). Any difference refuses the run (:class:`~passage_jax.run.admission.AdmissionError` naming
 the file and the field); nothing is recomputed silently. The manifest's ``references``
 block records ``reused_from`` (the folder, the file's sha256 and the identity).
 """
@@ -27,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from passage_jax.data.strata import SCENE_STRATIFIERS, strata_rows
 from passage_jax.fileio import sha256_file
 from passage_jax.protocol.records import input_hash, unpack_routes
 
@@ -76,6 +78,11 @@ class ReusedReferences:
         self._check_settings()
         self.failures: list[str] = []
         self.seen = 0
+        # the scene stratifiers: the earlier run's, or measured here (a run from before
+        # admission recorded them)
+        fields = [str(x) for x in self.arrays.get("scene_strata_fields", np.array([], str)).reshape(-1)]
+        self.strata = (self.arrays["scene_strata"] if fields == list(SCENE_STRATIFIERS) else None)
+        self.measured: dict[int, np.ndarray] = {}
 
     def _manifest(self) -> dict:
         where = self.folder / "manifest.json"
@@ -125,14 +132,23 @@ class ReusedReferences:
                 why = "objective/variant/weight differ from the earlier run's"
             if why:
                 self.failures.append(f"task {i} (scene {t.id}): {why}")
+        if self.strata is None:
+            self.measured[first] = strata_rows(tasks)
         self.seen = max(self.seen, first + len(tasks))
 
     def share(self) -> tuple:
-        return self.seen, self.failures
+        return self.seen, self.failures, self.measured
 
     def merge(self, shares: list) -> None:
-        self.seen = max(s for s, _ in shares)
-        self.failures = [f for _, fails in shares for f in fails]
+        self.seen = max(s for s, _, _ in shares)
+        self.failures = [f for _, fails, _ in shares for f in fails]
+        self.measured = {k: v for _, _, m in shares for k, v in m.items()}
+
+    def _scene_strata(self, n: int) -> np.ndarray:
+        if self.strata is not None:
+            return np.asarray(self.strata, np.float64)
+        return np.concatenate([self.measured[k] for k in sorted(self.measured)]).reshape(
+            n, len(SCENE_STRATIFIERS))
 
     def check_shards(self, shards: list) -> None:
         """This run's shard identity (name, sha256) equals the earlier run's."""
@@ -160,7 +176,7 @@ class ReusedReferences:
             reason=[str(x) for x in a["reason"]], work=np.asarray(a["solver_work"], np.int64),
             policy=str(a["policy"]), cohort_id=refs.get("cohort_id"),
             max_expansions=refs.get("reference_max_expansions"), precision=str(a["precision"]),
-            precision_rtol=float(a["precision_rtol"]))
+            precision_rtol=float(a["precision_rtol"]), scene_strata=self._scene_strata(n))
         if out.identity() != str(a["identity"]) or out.identity() != refs.get("identity"):
             raise self.error(f"references_from: {self.npz_path}: the identity of its arrays "
                              f"{out.identity()} differs from the one recorded "

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from passage_jax import fileio
+from passage_jax.data.strata import SCENE_STRATIFIERS
 from passage_jax.fileio import atomic_write_json, atomic_write_npz, sha256_file
 from passage_jax.protocol.records import REFERENCES_FORMAT, PathsWriter, pack_routes
 from passage_jax.run import admission as adm
@@ -77,7 +78,17 @@ def references_arrays(admitted: adm.Admitted) -> dict:
         "released_offsets": rel_offsets,
         "input_sha256": np.asarray(admitted.input_hashes(), dtype=str),
         "tile_json": np.asarray(tiles, dtype=str),
+        **_strata_members(refs),
     }
+
+
+def _strata_members(refs) -> dict:
+    """The scene stratifiers admission measured (``scene_strata`` and their names), or
+    nothing when the references carry none."""
+    if refs.scene_strata is None:
+        return {}
+    return {"scene_strata": np.asarray(refs.scene_strata, np.float64),
+            "scene_strata_fields": np.asarray(SCENE_STRATIFIERS, dtype=str)}
 
 
 def finish_seed(ctx: RunContext, seed: int, folder: Path, state: SeedState) -> dict:
