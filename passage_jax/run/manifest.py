@@ -13,7 +13,7 @@ from passage_jax.fileio import jsonable, sha256_file, utc_now
 from passage_jax.protocol.records import RUN_FORMAT, input_hash, package_versions
 from passage_jax.run import admission as adm
 from passage_jax.run.context import RunContext
-from passage_jax.run.journal import JOURNAL_NAME
+from passage_jax.run.journal import JOURNAL_NAME, SYNC_INTERVAL_S
 from passage_jax.run.launch_record import run_protocol
 from passage_jax.run.plan import passes
 from passage_jax.run.provenance import provenance
@@ -110,7 +110,9 @@ def seed_manifest(ctx: RunContext, seed: int, state: SeedState, made: SeedFiles)
         "status_counts": made.status_counts,
         "files": made.files,
         "journal": {"file": JOURNAL_NAME, "sha256": sha256_file(made.journal),
-                    "entries": made.n_records, "durability": "each record fsynced as it completes"},
+                    "entries": made.n_records,
+                    "durability": f"each record flushed as it completes, fsynced within "
+                                  f"{SYNC_INTERVAL_S} s and at the seed's end"},
         "resume": _resume(state),
         "compilation": {"process": compile_stats().to_dict(), "scope": _COMPILATION_SCOPE},
         "started_utc": state.started_utc,

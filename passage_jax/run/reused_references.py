@@ -17,9 +17,10 @@ folder>``) takes that run's ``references.npz`` instead, once every check below h
   the same bytes).
 
 The scene stratifiers the earlier run measured at admission come along (measured here
-when the earlier run predates them). Any difference refuses the run (:class:`~passage_jax.run.admission.AdmissionError` naming
-the file and the field); nothing is recomputed silently. The manifest's ``references``
-block records ``reused_from`` (the folder, the file's sha256 and the identity).
+when the earlier run predates them). Any difference refuses the run
+(:class:`~passage_jax.run.admission.AdmissionError` naming the file and the field);
+nothing is recomputed silently. The manifest's ``references`` block records
+``reused_from`` (the folder, the file's sha256 and the identity).
 """
 from __future__ import annotations
 
