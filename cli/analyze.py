@@ -63,17 +63,17 @@ def main(args) -> int:
                                      classical_budget=args.classical_budget, split=args.split,
                                      force=args.force, copy=args.copy, progress=progress)
     except MissingDependency as e:
-        print(f"error: {e}\nInstall the notebook packages with: pip install -e '.[analyze]'",
+        print(f"analyze: {e}\nInstall the notebook packages with: pip install -e '.[analyze]'",
               file=sys.stderr)
         return 2
     except StagingExists as e:
-        print(f"error: {e}; choose a new --staging-root or pass --force", file=sys.stderr)
+        print(f"analyze: {e}; choose a new --staging-root or pass --force", file=sys.stderr)
         return 2
     except StagingRefused as e:
-        print(f"error: staging refused: {e}", file=sys.stderr)
+        print(f"analyze: staging refused: {e}", file=sys.stderr)
         return 2
     except AnalyzeError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"analyze: {e}", file=sys.stderr)
         return 2
     root = Path(manifest["staging_root"])
     for entry in manifest["notebooks"]:

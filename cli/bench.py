@@ -78,12 +78,14 @@ def against(spec, baseline, output=None, container_digest=None, progress=None, l
 
 def _print_bench(res: dict) -> None:
     from cli.console import print_metrics_table  # noqa: PLC0415 (CLI start-up)
+    from cli.score import seed_folders_of  # noqa: PLC0415 (CLI start-up)
 
     side = res["sidecar"]
     sub = side["evaluated_subset"]
     print_metrics_table(res["scores"], title=(
         f"{side['method_name']}: {sub['n_tasks']} tasks, {sub['resolution']}x{sub['resolution']} "
-        f"{sub['split']}, {sub['cost_model']}/{sub['task_variant']}"))
+        f"{sub['split']}, {sub['cost_model']}/{sub['task_variant']}"),
+        folders=seed_folders_of(res["output"], res["scores"]))
 
 
 def main(args) -> int:

@@ -141,7 +141,7 @@ def _shipped(args, err: _Err) -> int:
         with _progress_bar(not args.no_progress) as bar:
             manifest = build_shipped_cohort(out, seed, progress=_Bars(bar), command=command)
     except (CohortError, TerrainError, FileExistsError, ValueError) as e:
-        err.print(f"error: {e}")
+        err.print(f"make-cohort: {e}")
         return 2
     for s in manifest["splits"]:
         print(f"{s['resolution']}x{s['resolution']} {s['split']}: {s['n_scenes']} scenes {s['rasters']}")
@@ -156,7 +156,7 @@ def _geo(args, err: _Err, t0: float) -> int:
                                   seed=0 if args.seed is None else args.seed, split=args.split,
                                   coverage_max=args.coverage_max, progress=_Bars(bar))
     except (CohortError, TerrainError, FileExistsError, ValueError) as e:
-        err.print(f"error: {e}")
+        err.print(f"make-cohort: {e}")
         return 2
     for name, sm in res["splits"].items():
         print(f"{name}: {sm['n_scenes']} scenes in {sm['root']} from "
@@ -172,12 +172,12 @@ def main(args) -> int:
         return _shipped(args, err)
     missing = ["--" + a.replace("_", "-") for a in _SPLIT_ARGS if getattr(args, a) is None]
     if missing:
-        err.print(f"error: {', '.join(missing)} required (or --shipped)")
+        err.print(f"make-cohort: {', '.join(missing)} required (or --shipped)")
         return 2
     if args.rasters is not None:
         unknown = [k for k in args.rasters if k not in RASTERS]
         if unknown:
-            err.print(f"error: unknown raster(s) {unknown}; shipped: {list(RASTERS)}")
+            err.print(f"make-cohort: unknown raster(s) {unknown}; shipped: {list(RASTERS)}")
             return 2
     t0 = time.perf_counter()
     if args.geo_holdout is not None:
@@ -192,7 +192,7 @@ def main(args) -> int:
                                   coverage_max=args.coverage_max, rasters=args.rasters,
                                   rows_per_shard=args.rows_per_shard, progress=_Bars(bar))
     except (CohortError, TerrainError, FileExistsError, ValueError) as e:
-        err.print(f"error: {e}")
+        err.print(f"make-cohort: {e}")
         return 2
     n = summary["resolution"]
     print(f"wrote {summary['n_scenes']} scenes to {Path(args.out) / f'{n}x{n}' / summary['split']} "

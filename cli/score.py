@@ -60,11 +60,11 @@ def main(args) -> int:
         print(f"score: process {cluster.process_index()} of {cluster.process_count()}: shares "
               f"delivered; process 0 wrote the files", file=sys.stderr)
         return 0
-    print_metrics_table(res, title=f"score {args.run}", folders=_folders(args.run, res))
+    print_metrics_table(res, title=f"score {args.run}", folders=seed_folders_of(args.run, res))
     return 0
 
 
-def _folders(run, res: dict) -> dict:
+def seed_folders_of(run, res: dict) -> dict:
     """Each scored seed's folder by its name in ``res``: ``run`` itself when it is a seed
     folder, else ``run/<name>``."""
     from pathlib import Path  # noqa: PLC0415 (CLI start-up)
