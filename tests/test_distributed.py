@@ -164,6 +164,7 @@ def test_audit_two_processes_equals_single(single):
     assert q["n_tasks"] == 6 * 24 and q["n_qualified"] + q["n_censored"] == q["n_tasks"]
 
 
+@pytest.mark.slow  # a larger sibling of a default-run check (the default run stays short)
 def test_run_admission_and_score_two_processes_equal_single(single):
     tmp = single["tmp"]
     res = launch(cli("run", "--spec", str(single["spec"]), "--output", str(tmp / "run-2"),

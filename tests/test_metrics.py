@@ -500,6 +500,7 @@ def _back_and_forth(route, n_cells):
     return np.concatenate([np.array(head), r[1:]]).astype(np.int32)
 
 
+@pytest.mark.slow  # a larger sibling of a default-run check (the default run stays short)
 def test_bucket_edges_match_numpy(terrain_batch):
     cands, tasks, cstar, ok = terrain_batch
     t = next(x for x in tasks if len(x.route) % 2 == 0)

@@ -358,6 +358,7 @@ def test_resume_of_an_empty_or_foreign_folder(setup, tmp_path):
         _resume(setup, foreign)
 
 
+@pytest.mark.slow  # a larger sibling of a default-run check (the default run stays short)
 def test_supervised_run_killed_mid_seed_and_resumed(setup, tmp_path):
     """The same durability under execution: supervised (the worker dies with the run)."""
     d = json.loads(setup["spec"].read_text())
