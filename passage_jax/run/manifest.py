@@ -19,7 +19,7 @@ from passage_jax.run.plan import passes
 from passage_jax.run.provenance import provenance
 from passage_jax.run.seed_state import Build, SeedState
 
-__all__ = ["run_identity", "tasks_sha256", "SeedFiles", "seed_manifest"]
+__all__ = ["run_identity", "tasks_sha256", "tasks_sha256_of", "SeedFiles", "seed_manifest"]
 
 _COMPILATION_SCOPE = ("the run's process (admission, references and in-process planners; "
                       "a supervised worker's compilations are its own)")
@@ -27,8 +27,13 @@ _COMPILATION_SCOPE = ("the run's process (admission, references and in-process p
 
 def tasks_sha256(admitted: adm.Admitted) -> str:
     """sha256 over the tasks' ``sample_id:input_hash`` lines, in task order."""
+    return tasks_sha256_of(admitted.sample_ids, admitted.input_hashes())
+
+
+def tasks_sha256_of(sample_ids, input_hashes) -> str:
+    """:func:`tasks_sha256` of the tasks' ids and input hashes, in task order."""
     h = hashlib.sha256()
-    for sid, ih in zip(admitted.sample_ids, admitted.input_hashes()):
+    for sid, ih in zip(sample_ids, input_hashes):
         h.update(f"{sid}:{ih}\n".encode())
     return h.hexdigest()
 

@@ -34,7 +34,7 @@ from passage_jax.run.spec import SPEC_MAX_BYTES
 from passage_jax.stats.roster import RosterError, read_roster
 
 __all__ = ["ProvenanceError", "provenance", "canonical_json_sha256", "evaluator_commit",
-           "roster_record", "UNDECLARED", "ROSTER_MAX_BYTES", "test_admission_recorded"]
+           "roster_record", "calibration_record", "UNDECLARED", "ROSTER_MAX_BYTES", "test_admission_recorded"]
 
 UNDECLARED = "undeclared"
 #: the largest roster file read, in bytes (about 900,000 task records)
@@ -68,7 +68,7 @@ def canonical_json_sha256(obj) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _calibration(path) -> dict | None:
+def calibration_record(path) -> dict | None:
     if path is None:
         return None
     doc = read_document(path, ProvenanceError, "calibration decisions", yaml_allowed=True,
@@ -131,7 +131,7 @@ def provenance(spec, sample_ids) -> dict:
     out = {
         "split_role": spec.split_role or UNDECLARED,
         "split": spec.split,
-        "calibration_decisions": _calibration(spec.calibration_decisions),
+        "calibration_decisions": calibration_record(spec.calibration_decisions),
         "determinism": spec.determinism,
         "container_digest": spec.container_digest,
         "roster": roster_record(spec.roster, spec.roster_sha256, sample_ids),

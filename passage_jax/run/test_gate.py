@@ -42,7 +42,6 @@ import dataclasses
 import os
 import re
 from pathlib import Path
-from types import SimpleNamespace
 
 from passage_jax.contract import DEFAULT_SEEDS
 from passage_jax.data import DataError, shard_files
@@ -50,12 +49,8 @@ from passage_jax.fileio import atomic_write_json, jsonable, one_line, read_docum
 from passage_jax.run import admission as adm
 from passage_jax.run.errors import RunError
 from passage_jax.run.folder import holds_run, output_folder, refuse_inside_dataset
-from passage_jax.run.manifest import tasks_sha256
-from passage_jax.run.provenance import (
-    ProvenanceError,
-    _calibration,
-    evaluator_commit,
-)
+from passage_jax.run.manifest import tasks_sha256_of
+from passage_jax.run.provenance import ProvenanceError, calibration_record, evaluator_commit
 from passage_jax.run.spec import SPEC_MAX_BYTES, RunSpec, SpecError, parse_spec, shown
 from passage_jax.stats.roster import RosterError, read_roster
 
@@ -162,7 +157,7 @@ def _calibration_condition(spec: RunSpec, declared: str | None, conds: _Conditio
                   "decisions frozen before it (spec key calibration_decisions)")
         return
     try:
-        cal = _calibration(spec.calibration_decisions)
+        cal = calibration_record(spec.calibration_decisions)
     except ProvenanceError as e:
         conds.set("calibration_decisions", False, one_line(e, 400))
         return
@@ -185,8 +180,8 @@ def _tasks(spec: RunSpec, root):
         tasks.release()
     except adm.AdmissionError as e:
         return None, None, one_line(e, 300)
-    ids, hashes = list(tasks.ids), list(tasks.input_hashes)
-    return ids, tasks_sha256(SimpleNamespace(sample_ids=ids, input_hashes=lambda: hashes)), None
+    ids = list(tasks.ids)
+    return ids, tasks_sha256_of(ids, tasks.input_hashes), None
 
 
 def _roster_condition(spec: RunSpec, ids, tasks_hash, why_no_tasks, conds: _Conditions) -> None:
@@ -272,8 +267,7 @@ def _dataset_condition(spec: RunSpec, root, why_no_root, conds: _Conditions) -> 
         conds.set("dataset", False, f"dataset_path {spec.dataset_path}: {why_no_root}")
         return
     try:
-        shards = [{"name": p.name, "sha256": sha256_file(p), "bytes": p.stat().st_size}
-                  for p in shard_files(root, spec.resolution, spec.split)]
+        shards = _shard_records(root, spec.resolution, spec.split)
     except (DataError, OSError) as e:
         conds.set("dataset", False, f"dataset {root}: its shards cannot be hashed: {one_line(e, 300)}")
         return
@@ -281,6 +275,12 @@ def _dataset_condition(spec: RunSpec, root, why_no_root, conds: _Conditions) -> 
               f"{spec.resolution}x{spec.resolution}/{spec.split} hashed and recorded",
               record={"root": str(root), "resolution": spec.resolution, "split": spec.split,
                       "shards": shards})
+
+
+def _shard_records(root, resolution: int, split: str) -> list:
+    """Every shard of the split folder: name, sha256 and size (what the receipt pins)."""
+    return [{"name": p.name, "sha256": sha256_file(p), "bytes": p.stat().st_size}
+            for p in shard_files(root, resolution, split)]
 
 
 def _folder_condition(result_folder, root, conds: _Conditions) -> Path | None:
@@ -432,7 +432,7 @@ def _unchanged(spec: RunSpec, body: dict, path: Path) -> None:
     """The calibration decisions and a local root's shards as the gate recorded them."""
     cal = _row(body, "calibration_decisions").get("record") or {}
     try:
-        now = _calibration(spec.calibration_decisions)
+        now = calibration_record(spec.calibration_decisions)
     except ProvenanceError as e:
         raise TestAdmissionRefused(f"test admission receipt {path}: {e}") from None
     if now is None or now["canonical_sha256"] != cal.get("canonical_sha256"):
@@ -445,8 +445,7 @@ def _unchanged(spec: RunSpec, body: dict, path: Path) -> None:
         return
     root = Path(data["root"])
     try:
-        now_shards = [{"name": p.name, "sha256": sha256_file(p), "bytes": p.stat().st_size}
-                      for p in shard_files(root, data["resolution"], data["split"])]
+        now_shards = _shard_records(root, data["resolution"], data["split"])
     except (DataError, OSError) as e:
         raise TestAdmissionRefused(f"test admission receipt {path}: dataset {root}: {e}") from None
     if now_shards != data["shards"]:
