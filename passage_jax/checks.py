@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 
-__all__ = ["is_int", "is_number", "require_int", "require_number", "shown"]
+__all__ = ["is_int", "is_number", "require_int", "require_number", "shown", "is_full_commit"]
 
 _SHOWN = 120
+_FULL_COMMIT = re.compile(r"[0-9a-fA-F]{40}")
 
 
 def is_int(v) -> bool:
@@ -59,3 +61,9 @@ def require_number(v, name: str, *, low=None, high=None, finite: bool = True,
         kind = "a finite number" if finite else "a number"
         raise error(f"{name} must be {kind}{_bounds(low, high)}, got {shown(v)}")
     return float(v)
+
+
+def is_full_commit(v) -> bool:
+    """Whether ``v`` is a full 40-hex-character commit hash (either case): a dataset
+    revision or an evaluator commit that names immutable content."""
+    return isinstance(v, str) and _FULL_COMMIT.fullmatch(v) is not None

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from passage_jax.checks import is_int
+from passage_jax.checks import is_full_commit, is_int
 from passage_jax.data.layout import dataset_root
 from passage_jax.data.scene import canonical_split
 from passage_jax.data.validate import DataError
@@ -26,13 +26,12 @@ from passage_jax.data.validate import DataError
 __all__ = ["check_revision", "check_repo", "hub_patterns", "check_snapshot", "hub_download",
            "resolve_dataset_root"]
 
-_REVISION_RE = re.compile(r"[0-9a-fA-F]{40}")
 _REPO_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 def check_revision(revision) -> str:
     """The revision if it is exactly 40 hex characters; DataError otherwise."""
-    if not isinstance(revision, str) or not _REVISION_RE.fullmatch(revision):
+    if not is_full_commit(revision):
         raise DataError(
             f"dataset_revision must be a full commit hash of exactly 40 hexadecimal characters, "
             f"got {revision!r}; branch names, tags and short hashes are refused")

@@ -27,6 +27,7 @@ import json
 import re
 from pathlib import Path
 
+from passage_jax.checks import is_full_commit
 from passage_jax.contract import DEFAULT_SEEDS, PRIMARY_METRICS
 
 __all__ = ["ITEMS", "SIDECAR_FIELDS", "EntryError", "check_entries", "format_table", "SEPARATE_FROM_GATE"]
@@ -150,7 +151,7 @@ def _checkpoints(manifests: dict) -> dict:
 def _dataset(m0: dict) -> dict:
     data = m0.get("data") or {}
     rev = data.get("dataset_revision")
-    if isinstance(rev, str) and re.fullmatch(r"[0-9a-fA-F]{40}", rev):
+    if is_full_commit(rev):
         return _item(True, f"{data.get('dataset_repo')} at revision {rev}")
     shards = data.get("shards") or []
     if shards and all(isinstance(s, dict) and s.get("sha256") for s in shards):

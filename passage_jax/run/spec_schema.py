@@ -17,7 +17,7 @@ import math
 import re
 from typing import Any
 
-from passage_jax.checks import is_int, is_number
+from passage_jax.checks import is_full_commit, is_int, is_number
 from passage_jax.contract import (
     COMPLETE_REQUEST_PROFILE,
     DEFAULT_SEEDS,
@@ -274,7 +274,7 @@ def _dataset_source(v, d):
 def _dataset_revision(v, d):
     if v is None:
         return None
-    if not isinstance(v, str) or not re.fullmatch(r"[0-9a-fA-F]{40}", v):
+    if not is_full_commit(v):
         raise Invalid("must be exactly 40 hex characters (an immutable commit)")
     if d["dataset_repo"] is None:
         raise Invalid("is given without dataset_repo")
