@@ -18,7 +18,28 @@ value iteration) by ``metrics.score_routes``, and one table prints per method:
 * ``ms med`` — wall time of ``plan`` per request (warm; the first request of each
   method is planned once untimed).
 
+The learned rows include ``learned_guided_astar`` ("A* on the learned heuristic alone":
+decoder ``guided_astar``, the guided bounded A* of the repair run from the start with no
+descent, under the repair's budget), and the classical rows plain A* (``astar``,
+``passage_jax.planners.bounded`` under resolution² expansions, enough to finish).
 The classical baselines are deterministic: they run once and stand for every seed.
+
+Then the learned-search table of TransPath / Neural A* (``metrics.search_report``),
+one row per procedure (direct, bounded_repair = descent then repair, guided A* alone,
+prediction_free, exact_fallback, plain A*), over all tasks and over the hard subset
+(c* / octile lower bound >= 1.05; the bound is ``decoders.octile_field`` at the start,
+the prediction-free guide: octile metres times the smallest step cost per metre):
+
+* ``ratio n`` / ``excl 0/fail`` — tasks in the expansion ratio, and those left out
+  because plain A* expanded nothing / failed;
+* ``ratio med`` / ``mean`` / ``geomean`` — per-task expansions (all stages) over plain
+  A*'s; ``Exp %`` = 100 * mean(max(0, 1 - ratio)) (Neural A*'s arithmetic mean);
+* ``succ``, ``excess`` (mean cost / c* - 1 over the successes only), ``Opt`` (share of
+  all tasks whose cost is within a relative 1e-9 of c*; a failure is not optimal);
+* ``ms med`` / ``A* ms`` — median wall time of ``plan`` per request (the learned
+  guide's forward pass included) beside plain A*'s on the same tasks.
+
+Every seed's tasks are pooled, each paired with plain A*'s run of the task.
 Then the timing block of :mod:`passage_jax.learned.profiling` for the first seed's
 checkpoint on the ``bounded_repair`` planner: bare forward, guide call, forward +
 decoder and the decoder alone, float32 and bfloat16, parameter count, peak device
@@ -31,6 +52,13 @@ Generalisation: ``--split validation`` (another split of the shipped cohort) or
         --n-scenes 24 --seed 11 --rasters minnesota
     python bench/learned.py --cohort-dir /tmp/heldout
 
+Other sizes: ``--resolution N`` (default 64; the shipped cohort has 64, 128, 256). Off
+64 the shipped 64x64 checkpoints are applied tile by tile (``--tile``, default 64, the
+canonical ``passage_jax_tiled_v1``; ``--stride``; ``--tile 0``: the whole grid at once)
+and the repair budget is half the grid (N²/2) instead of the specs' 2048::
+
+    python bench/learned.py --resolution 256 --n 24
+
 The last line is ``speedup: <ratio>`` = median expansions of ``prediction_free`` over
 median expansions of ``bounded_repair`` (same machinery and budget; > 1 means the
 learned guide saves search work).
@@ -41,6 +69,7 @@ learned guide saves search work).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import platform
 import sys
 import time
@@ -51,10 +80,12 @@ import numpy as np
 
 from passage_jax.contract import DEFAULT_SEEDS, FAILURE_REGRET
 from passage_jax.data import load_scenes, shipped_cohort_root
+from passage_jax.learned.decoders import octile_field
 from passage_jax.learned.guide import load_guide
 from passage_jax.learned.planner import make_planner
 from passage_jax.learned.profiling import timing_report
-from passage_jax.metrics import primary_metrics, score_routes
+from passage_jax.learned.tiling import tiling_protocol
+from passage_jax.metrics import HARD_RATIO, hard_subset_mask, primary_metrics, score_routes, search_report
 from passage_jax.planners.bfs import make_planner as make_bfs
 from passage_jax.planners.bounded import make_planner as make_bounded
 from passage_jax.planners.greedy import make_planner as make_greedy
@@ -64,6 +95,12 @@ from passage_jax.run import load_spec
 
 REPO = Path(__file__).resolve().parents[1]
 DECODERS = ("direct", "bounded_repair", "prediction_free", "exact_fallback")
+#: the learned-search report's rows: (label, results key), plain A* last
+SEARCH_ROWS = (("direct", "learned_direct"), ("bounded_repair (descent+repair)", "learned_bounded_repair"),
+               ("guided A* alone", "learned_guided_astar"), ("prediction_free", "learned_prediction_free"),
+               ("exact_fallback", "learned_exact_fallback"), ("plain A*", "astar"))
+#: the resolution the shipped checkpoints were trained at (and the specs' budgets are for)
+TRAIN_RESOLUTION = 64
 OBJECTIVE, VARIANT = "elevation", "obstacles"
 
 
@@ -76,6 +113,17 @@ def load_material(root: Path, resolution: int, split: str, n: int):
     if not np.all(np.isfinite(res.c_star)):
         raise SystemExit(f"{int((~np.isfinite(res.c_star)).sum())} tasks have no exact reference")
     return tasks, np.asarray(res.c_star, np.float64)
+
+
+def octile_bounds(tasks) -> np.ndarray:
+    """Each task's admissible octile lower bound of its cost: the prediction-free guide
+    (``decoders.octile_field``: octile metres x the smallest step cost per metre of the
+    request's graph) at the start."""
+    out = []
+    for t in tasks:
+        req = build_request(t, include_tensor=False)
+        out.append(float(octile_field(req)[tuple(req.start)]))
+    return np.asarray(out, np.float64)
 
 
 def run_method(planner, tasks, budget: BudgetSpec) -> list[dict]:
@@ -104,6 +152,7 @@ def score(rows: list[dict], tasks, c_star) -> dict:
     success = np.asarray(per_task["success"], bool)
     regret = np.asarray(per_task["regret"], np.float64)
     return {"n": len(rows), "success": success, "regret": regret, "metrics": m,
+            "cost": np.asarray(per_task["predicted_cost"], np.float64),
             "expansions": np.array([r["expansions"] for r in rows], np.int64),
             "stage": [r["route_stage"] for r in rows], "ms": np.array([r["ms"] for r in rows])}
 
@@ -151,6 +200,47 @@ def print_table(rows: dict) -> None:
               f"{r['primary']:>6.2f}{r['repair']:>6.2f}{r['fallback']:>6.2f}{r['ms_median']:>8.2f}")
 
 
+def search_table(results: dict, c_star: np.ndarray, lower_bound: np.ndarray) -> dict:
+    """The learned-search report (``metrics.search_report``) of each :data:`SEARCH_ROWS`
+    procedure against plain A* on the same tasks: every seed's tasks pooled, each paired
+    with plain A*'s run of that task (deterministic: one run stands for every seed)."""
+    astar = results["astar"][0]
+    out = {}
+    for label, key in SEARCH_ROWS:
+        parts = results[key]
+        k = len(parts)
+        procedure = {"expansions": np.concatenate([p["expansions"] for p in parts]),
+                     "cost": np.concatenate([p["cost"] for p in parts]), "c_star": np.tile(c_star, k),
+                     "success": np.concatenate([p["success"] for p in parts]),
+                     "wall_ms": np.concatenate([p["ms"] for p in parts])}
+        reference = {"expansions": np.tile(astar["expansions"], k), "success": np.tile(astar["success"], k),
+                     "wall_ms": np.tile(astar["ms"], k)}
+        out[label] = search_report(procedure, reference, lower_bound=np.tile(lower_bound, k))
+    return out
+
+
+def _f(v: float, spec: str) -> str:
+    return "n/a" if v != v else format(v, spec)
+
+
+def print_search_table(table: dict) -> None:
+    head = (f"{'procedure':<32}{'subset':>7}{'tasks':>6}{'ratio n':>8}{'excl 0/fail':>12}"
+            f"{'ratio med':>10}{'mean':>8}{'geomean':>8}{'Exp %':>7}{'succ':>7}{'excess':>9}"
+            f"{'Opt':>7}{'ms med':>8}{'A* ms':>8}")
+    print(head)
+    print("-" * len(head))
+    for label, rep in table.items():
+        for sub in ("all", "hard"):
+            r = rep[sub]
+            excl = f"{r['n_excluded_astar_zero']}/{r['n_excluded_astar_failed']}"
+            print(f"{label if sub == 'all' else '':<32}{sub:>7}{r['n_tasks']:>6}{r['n_ratio']:>8}{excl:>12}"
+                  f"{_f(r['ratio_median'], '.3f'):>10}{_f(r['ratio_mean'], '.3f'):>8}"
+                  f"{_f(r['ratio_geomean'], '.3f'):>8}{_f(r['exp_reduction_pct'], '.1f'):>7}"
+                  f"{_f(r['success_rate'], '.3f'):>7}{_f(r['cost_excess_mean'], '.4f'):>9}"
+                  f"{_f(r['optimal_rate'], '.3f'):>7}{_f(r['wall_ms_median'], '.2f'):>8}"
+                  f"{_f(r['astar_wall_ms_median'], '.2f'):>8}")
+
+
 def print_timing(rep: dict, n_requests: int, checkpoint: str) -> None:
     print(f"\ntiming ({checkpoint}, bounded_repair planner, {n_requests} requests, batch one, "
           f"device {rep['device']}):")
@@ -166,12 +256,32 @@ def print_timing(rep: dict, n_requests: int, checkpoint: str) -> None:
     print(f"peak device memory: {'not reported by this backend' if peak is None else f'{peak} bytes'}")
 
 
+def _tiling(args, resolution: int):
+    """The tiling protocol of the guide: ``--tile`` (0: the whole grid at once), by default
+    the canonical ``passage_jax_tiled_v1`` with the checkpoints' own 64-cell tile when the
+    grid is not the training resolution, none at it."""
+    tile = args.tile if args.tile is not None else (0 if resolution == TRAIN_RESOLUTION else TRAIN_RESOLUTION)
+    if tile == 0:
+        if args.stride is not None:
+            raise SystemExit("--stride needs a tile (--tile N > 0)")
+        return None
+    return tiling_protocol(tile, args.stride)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="8 scenes, one seed, short timing")
     ap.add_argument("--split", default="test", help="split of the cohort (default test)")
     ap.add_argument("--cohort-dir", default=None,
                     help="dataset root of another cohort (default: the shipped cohort)")
+    ap.add_argument("--resolution", type=int, default=TRAIN_RESOLUTION,
+                    help=f"grid size of the cohort's scenes (default {TRAIN_RESOLUTION}; the shipped "
+                         f"cohort has 64, 128 and 256)")
+    ap.add_argument("--tile", type=int, default=None,
+                    help=f"apply the checkpoint tile by tile (passage_jax_tiled_v1) with this tile; 0: "
+                         f"the whole grid at once (default: {TRAIN_RESOLUTION} when --resolution is not "
+                         f"{TRAIN_RESOLUTION}, else 0)")
+    ap.add_argument("--stride", type=int, default=None, help="tile stride (default tile / 2)")
     ap.add_argument("--n", type=int, default=None, help="scenes (default 24; --quick 8)")
     ap.add_argument("--seeds", type=int, nargs="+", default=None,
                     help=f"checkpoint seeds (default {list(DEFAULT_SEEDS)}; --quick the first)")
@@ -185,46 +295,82 @@ def main(argv=None) -> int:
     seeds = args.seeds or (list(DEFAULT_SEEDS[:1]) if args.quick else list(DEFAULT_SEEDS))
     root = Path(args.cohort_dir) if args.cohort_dir else shipped_cohort_root()
     specs = {d: load_spec(REPO / "configs" / f"learned_{d}.yaml") for d in DECODERS}
-    resolution = specs["direct"].resolution
+    resolution = args.resolution
+    if resolution <= 0:
+        raise SystemExit(f"--resolution {resolution} must be positive")
+    tiling = _tiling(args, resolution)
 
     t0 = time.perf_counter()
     tasks, c_star = load_material(root, resolution, args.split, n)
     t_load = time.perf_counter() - t0
+    lower_bound = octile_bounds(tasks)
     budget = specs["bounded_repair"].budget
     limit = budget.max_expansions
+    if resolution != specs["direct"].resolution:  # the specs' budget is half the 64x64 grid
+        limit = resolution * resolution // 2
+        budget = dataclasses.replace(budget, max_expansions=limit)
+    # the learned compositions: the specs' decoders, and the guided A* alone under the repair's budget
+    compositions = {d: (specs[d].kwargs_for_seed, specs[d].budget) for d in DECODERS}
+    compositions["guided_astar"] = (
+        lambda seed: {**specs["bounded_repair"].kwargs_for_seed(seed), "decoder": "guided_astar"},
+        specs["bounded_repair"].budget)
 
-    results: dict[str, list[dict]] = {f"learned_{d}": [] for d in DECODERS}
+    def sized(kw: dict, b: BudgetSpec):
+        """The spec's kwargs and budget, the repair limit at this resolution's."""
+        if "max_expansions" in kw:
+            kw["max_expansions"] = limit
+        if b.max_expansions is not None:
+            b = dataclasses.replace(b, max_expansions=limit)
+        return kw, b
+
+    results: dict[str, list[dict]] = {f"learned_{d}": [] for d in compositions}
     guides = {}
     for seed in seeds:
-        guide = guides[seed] = load_guide(args.checkpoint.replace("{seed}", str(seed)))
-        for d in DECODERS:
-            kw = specs[d].kwargs_for_seed(seed)
+        guide = guides[seed] = load_guide(args.checkpoint.replace("{seed}", str(seed)), tiling=tiling)
+        for d, (kwargs_for_seed, b) in compositions.items():
+            kw, b = sized(dict(kwargs_for_seed(seed)), b)
             kw.pop("checkpoint", None)
             planner = make_planner(**kw, **({} if d == "prediction_free" else {"guide": guide}))
-            rows = run_method(planner, tasks, specs[d].budget)
+            rows = run_method(planner, tasks, b)
             results[f"learned_{d}"].append(score(rows, tasks, c_star))
+    full = resolution * resolution
     classical = {"bfs": (make_bfs(), BudgetSpec()), "greedy": (make_greedy(), BudgetSpec()),
-                 f"bounded_astar ({limit})": (make_bounded(max_expansions=limit), budget)}
+                 f"bounded_astar ({limit})": (make_bounded(max_expansions=limit), budget),
+                 "astar": (make_bounded(max_expansions=full), BudgetSpec(max_expansions=full))}
     for name, (planner, b) in classical.items():
         results[name] = [score(run_method(planner, tasks, b), tasks, c_star)]
     table = {name: pooled(parts) for name, parts in results.items()}
+    search = search_table(results, c_star, lower_bound)
 
     where = f"{root} ({'shipped cohort' if args.cohort_dir is None else 'cohort dir'})"
     print(f"machine: {platform.machine()} {platform.processor() or ''} python {platform.python_version()}"
           f", jax {jax.__version__} on {jax.devices()[0].platform}")
     print(f"data: {where}, {resolution}x{resolution} {args.split}, {len(tasks)} scenes, {OBJECTIVE}/"
           f"{VARIANT}; exact references by value iteration in {t_load:.1f} s (with loading)")
-    print(f"learned: checkpoints {args.checkpoint} for seed in {seeds}, repair budget "
-          f"{limit} expansions (request budget of bounded_repair / prediction_free / bounded A*); "
-          f"classical baselines are deterministic (one run stands for every seed)")
+    how = ("whole grid" if tiling is None else f"tiled {tiling['name']} tile {tiling['tile']} "
+           f"stride {tiling['stride']}")
+    print(f"learned: checkpoints {args.checkpoint} for seed in {seeds} ({how}), repair budget "
+          f"{limit} expansions (request budget of bounded_repair / guided_astar / prediction_free / "
+          f"bounded A*); plain A* ('astar') under {full} = {resolution}^2 expansions; classical "
+          f"baselines are deterministic (one run stands for every seed)")
     print("regret over all tasks (a failure counts 999999 = 'fail'); regret|ok over successes; "
           "exp = expansions summed over stages; prim/rep/fb = route from primary/repair/fallback\n")
     print_table(table)
 
+    n_hard = int(hard_subset_mask(c_star, lower_bound).sum())
+    print(f"\nlearned search against plain A* (TransPath / Neural A*), every seed's tasks pooled; hard = "
+          f"c*/octile bound >= {HARD_RATIO:g} ({n_hard} of {len(tasks)} tasks):")
+    print("ratio = expansions (all stages) / plain A*'s, per task (median, mean, geomean); excl 0/fail ="
+          " tasks left out of the ratio as A* expanded 0 / failed; Exp % = 100*mean(max(0, 1-ratio)) "
+          "(Neural A*); excess = mean cost/c*-1 over successes; Opt = share of all tasks within 1e-9 "
+          "of c*; ms med = wall time per request (forward pass included) beside plain A*'s")
+    print_search_table(search)
+
     k = args.timing_requests or (4 if args.quick else 8)
     seed0 = seeds[0]
-    planner = make_planner(**{**{k2: v for k2, v in specs["bounded_repair"].kwargs_for_seed(seed0).items()
-                                 if k2 != "checkpoint"}, "guide": guides[seed0]})
+    rkw, _ = sized({k2: v for k2, v in specs["bounded_repair"].kwargs_for_seed(seed0).items()
+                    if k2 != "checkpoint"}, budget)
+    planner = make_planner(**{**rkw, "guide": guides[seed0]})
     reqs = [build_request(t, budget=budget) for t in tasks[:k]]
     rep = timing_report(planner, reqs, repeats=1 if args.quick else 3, warmup=1)
     print_timing(rep, len(reqs), args.checkpoint.replace("{seed}", str(seed0)))

@@ -48,6 +48,10 @@ RUNS = {
     "direct": dict(plan={}, cc=_cc("direct", "learned", "ck1", None, True)),
     "bfs": dict(plan=None, cc=_cc("budgeted_classical", "none")),
     "bfs_undeclared": dict(plan=None, cc=None),
+    # plain A*, the reference of the learned-search table (family classical, architecture astar)
+    "astar": dict(plan=None, cc=_cc("exact_classical", "none"),
+                  over={"inference": "passage_jax.planners.bounded:make_planner",
+                        "family": "classical", "architecture": "astar"}),
 }
 
 
@@ -58,7 +62,9 @@ def runs(tmp_path_factory):
     F.write_cohort(root)
     out = {}
     for name, r in RUNS.items():
-        if r["plan"] is None:
+        if "over" in r:
+            over = dict(r["over"])
+        elif r["plan"] is None:
             over = {"inference": "passage_jax.planners.bfs:make_planner"}
         else:
             over = {"inference": "fixtures_attribution:make_staged",
@@ -301,3 +307,139 @@ def test_supervised_execution_records_route_stage(tmp_path):
     assert {r["sample_id"]: r["route_stage"] for r in recs} == {
         OPEN: "primary", TRAP: "repair", HILL: "fallback"}
     assert all(r["worker"] is not None for r in recs)
+
+
+# ----------------------------------------------------------------------------- learned search vs A*
+
+def _search_independent(folder, astar_folder):
+    """The learned-search figures of ``folder`` against ``astar_folder`` counted here in plain
+    Python: expansions from requests.jsonl, c*, start and goal from references.npz, the
+    route cost and success of the scored rows."""
+    import math
+    import statistics
+
+    def per_task(f):
+        recs = {r["sample_id"]: r for r in _quality_records(f)}
+        ref = np.load(f / "seed-1234" / "references.npz")
+        per = load_score(f / "seed-1234")["per_sample"]
+        q = per["primary_quality"]
+        scored = {str(s): (bool(ok), float(c), float(ms)) for s, ok, c, ms in
+                  zip(per["sample_id"][q], per["success"][q], per["predicted_cost"][q], per["latency_ms"][q])}
+        out = {}
+        for i, sid in enumerate(ref["sample_id"].tolist()):
+            r = recs[sid]
+            exp = (r["work"] or {}).get("expansions")
+            if exp is None:
+                exp = sum(v["expansions"] for v in r["stage_work"].values())
+            (r0, c0), (r1, c1) = ref["start"][i].tolist(), ref["goal"][i].tolist()
+            lo, hi = sorted((abs(r1 - r0), abs(c1 - c0)))
+            ok, cost, ms = scored[sid]
+            out[sid] = dict(exp=exp, c_star=float(ref["c_star"][i]), ok=ok, cost=cost, ms=ms,
+                            lb=30.0 * (hi - lo + math.sqrt(2) * lo))
+        return out
+
+    mine, a = per_task(folder), per_task(astar_folder)
+    res = {}
+    for sub in ("all", "hard"):
+        ids = [s for s in mine if sub == "all" or mine[s]["c_star"] / mine[s]["lb"] >= 1.05]
+        r = [mine[s]["exp"] / a[s]["exp"] for s in ids if a[s]["ok"] and a[s]["exp"] > 0]
+        ok = [s for s in ids if mine[s]["ok"]]
+        res[sub] = {
+            "n_tasks": len(ids), "n_ratio": len(r),
+            "ratio_median": statistics.median(r) if r else None,
+            "ratio_mean": statistics.fmean(r) if r else None,
+            "ratio_geomean": statistics.geometric_mean(r) if r else None,
+            "exp_reduction_pct": 100 * statistics.fmean([max(0, 1 - x) for x in r]) if r else None,
+            "success_rate": len(ok) / len(ids) if ids else None,
+            "cost_excess_mean": (statistics.fmean([mine[s]["cost"] / mine[s]["c_star"] - 1 for s in ok])
+                                 if ok else None),
+            "optimal_rate": (sum(abs(mine[s]["cost"] - mine[s]["c_star"]) <= 1e-9 * mine[s]["c_star"]
+                                 for s in ok) / len(ids)) if ids else None,
+            "wall_ms_median": statistics.median([mine[s]["ms"] for s in ids]) if ids else None,
+            "astar_wall_ms_median": statistics.median([a[s]["ms"] for s in ids]) if ids else None,
+        }
+    return res
+
+
+def test_learned_search_against_plain_astar(runs, tmp_path):
+    names = ("bounded_repair", "prediction_free", "bfs", "astar")
+    t = attribution_table([runs[k] for k in names])
+    assert t["search_reference"] == "astar"
+    rows = {r["name"]: r for r in t["rows"]}
+    # the staged planner's known work: OPEN primary 10, TRAP repair 4 + 30, HILL fallback 6 + 40 + 100
+    a_exp = {r["sample_id"]: r["work"]["expansions"] for r in _quality_records(runs["astar"])}
+    assert all(v > 0 for v in a_exp.values())
+    br = rows["bounded_repair"]["search"]
+    want_r = sorted([10 / a_exp[OPEN], 34 / a_exp[TRAP], 146 / a_exp[HILL]])
+    assert br["all"]["ratio_median"] == pytest.approx(want_r[1])
+    assert br["all"]["ratio_geomean"] == pytest.approx((want_r[0] * want_r[1] * want_r[2]) ** (1 / 3))
+    assert br["n_unpaired"] == 0 and br["ratio_note"] is None
+    for name in ("bounded_repair", "prediction_free", "bfs", "astar"):
+        got, want = rows[name]["search"], _search_independent(runs[name], runs["astar"])
+        assert got["n_hard"] == want["hard"]["n_tasks"]
+        for sub in ("all", "hard"):
+            for k, v in want[sub].items():
+                assert got[sub][k] == (None if v is None else pytest.approx(v, rel=1e-9)), (name, sub, k)
+    # plain A* against itself: ratio 1, every route optimal; the illegal route of prediction_free fails
+    assert rows["astar"]["search"]["all"]["ratio_geomean"] == pytest.approx(1.0)
+    assert rows["astar"]["search"]["all"]["optimal_rate"] == 1.0
+    assert rows["prediction_free"]["search"]["all"]["success_rate"] == pytest.approx(2 / 3)
+    md = render_attribution_markdown(t)
+    assert "Learned search against plain A* (`astar`" in md
+    assert "| bounded_repair | all | 3 | 3 | 0 / 0 |" in md
+    # without a plain A* run the figures are n/a, with the reason
+    t2 = attribution_table([runs["bounded_repair"], runs["bfs"]])
+    assert t2["search_reference"] is None
+    assert t2["rows"][0]["search"]["reference"] is None
+    md2 = render_attribution_markdown(t2)
+    assert "Learned search against plain A*: n/a (no scored run is plain A*" in md2
+    # compare's two-run attribution table carries no search block
+    cmp = compare_runs(runs["bounded_repair"], runs["astar"], tmp_path / "cmp.json", n_resamples=20)
+    assert "search_reference" not in cmp["attribution"]
+    assert "search" not in cmp["attribution"]["rows"][0]
+
+
+def test_learned_search_pairing_exclusions_and_missing_counters():
+    """Hand-built entries: seed pairing (A*'s first seed stands in), unpaired tasks, an A*
+    failure and an A* zero left out of the ratio and counted, unreported expansions -> n/a."""
+    def entry(name, seeds, family=None, architecture=None):
+        return {"name": name, "method_name": name, "path": name, "seeds": [1], "budget": {},
+                "budgets_agree": True, "device": None, "tasks_sha256": "t", "figures": {},
+                "per_seed": {}, "reporting": {}, "stage_work": {}, "stage_spans": None,
+                "component_control": None, "family": family, "architecture": architecture,
+                "_search": seeds}
+
+    def seed(ids, exp, ok, cost, c_star, lb, ms):
+        return {"sample_id": ids, "expansions": np.array(exp, float), "success": np.array(ok),
+                "cost": np.array(cost, float), "c_star": np.array(c_star, float),
+                "lower_bound": np.array(lb, float), "wall_ms": np.array(ms, float)}
+
+    astar = entry("astar", {"1": seed(["a", "b", "c", "d"], [100, 0, 50, 40], [True, True, True, False],
+                                      [10, 10, 21, np.nan], [10, 10, 21, 30], [10, 10, 20, 30],
+                                      [5, 6, 7, 8])}, "classical", "astar")
+    # seed 2 is paired with A*'s seed 1; task "z" has no A* row
+    learned = entry("learned", {"2": seed(["a", "b", "c", "d", "z"], [50, 10, 100, 10, 1],
+                                          [True, True, True, True, True], [10, 11, 21, 30, 1],
+                                          [10, 10, 21, 30, 1], [10, 10, 20, 30, 1], [1, 2, 3, 4, 9])})
+    t = attribution_rows([learned, astar], search=True)
+    s = t["rows"][0]["search"]
+    assert s["reference"] == "astar" and s["n_unpaired"] == 1
+    a = s["all"]
+    counts = (a["n_tasks"], a["n_ratio"], a["n_excluded_astar_zero"], a["n_excluded_astar_failed"])
+    assert counts == (4, 2, 1, 1)
+    assert a["ratio_mean"] == pytest.approx((0.5 + 2.0) / 2) and a["ratio_geomean"] == pytest.approx(1.0)
+    assert a["exp_reduction_pct"] == pytest.approx(25.0)
+    assert a["cost_excess_mean"] == pytest.approx(0.1 / 4) and a["optimal_rate"] == pytest.approx(0.75)
+    assert a["wall_ms_median"] == 2.5 and a["astar_wall_ms_median"] == 6.5
+    assert s["n_hard"] == 1 and s["hard"]["n_tasks"] == 1 and s["hard"]["ratio_median"] == pytest.approx(2.0)
+    # a row without an expansions counter: the ratio figures are n/a, the rest stays
+    learned["_search"]["2"]["expansions"][0] = np.nan
+    s = attribution_rows([learned, astar], search=True)["rows"][0]["search"]
+    assert s["ratio_note"] == "n/a: 1 of 4 rows report no expansions"
+    assert s["all"]["ratio_median"] is None and s["all"]["n_ratio"] is None
+    assert s["all"]["optimal_rate"] == pytest.approx(0.75)
+    from passage_jax.evaluate.attribution import _search_lines
+
+    md = "\n".join(_search_lines(attribution_rows([learned, astar], search=True)))
+    assert "learned: expansion ratio n/a: 1 of 4 rows report no expansions" in md
+    assert "learned: 1 task(s) without a plain A* row" in md

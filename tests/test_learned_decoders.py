@@ -241,6 +241,36 @@ def test_planner_stage_accounting(req):
         assert _legal_cost(req, res.path) >= c * (1 - 1e-12)
 
 
+def test_guided_astar_is_the_guided_search_alone(req):
+    """decoder='guided_astar': one primary stage, the guided bounded A* from the start
+    (bounded_repair's repair machinery) with no descent before it."""
+    c = _c_star(req)
+    field, _ = _pit(req)
+    pit = _Counting(lambda r: field)
+    res = _check_accounting(LearnedPlanner(pit, decoder="guided_astar", max_expansions=5000).plan(req),
+                            ["primary"], "primary")
+    assert pit.calls == 1 and res.status == "ok"
+    same = bounded_repair(field, req, max_expansions=5000)
+    assert res.stage_work["primary"] == same.work and np.array_equal(res.path, same.path)
+    # descent then repair spends the descent's steps first: its repair stage alone is the same
+    # search, so the guided search alone expands fewer cells in all than descent + repair
+    br = normalise_result(LearnedPlanner(pit, decoder="bounded_repair", max_expansions=5000).plan(req))
+    assert br.stage_work["repair"] == same.work
+    assert res.work["expansions"] == br.work["expansions"] - br.stage_work["primary"]["expansions"]
+    # on the exact field the guided search is optimal
+    res = normalise_result(LearnedPlanner(_perfect, decoder="guided_astar").plan(req))
+    assert res.status == "ok" and _legal_cost(req, res.path) == pytest.approx(c, rel=1e-9)
+    # the tighter of its own limit and the request budget
+    tight = PlanRequest(**{**{k: getattr(req, k) for k in ("sample_id", "elevation", "obstacles", "start",
+                                                           "goal", "cost_model", "cost_weight", "graph")},
+                           "budget": BudgetSpec(max_expansions=3)})
+    res = normalise_result(LearnedPlanner(pit, decoder="guided_astar", max_expansions=5000).plan(tight))
+    assert res.status == "budget_exhausted" and res.work["expansions"] == 3
+    with pytest.raises(ValueError, match="guided_astar"):
+        LearnedPlanner(pit, decoder="guided_astar", start_from="failed_direct")
+    assert make_planner(guide=pit, decoder="guided_astar").decoder == "guided_astar"
+
+
 def test_planner_shares_the_request_budget(req):
     field, _ = _pit(req)
     budget = BudgetSpec(max_expansions=40)

@@ -26,6 +26,13 @@ missing piece:
 
 :func:`render_attribution_markdown` renders the table; :func:`write_attribution_report`
 writes it to a Markdown file (``python -m cli report --attribution DIR ... --output F``).
+
+**Learned search against plain A*** (:func:`attribution_table`, so ``report
+--attribution``; not the two-run table of ``compare``): when one of the scored runs is
+plain A* (its spec declares ``family: classical``, ``architecture: astar``), each row
+gets ``search``, the learned-search report against it, rendered as a second table
+(:mod:`passage_jax.evaluate.attribution_search` reads the per-task inputs and states
+every decision).
 """
 from __future__ import annotations
 
@@ -35,6 +42,14 @@ from pathlib import Path
 import numpy as np
 
 from passage_jax.contract import FAILURE_REGRET
+from passage_jax.evaluate.attribution_search import (
+    ASTAR_REFERENCE,
+    PIXEL_SIZE_M,
+    SearchInputError,
+    is_astar_reference,
+    search_figures,
+    search_inputs,
+)
 from passage_jax.evaluate.score import ScoreError, load_score, seed_folders
 from passage_jax.fileio import atomic_write_text, jsonable, utc_now
 from passage_jax.protocol.contracts import STAGES, WORK_KEYS
@@ -44,6 +59,7 @@ __all__ = [
     "run_entry",
     "render_attribution_markdown", "write_attribution_report", "AttributionError",
     "AttributionExists", "ATTRIBUTION_FORMAT", "REQUIRED_CONTROLS", "ROW_FIGURES", "CONTROL_SPECS",
+    "ASTAR_REFERENCE", "PIXEL_SIZE_M", "is_astar_reference", "search_inputs", "search_figures",
 ]
 
 ATTRIBUTION_FORMAT = "passage-attribution-v1"
@@ -113,11 +129,21 @@ def _stage_medians(comps: list, stage: str) -> dict:
             for k in WORK_KEYS}
 
 
-def run_entry(path, name: str | None = None) -> dict:
-    """One scored run's row: declaration, identity, limits, seed-mean figures, the
-    per-stage work and the reporting counts behind them."""
+def _entry_search(folders, scores) -> dict:
+    """Per seed, the per-task inputs of the learned-search table (``search_inputs``)."""
     try:
-        scores = [load_score(f) for f in seed_folders(path)]
+        return {str(s["manifest"].get("seed")): search_inputs(f, s) for f, s in zip(folders, scores)}
+    except SearchInputError as e:
+        raise AttributionError(str(e)) from None
+
+
+def run_entry(path, name: str | None = None, search: bool = False) -> dict:
+    """One scored run's row: declaration, identity, limits, seed-mean figures, the
+    per-stage work and the reporting counts behind them; with ``search`` also the
+    per-task inputs of the learned-search table (``_search``, per seed; not exported)."""
+    try:
+        folders = seed_folders(path)
+        scores = [load_score(f) for f in folders]
     except ScoreError as e:
         raise AttributionError(str(e)) from None
     m0 = scores[0]["manifest"]
@@ -149,10 +175,15 @@ def run_entry(path, name: str | None = None) -> dict:
                                                .get("n_rows_ran") or 0) for c in comps)
     spans = [c.get("stage_spans") for c in comps]
     budgets = [per_seed[s]["budget"] for s in seeds]
+    spec = m0.get("spec") or {}
+    entry_search = _entry_search(folders, scores) if search else None
     return {
         "name": name or m0.get("method_name"),
         "path": str(Path(path).resolve()),
         "method_name": m0.get("method_name"),
+        "family": spec.get("family"),
+        "architecture": spec.get("architecture"),
+        "_search": entry_search,
         "component_control": cc,
         "seeds": [int(s) for s in seeds],
         "budget": budgets[0] if all(b == budgets[0] for b in budgets) else None,
@@ -228,9 +259,13 @@ def attribution_flags(entries: list) -> tuple[list, list]:
     return [sorted(set(r), key=r.index) for r in rows], table
 
 
-def attribution_rows(entries: list) -> dict:
-    """The table of already built :func:`run_entry` rows, with their flags."""
+def attribution_rows(entries: list, search: bool = False) -> dict:
+    """The table of already built :func:`run_entry` rows, with their flags; with
+    ``search`` (rows built with ``search=True``) each row's learned-search figures
+    against the first plain A* row (``search`` per row, and the table's
+    ``search_reference``)."""
     flags, table_flags = attribution_flags(entries)
+    reference = next((e for e in entries if is_astar_reference(e)), None) if search else None
     rows = []
     for e, f in zip(entries, flags):
         cc = e.get("component_control") or {}
@@ -242,10 +277,16 @@ def attribution_rows(entries: list) -> dict:
                      "machinery_id": cc.get("machinery_id"),
                      "primary_learned": cc.get("primary_learned"),
                      "declared": bool(cc), "flags": f})
+        if search:
+            rows[-1]["search"] = search_figures(e, reference)
+    extra = {}
+    if search:
+        extra["search_reference"] = None if reference is None else reference["name"]
     return jsonable({
         "format": ATTRIBUTION_FORMAT,
         "declared": any(r["declared"] for r in rows),
         "rows": rows,
+        **extra,
         "flags": table_flags,
         "complete": not table_flags and not any(r["flags"] for r in rows),
         "figures": "mean over each run's seeds of the per-seed value (null when a seed lacks "
@@ -255,16 +296,17 @@ def attribution_rows(entries: list) -> dict:
 
 
 def attribution_table(score_dirs, names=None) -> dict:
-    """The attribution table of any number of scored runs (run or seed folders);
-    ``names`` optionally labels them (default: each run's method name)."""
+    """The attribution table of any number of scored runs (run or seed folders), with
+    the learned-search figures against plain A* (module text); ``names`` optionally
+    labels them (default: each run's method name)."""
     score_dirs = list(score_dirs)
     if not score_dirs:
         raise AttributionError("no scored run given")
     names = list(names) if names is not None else [None] * len(score_dirs)
     if len(names) != len(score_dirs):
         raise AttributionError(f"{len(names)} names for {len(score_dirs)} runs")
-    entries = [run_entry(p, n) for p, n in zip(score_dirs, names)]
-    return attribution_rows(entries)
+    entries = [run_entry(p, n, search=True) for p, n in zip(score_dirs, names)]
+    return attribution_rows(entries, search=True)
 
 
 def format_number(x, digits=4) -> str:
@@ -315,6 +357,54 @@ def _control_hint(flag: str) -> str:
             f"outputs/{Path(spec).stem} --output attribution.md` with this run as RUN)")
 
 
+def _search_lines(table: dict) -> list:
+    """The learned-search table against plain A* (only for tables built with it)."""
+    if "search_reference" not in table:
+        return []
+    ref = table["search_reference"]
+    if ref is None:
+        return ["Learned search against plain A*: n/a (no scored run is plain A*: a run spec "
+                "declaring `family: classical` and `architecture: astar`, e.g. `configs/bounded.yaml` "
+                "on the same tasks, with a budget that lets it finish).", ""]
+    header = ["run", "subset", "tasks", "ratio tasks", "excluded (A* 0 / failed)", "ratio median",
+              "ratio mean", "ratio geomean", "Exp %", "success", "cost excess mean", "Opt",
+              "latency med ms", "A* latency med ms"]
+    rows, notes = [], []
+    for r in table["rows"]:
+        sr = r.get("search") or {}
+        if sr.get("ratio_note"):
+            notes.append(f"- {r['name']}: expansion ratio {sr['ratio_note']}")
+        if sr.get("n_unpaired"):
+            notes.append(f"- {r['name']}: {sr['n_unpaired']} task(s) without a plain A* row, left out")
+        for sub in ("all", "hard"):
+            x = sr.get(sub)
+            if x is None:
+                continue
+            excl = ("n/a" if x["n_excluded_astar_zero"] is None else
+                    f"{x['n_excluded_astar_zero']} / {x['n_excluded_astar_failed']}")
+            rows.append([r["name"] if sub == "all" else "", sub, x["n_tasks"],
+                         "n/a" if x["n_ratio"] is None else x["n_ratio"], excl,
+                         format_number(x["ratio_median"], 3), format_number(x["ratio_mean"], 3),
+                         format_number(x["ratio_geomean"], 3), format_number(x["exp_reduction_pct"], 1),
+                         format_number(x["success_rate"], 3), format_number(x["cost_excess_mean"]),
+                         format_number(x["optimal_rate"], 3), format_number(x["wall_ms_median"], 2),
+                         format_number(x["astar_wall_ms_median"], 2)])
+    first = next((r.get("search") for r in table["rows"] if r.get("search")), {}) or {}
+    out = [f"Learned search against plain A* (`{ref}`; TransPath / Neural A*; hard: "
+           f"{first.get('hard_rule')}):", "", markdown_table(header, rows), "",
+           "Every seed's tasks pooled, each paired by sample_id with plain A*'s row of the same seed "
+           "(or its first seed). Ratio = the run's total expansions (all stages) / plain A*'s, per "
+           "task; tasks where A* expanded 0 (or reported none) or failed are left out of it and "
+           "counted. Exp % = 100 x mean(max(0, 1 - ratio)) (Neural A*, arithmetic mean). Cost excess "
+           "= mean of cost / c* - 1 over the successful tasks only (failures: see success). Opt = "
+           "share of all tasks whose route cost is within a relative 1e-9 of c* (a failure is not "
+           "optimal). Octile lower bound: octile distance x 30 m (per-metre scale 1, from "
+           "references.npz start and goal).", ""]
+    if notes:
+        out += notes + [""]
+    return out
+
+
 def render_attribution_markdown(table: dict, heading: str = "## Component attribution") -> str:
     """Markdown of an :func:`attribution_table` (or a compare file's ``attribution``)."""
     lines = [heading, ""]
@@ -361,6 +451,7 @@ def render_attribution_markdown(table: dict, heading: str = "## Component attrib
     if not any(r["stage_spans"] for r in table["rows"]):
         lines += ["Stage spans: not recorded (per-stage latency is not in the records; "
                   "a sum of stage medians would not reconstruct total latency anyway).", ""]
+    lines += _search_lines(table)
     if table["flags"]:
         lines += ["Flags:", ""] + [f"- {f}{_control_hint(f)}" for f in table["flags"]] + [""]
     elif table["complete"]:

@@ -11,7 +11,13 @@ decoder              primary                       repair (when primary fails)  
 ``bounded_repair``   descent on the guide          A* guided by the guide, budget   —
 ``prediction_free``  descent on the octile guide   A* guided by the octile guide    —
 ``exact_fallback``   descent on the guide          A* guided by the guide, budget   exact solver
+``guided_astar``     guided A* from the start      —                                —
 ===================  ============================  ===============================  ============
+
+``guided_astar`` is "A* on the learned heuristic alone" (the learned-search report of
+``bench/learned.py``): the guided bounded A* of ``bounded_repair``'s repair, run from
+the start with no descent before it (its one stage is ``primary``; ``start_from`` must
+be ``"replace"``, ``max_steps`` does not apply).
 
 ``prediction_free`` is ``bounded_repair`` with the guide replaced by
 :func:`~passage_jax.learned.decoders.octile_field` in both stages: same machinery,
@@ -52,7 +58,7 @@ from passage_jax.protocol.contracts import PlanRequest, PlanResult, accumulate_s
 __all__ = ["DECODERS", "INFERENCE_KWARGS", "LearnedPlanner", "make_planner", "guide_from_flax"]
 
 #: Decoder compositions :class:`LearnedPlanner` offers.
-DECODERS = ("direct", "bounded_repair", "prediction_free", "exact_fallback")
+DECODERS = ("direct", "bounded_repair", "prediction_free", "exact_fallback", "guided_astar")
 #: ``inference_kwargs`` :func:`make_planner` takes.
 INFERENCE_KWARGS = ("checkpoint", "guide", "dtype", "decoder", "max_expansions", "max_steps",
                     "start_from", "fallback_solver", "tile", "stride", "hflip", "blend", "stitch")
@@ -60,7 +66,7 @@ INFERENCE_KWARGS = ("checkpoint", "guide", "dtype", "decoder", "max_expansions",
 _TILING_KWARGS = ("tile", "stride", "hflip", "blend", "stitch")
 #: The stages each composition may run after the primary descent, in order.
 _LATER_STAGES = {"direct": (), "bounded_repair": ("repair",), "prediction_free": ("repair",),
-                 "exact_fallback": ("repair", "fallback")}
+                 "exact_fallback": ("repair", "fallback"), "guided_astar": ()}
 _PRECISION = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float64": "fp64"}
 
 
@@ -97,6 +103,9 @@ class LearnedPlanner:
         if fallback_solver not in FALLBACK_SOLVERS:
             raise ValueError(f"learned planner: fallback_solver={fallback_solver!r} is not one of "
                              f"{list(FALLBACK_SOLVERS)}")
+        if decoder == "guided_astar" and start_from != "replace":
+            raise ValueError(f"learned planner: decoder='guided_astar' searches from the start "
+                             f"(start_from='replace'), got start_from={start_from!r}")
         if guide is None and decoder != "prediction_free":
             raise ValueError(f"learned planner: decoder={decoder!r} needs a guide (a checkpoint or "
                              f"a callable request -> (H, W) field)")
@@ -137,7 +146,11 @@ class LearnedPlanner:
         stage_work: dict = {}
         messages: list = []
         skipped = False
-        out = direct(field, request, max_steps=self.max_steps, cost_field=cost_field)
+        if self.decoder == "guided_astar":  # A* on the guide alone, from the start
+            out = bounded_repair(field, request, max_expansions=self._repair_limit(request, 0),
+                                 cost_field=cost_field)
+        else:
+            out = direct(field, request, max_steps=self.max_steps, cost_field=cost_field)
         stage_work["primary"] = out.work
         stage = "primary"
         for nxt in _LATER_STAGES[self.decoder]:

@@ -35,6 +35,14 @@ from passage_jax.metrics.kernels import (
     score_task,
     score_tasks,
 )
+from passage_jax.metrics.search_report import (
+    HARD_RATIO,
+    OPTIMAL_RTOL,
+    SEARCH_REPORT_FIGURES,
+    hard_subset_mask,
+    octile_lower_bound,
+    search_report,
+)
 from passage_jax.metrics.sharding import resolve_sharding, sharding_devices
 from passage_jax.metrics.types import METRIC_KEYS, Route, RouteMetrics, TaskArrays, TaskAtCandidate
 
@@ -55,4 +63,7 @@ __all__ = [
     # field diagnostics of learned cost-to-go predictors
     "bellman_residual", "descent_direction_agreement", "ssi_mae", "neighbour_ranking_agreement",
     "boundary_f_score", "start_goal_connected", "expansions_ratio", "fallback_free_rate",
+    # the learned-search report against plain A* (host side)
+    "search_report", "hard_subset_mask", "octile_lower_bound", "HARD_RATIO", "OPTIMAL_RTOL",
+    "SEARCH_REPORT_FIGURES",
 ]
