@@ -164,7 +164,9 @@ def resolve_checkpoint(path) -> Path:
 
 
 def _abstract_params(module):
-    x = jax.ShapeDtypeStruct((1, 8, 8, N_FEATURES), jnp.float32)
+    # the smallest input the module takes: a U-Net needs sides divisible by 2**levels
+    side = max(8, 2 ** int(getattr(module, "levels", 0)))
+    x = jax.ShapeDtypeStruct((1, side, side, N_FEATURES), jnp.float32)
     return jax.eval_shape(module.init, jax.random.PRNGKey(0), x)
 
 

@@ -40,6 +40,7 @@ from passage_jax.graph import MODEL_INDEX, STEP_PIXELS, edge_cost_field_by_index
 
 __all__ = [
     "FEATURE_NAMES", "N_FEATURES", "COORD_SCALE", "EXCESS_CLIP", "ValueFieldNet",
+    "ValueFieldUNet", "unet_receptive_field",
     "octile_grid", "feature_grid", "features", "request_arrays", "log_ratio_to_cost",
     "module_config", "module_from_config", "param_count",
 ]
@@ -137,24 +138,98 @@ class ValueFieldNet(nn.Module):
         return nn.softplus(raw.astype(jnp.float32))
 
 
+class ValueFieldUNet(nn.Module):
+    """U-Net value-field network: (B, H, W, C) -> (B, H, W) ``u >= 0`` (same inputs and
+    output convention as :class:`ValueFieldNet`), whose receptive field spans a whole
+    256x256 crop at a small cost per cell.
+
+    ``widths`` has ``levels + 1`` entries (channels at full resolution, then after each
+    stride-2 step). Encoder: a 3x3 stem, then per level a stride-2 3x3 conv (GELU).
+    Bottleneck: one residual 3x3 block per entry of ``bottleneck_dilations`` at the
+    coarsest level. Decoder, per level back up: nearest-neighbour upsampling by 2, a
+    1x1 projection added to the encoder's skip, a 3x3 conv (GELU, residual); a 1x1
+    head through a softplus. Fully convolutional: H and W must be divisible by
+    ``2 ** levels`` (anything else is refused with a ValueError naming the shape);
+    the receptive field is :func:`unet_receptive_field` cells.
+    """
+
+    widths: tuple = (16, 24, 32, 48, 64, 64)
+    bottleneck_dilations: tuple = (1, 2, 4)
+    dtype: object = jnp.float32
+
+    @property
+    def levels(self) -> int:
+        return len(self.widths) - 1
+
+    @nn.compact
+    def __call__(self, x):
+        x = jnp.asarray(x, self.dtype)
+        levels = self.levels
+        step = 2 ** levels
+        if x.ndim != 4 or x.shape[1] % step or x.shape[2] % step:
+            raise ValueError(f"ValueFieldUNet with {levels} levels needs input (B, H, W, C) with "
+                             f"H and W divisible by {step}, got shape {tuple(x.shape)}")
+        conv = lambda w, k=3, **kw: nn.Conv(w, (k, k), dtype=self.dtype, **kw)  # noqa: E731
+        y = nn.gelu(conv(self.widths[0], name="stem")(x))
+        skips = [y]
+        for i in range(1, levels + 1):
+            y = nn.gelu(conv(self.widths[i], strides=(2, 2), name=f"down{i}")(y))
+            skips.append(y)
+        for j, d in enumerate(self.bottleneck_dilations):
+            y = y + nn.gelu(conv(self.widths[-1], kernel_dilation=(d, d), name=f"mid{j}")(y))
+        for i in range(levels - 1, -1, -1):
+            y = jnp.repeat(jnp.repeat(y, 2, axis=1), 2, axis=2)
+            y = conv(self.widths[i], 1, name=f"proj{i}")(y) + skips[i]
+            y = y + nn.gelu(conv(self.widths[i], name=f"up{i}")(y))
+        raw = nn.Conv(1, (1, 1), dtype=self.dtype, name="head")(y)[..., 0]
+        return nn.softplus(raw.astype(jnp.float32))
+
+
+def unet_receptive_field(levels: int, bottleneck_dilations=(1, 2, 4)) -> int:
+    """Receptive field (cells, one side) of a :class:`ValueFieldUNet`: the stem (3),
+    each stride-2 3x3 conv, the dilated bottleneck and each decoder 3x3 conv."""
+    rf, jump = 3, 1
+    for _ in range(levels):
+        rf += 2 * jump
+        jump *= 2
+    rf += sum(2 * d * jump for d in bottleneck_dilations)
+    for _ in range(levels):
+        jump //= 2
+        rf += 2 * jump
+    return rf
+
+
 def log_ratio_to_cost(u, octile_cells, pixel_size_m: float = 30.0):
     """Cost-to-go ``exp(u) * octile * pixel_size_m`` (any array namespace via jnp)."""
     return jnp.exp(u) * octile_cells * pixel_size_m
 
 
-def module_config(module: ValueFieldNet) -> dict:
-    """JSON-able description of a :class:`ValueFieldNet` (what a checkpoint records)."""
+def module_config(module) -> dict:
+    """JSON-able description of a :class:`ValueFieldNet` or :class:`ValueFieldUNet`
+    (what a checkpoint records)."""
+    if isinstance(module, ValueFieldUNet):
+        return {"class": "ValueFieldUNet", "widths": [int(w) for w in module.widths],
+                "bottleneck_dilations": [int(d) for d in module.bottleneck_dilations],
+                "in_features": N_FEATURES}
     return {"class": "ValueFieldNet", "width": int(module.width),
             "dilations": [int(d) for d in module.dilations], "in_features": N_FEATURES}
 
 
-def module_from_config(config: dict, dtype=jnp.float32) -> ValueFieldNet:
+def module_from_config(config: dict, dtype=jnp.float32):
     """Rebuild the module a checkpoint describes; refuses an unknown class or inputs."""
-    if config.get("class") != "ValueFieldNet":
-        raise ValueError(f"model.class {config.get('class')!r} is not 'ValueFieldNet'")
+    cls = config.get("class")
+    if cls not in ("ValueFieldNet", "ValueFieldUNet"):
+        raise ValueError(f"model.class {cls!r} is not 'ValueFieldNet' or 'ValueFieldUNet'")
     if int(config.get("in_features", N_FEATURES)) != N_FEATURES:
         raise ValueError(f"model.in_features {config.get('in_features')} != {N_FEATURES} "
                          f"(inputs {FEATURE_NAMES})")
+    if cls == "ValueFieldUNet":
+        widths = tuple(int(w) for w in config["widths"])
+        dil = tuple(int(d) for d in config.get("bottleneck_dilations", (1, 2, 4)))
+        if len(widths) < 2 or min(widths) < 1 or (dil and min(dil) < 1):
+            raise ValueError(f"model.widths (>= 2 entries) / bottleneck_dilations must be "
+                             f"positive, got {list(widths)}, {list(dil)}")
+        return ValueFieldUNet(widths=widths, bottleneck_dilations=dil, dtype=dtype)
     width = int(config["width"])
     dil = tuple(int(d) for d in config["dilations"])
     if width < 1 or not dil or min(dil) < 1:

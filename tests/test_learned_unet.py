@@ -1,0 +1,110 @@
+"""The U-Net value-field network: its receptive field, the shapes it takes, its
+checkpoint round trip and whole-scene guidance."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from passage_jax.graph import COST_MODELS, GraphSpec
+from passage_jax.learned import NetworkGuide, load_guide
+from passage_jax.learned.checkpoint import save_checkpoint
+from passage_jax.learned.model import (
+    N_FEATURES,
+    ValueFieldNet,
+    ValueFieldUNet,
+    module_config,
+    module_from_config,
+    param_count,
+    unet_receptive_field,
+)
+from passage_jax.learned.planner import LearnedPlanner
+from passage_jax.protocol import PlanRequest
+
+NARROW = (4, 4, 4, 4, 4, 4)  # five levels, four channels: cheap, the default's geometry
+
+
+def _init(module, side):
+    x = jnp.zeros((1, side, side, N_FEATURES), jnp.float32)
+    return module.init(jax.random.PRNGKey(0), x)
+
+
+def _input_gradient(module, params, side, cell):
+    """|d u[cell] / d x| summed over the input channels, (side, side)."""
+    x = jax.random.normal(jax.random.PRNGKey(1), (1, side, side, N_FEATURES))
+    g = jax.grad(lambda x: module.apply(params, x)[0, cell[0], cell[1]])(x)
+    return np.abs(np.asarray(g[0])).sum(-1)
+
+
+@pytest.mark.slow  # compiles the gradient of a 256x256 U-Net (about 20 s)
+def test_output_at_one_corner_depends_on_the_far_corner_at_256():
+    net = ValueFieldUNet(widths=NARROW)
+    params = _init(net, 256)
+    g = _input_gradient(net, params, 256, (0, 0))
+    assert g[255, 255] > 0  # the whole crop reaches every output cell
+    assert unet_receptive_field(5) >= 2 * 256 - 1
+    # the dilated CNN shipped for 64x64 does not: its field is 67 cells
+    cnn = ValueFieldNet(width=4)
+    gc = _input_gradient(cnn, _init(cnn, 128), 128, (0, 0))
+    assert gc[127, 127] == 0 and gc[0, 0] > 0
+
+
+def test_receptive_field_bounds_the_gradient_support():
+    # two levels, one bottleneck block: the formula's field bounds where the
+    # gradient of the centre output is non-zero, and the support reaches past half of it
+    net = ValueFieldUNet(widths=(4, 4, 4), bottleneck_dilations=(1,))
+    rf = unet_receptive_field(2, (1,))
+    side, c = 64, 32
+    g = _input_gradient(net, _init(net, side), side, (c, c))
+    rows = np.flatnonzero(g.sum(1) > 0)
+    assert rows.min() >= c - rf // 2 - 1 and rows.max() <= c + rf // 2 + 1
+    assert rows.max() - rows.min() + 1 > rf // 2
+
+
+def test_shape_refused_naming_it():
+    net = ValueFieldUNet()
+    with pytest.raises(ValueError, match=r"divisible by 32, got shape \(1, 100, 64, "):
+        net.init(jax.random.PRNGKey(0), jnp.zeros((1, 100, 64, N_FEATURES)))
+
+
+def test_config_round_trip_and_refusals():
+    net = ValueFieldUNet(widths=(8, 16, 24), bottleneck_dilations=(1, 3))
+    cfg = module_config(net)
+    assert cfg["class"] == "ValueFieldUNet" and cfg["widths"] == [8, 16, 24]
+    again = module_from_config(cfg)
+    assert isinstance(again, ValueFieldUNet) and again.widths == (8, 16, 24)
+    assert again.bottleneck_dilations == (1, 3)
+    cnn = module_from_config(module_config(ValueFieldNet(width=5, dilations=(1, 2))))
+    assert isinstance(cnn, ValueFieldNet) and cnn.width == 5 and cnn.dilations == (1, 2)
+    with pytest.raises(ValueError, match="positive"):
+        module_from_config({**cfg, "widths": [8, 0, 4]})
+    with pytest.raises(ValueError, match="ValueFieldUNet"):
+        module_from_config({**cfg, "class": "Other"})
+
+
+def _request(side, rng):
+    z = np.cumsum(rng.normal(size=(side, side)), axis=0) * 5 + 500
+    ob = np.zeros((side, side), bool)
+    ob[20:40, 30] = True
+    w = COST_MODELS["elevation"].default_weight
+    return PlanRequest(sample_id="t", elevation=z, obstacles=ob, start=(2, 2), goal=(side - 3, side - 5),
+                       cost_model="elevation", cost_weight=w, graph=GraphSpec("elevation", w))
+
+
+@pytest.mark.slow  # a planner with an exact fallback behind the network (about 30 s)
+def test_checkpoint_round_trip_guides_a_whole_scene(tmp_path):
+    net = ValueFieldUNet(widths=(4, 8, 8, 8, 8, 8))
+    params = _init(net, 64)
+    params = jax.tree_util.tree_map(  # non-trivial weights: a perturbed initialisation
+        lambda a: a + 0.05 * jax.random.normal(jax.random.PRNGKey(2), a.shape), params)
+    path = save_checkpoint(tmp_path / "unet", net, params, {"seed": 1})
+    guide = load_guide(path)  # whole scene, no tiling
+    req = _request(64, np.random.default_rng(0))
+    np.testing.assert_array_equal(guide(req), NetworkGuide(net, params)(req))
+    assert param_count(guide.params) == param_count(params)
+    res = LearnedPlanner(guide, decoder="exact_fallback").plan(req)
+    route = np.asarray(res.path)
+    assert res.status == "ok" and tuple(route[0]) == req.start and tuple(route[-1]) == req.goal
+    assert np.all(np.abs(np.diff(route, axis=0)).max(1) == 1)
+    assert not req.obstacles[route[:, 0], route[:, 1]].any()
