@@ -43,8 +43,6 @@ import numpy as np
 
 from passage_jax.contract import FAILURE_REGRET
 from passage_jax.evaluate.attribution_search import (
-    ASTAR_REFERENCE,
-    PIXEL_SIZE_M,
     SearchInputError,
     is_astar_reference,
     search_figures,
@@ -59,7 +57,6 @@ __all__ = [
     "run_entry",
     "render_attribution_markdown", "write_attribution_report", "AttributionError",
     "AttributionExists", "ATTRIBUTION_FORMAT", "REQUIRED_CONTROLS", "ROW_FIGURES", "CONTROL_SPECS",
-    "ASTAR_REFERENCE", "PIXEL_SIZE_M", "is_astar_reference", "search_inputs", "search_figures",
 ]
 
 ATTRIBUTION_FORMAT = "passage-attribution-v1"

@@ -33,6 +33,7 @@ import numpy as np
 
 from passage_jax.evaluate.run_folder import load_npz
 from passage_jax.evaluate.score import ScoreError
+from passage_jax.graph import GraphSpec
 from passage_jax.metrics.search_report import octile_lower_bound, search_report
 from passage_jax.protocol.records import read_requests
 
@@ -41,8 +42,8 @@ __all__ = ["ASTAR_REFERENCE", "PIXEL_SIZE_M", "SearchInputError", "is_astar_refe
 
 #: the spec fields that mark a run as the plain A* reference of the learned-search table
 ASTAR_REFERENCE = {"family": "classical", "architecture": "astar"}
-#: the grid step of every request (``protocol.request_graph``'s default, contract: 30 m steps)
-PIXEL_SIZE_M = 30.0
+#: the grid step of every request: the contract's (:class:`passage_jax.graph.GraphSpec`)
+PIXEL_SIZE_M = GraphSpec().pixel_size_m
 #: the ratio figures, n/a when a row of the run does not report expansions
 _RATIO_FIGURES = ("n_ratio", "n_excluded_astar_zero", "n_excluded_astar_failed", "n_ratio_zero",
                   "ratio_median", "ratio_mean", "ratio_geomean", "exp_reduction_pct",
