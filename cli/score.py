@@ -21,6 +21,11 @@ def register(p):
                    help="scenes read and scored together (default: a budget of grid cells, 1,024 "
                         "scenes at 64x64, 64 at 256x256); a multi-process launch shares out whole "
                         "chunks")
+    p.add_argument("--hash-inputs", action="store_true",
+                   help="compute every reloaded task's input hash and compare it with the run's, "
+                        "even where the run was admitted by this evaluator (by default the shards' "
+                        "sha256 and the run's provenance vouch for them; the receipt's "
+                        "input_check says which check was made)")
     launch.add_flags(p)
 
 
@@ -50,7 +55,7 @@ def main(args) -> int:
     try:
         res = score_run(args.run, force=args.force, dataset_path=args.dataset_path,
                         log=(lambda m: print(m, file=sys.stderr)) if writer else None,
-                        chunk=args.chunk)
+                        chunk=args.chunk, check="hash" if args.hash_inputs else None)
     except ScoreError as e:
         print(f"score: {e}{hint(e)}", file=sys.stderr)
         return 2

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from passage_jax.data.codec import encode_tensor
+from passage_jax.data.scene import elevation_bounds, elevation_metres
 from passage_jax.data.validate import DataError, RowRef, decode_checked, decode_planes, marker_cells
 from passage_jax.exports import lazy_exports
 
@@ -62,11 +63,51 @@ def test_planes_of_a_good_tensor_are_its_channels():
     for _ in range(5):
         t = _tensor(rng)
         t[0, 0, 0], t[0, 1, 0], t[5, 5, 2] = 0.0, 1.0, -0.0  # the bounds and a negative zero pass
-        e, m, o = decode_planes(encode_tensor(t), N, REF)
+        e, m, o, e_min, e_max = decode_planes(encode_tensor(t), N, REF)
         full = decode_checked(encode_tensor(t), N, REF)
         for k, plane in enumerate((e, m, o)):
             assert plane.flags.c_contiguous and plane.dtype == np.float32
             np.testing.assert_array_equal(plane, full[..., k])
+        assert (e_min, e_max) == (full[..., 0].min(), full[..., 0].max()) == (0.0, 1.0)
+
+
+@pytest.mark.parametrize("lo, hi", [(-431.0, 8848.0), (12.5, 12.5), (900.0, -3.25),
+                                    (0.1, 0.30000000000000004), (-1e-300, 1e300)])
+def test_elevation_bounds_are_the_extremes_of_the_plane_in_metres(lo, hi):
+    """min and max of ``elevation_metres(e)`` from e's two extremes, bit for bit (the
+    grid table of scoring uses them instead of two passes over the float64 grid)."""
+    rng = np.random.default_rng(5)
+    cal = {"min": lo, "max": hi}
+    for _ in range(50):
+        e = rng.random((N, N), dtype=np.float32) ** rng.uniform(0.1, 4)
+        z = elevation_metres(e, cal)
+        got = elevation_bounds(e.min(), e.max(), cal)
+        assert got == (z.min(), z.max())
+        assert all(type(b) is float for b in got)
+
+
+def test_scenes_read_keep_their_bounds_and_the_grid_table_agrees():
+    """Every shipped scene keeps the extremes of its grid in metres; the grid table's crop
+    statistics with them equal those computed from the grid (a scene that keeps none,
+    and one whose grid was replaced, take the computing path)."""
+    import dataclasses
+
+    from passage_jax.data import load_tasks, shipped_cohort_root
+    from passage_jax.metrics.host_inputs import task_table
+
+    for res in (64, 256):
+        tasks = load_tasks(shipped_cohort_root(), res, "test", "elevation", n_samples=6)
+        for t in tasks:
+            z = t.elevation_m
+            assert t.scene.kept_elevation_bounds(z) == (z.min(), z.max())
+            assert t.scene.kept_elevation_bounds(z.copy()) is None
+        bare = [dataclasses.replace(t, scene=dataclasses.replace(t.scene)) for t in tasks]
+        assert all(b.scene.kept_elevation_bounds(b.elevation_m) is None for b in bare)
+        kept, computed = task_table(tasks).grids.stats, task_table(bare).grids.stats
+        want = np.array([[z.min(), z.max() - z.min(), max(abs(z.min()), abs(z.max()))]
+                         for z in (t.elevation_m for t in tasks)])
+        np.testing.assert_array_equal(kept, want)
+        np.testing.assert_array_equal(computed, want)
 
 
 def test_marker_cells_and_their_errors():

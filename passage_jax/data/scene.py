@@ -10,7 +10,8 @@ from passage_jax.graph.spec import OBJECTIVE_COLUMN, OBJECTIVES, VARIANTS
 
 __all__ = [
     "SPLITS", "SPLIT_ALIASES", "PASSAGE_CALIBRATION", "DEFAULT_MARKERS", "ROUTE_COLUMNS",
-    "canonical_split", "route_column", "elevation_metres", "normalise_elevation", "Scene", "Task",
+    "canonical_split", "route_column", "elevation_metres", "elevation_bounds", "keep_elevation_bounds",
+    "normalise_elevation", "Scene", "Task",
     "task_input_hash",
 ]
 
@@ -49,6 +50,26 @@ def elevation_metres(e: np.ndarray, calibration: dict) -> np.ndarray:
     return lo + np.asarray(e, np.float32).astype(np.float64) * (hi - lo)
 
 
+def elevation_bounds(e_min, e_max, calibration: dict) -> tuple[float, float]:
+    """(min, max) of :func:`elevation_metres` of a plane whose least and greatest values
+    are ``e_min`` and ``e_max``, bit for bit what ``z.min()`` and ``z.max()`` of the plane
+    in metres give: each cell is ``lo + e * (hi - lo)`` with both operations correctly
+    rounded, so monotone in ``e`` (increasing or decreasing with the sign of
+    ``hi - lo``), and the extremes of z are those of the two end values."""
+    lo = np.float64(calibration["min"])
+    d = np.float64(calibration["max"]) - lo
+    a = lo + np.float64(np.float32(e_min)) * d
+    b = lo + np.float64(np.float32(e_max)) * d
+    return float(np.minimum(a, b)), float(np.maximum(a, b))
+
+
+def keep_elevation_bounds(scene, e_min, e_max) -> None:
+    """Keep on ``scene`` the (min, max) of its ``elevation_m`` (:func:`elevation_bounds` of
+    its plane's extremes, which the reader's range check took), tied to that very grid."""
+    scene._elevation_bounds = (scene.elevation_m,
+                               *elevation_bounds(e_min, e_max, scene.metadata["calibration"]))
+
+
 def normalise_elevation(z: np.ndarray, calibration: dict) -> np.ndarray:
     """Inverse of :func:`elevation_metres`, rounded to float32."""
     lo = np.float64(calibration["min"])
@@ -77,6 +98,12 @@ class Scene:
     def where(self) -> str:
         """'file row R scene ID' for error messages."""
         return f"{self.file} row {self.row} scene {self.id}"
+
+    def kept_elevation_bounds(self, z) -> tuple[float, float] | None:
+        """The (min, max) kept for the grid ``z`` (:func:`keep_elevation_bounds`), or None:
+        none kept, or kept for another grid (``elevation_m`` replaced since)."""
+        kept = getattr(self, "_elevation_bounds", None)
+        return (kept[1], kept[2]) if kept is not None and kept[0] is z else None
 
     def weight(self, objective: str) -> float:
         return float(self.metadata["solvers"][objective]["weight"])

@@ -90,6 +90,11 @@ class ReadOptions:
     prefetch: bool = True
     released_routes: bool = True
     on_read: Callable[[int, Task], None] | None = None
+    #: whether the opening read takes each task's input hash (kept on its stub; a re-read
+    #: is checked against it). False: the stream is read once only (a second pass is
+    #: refused), for a caller that vouches for the tasks otherwise (``score``'s
+    #: provenance check: :func:`passage_jax.evaluate.run_scenes.input_check`).
+    hash_inputs: bool = True
 
     def __post_init__(self):
         _check_n_samples(self.n_samples)
@@ -148,21 +153,21 @@ class TaskStub:
     goal: tuple
     route: np.ndarray | None  # released route (L, 2) int32; None when not read
     tile: dict | None
-    input_sha256: str
+    input_sha256: str | None  # None: the stream was opened without input hashes
 
     @property
     def where(self) -> str:
         return f"{self.file} row {self.row} scene {self.id}"
 
 
-def _stub(i: int, task: Task) -> TaskStub:
+def _stub(i: int, task: Task, hashed: bool = True) -> TaskStub:
     s = task.scene
     return TaskStub(index=i, id=s.id, file=s.file, row=s.row, objective=task.objective,
                     variant=task.variant, weight=float(task.weight),
                     start=tuple(int(v) for v in s.start), goal=tuple(int(v) for v in s.goal),
                     route=None if task.route is None else np.asarray(task.route, np.int32),
                     tile=s.metadata.get("tile"),
-                    input_sha256=task_input_hash(task))
+                    input_sha256=task_input_hash(task) if hashed else None)
 
 
 class _Rereader:
@@ -177,6 +182,10 @@ class _Rereader:
         _OPEN.add(self)
 
     def restart(self) -> None:
+        if self.stubs and self.stubs[0].input_sha256 is None:
+            raise DataError(f"{self.stubs[0].where}: these tasks were opened without their input "
+                            f"hashes (hash_inputs=False), which a re-read is checked against: "
+                            f"they are read once only; open them again to read them again")
         self.close()
         # the ids were checked across the split folders when the stream was opened; a re-read
         # checks each task against its stub (id, file, row, input hash) instead, and takes
@@ -395,6 +404,9 @@ class TaskStream(collections.abc.Sequence):
 
     @property
     def input_hashes(self) -> list[str]:
+        if self.stubs and self.stubs[0].input_sha256 is None:
+            raise DataError(f"{self.stubs[0].where}: these tasks were opened without their "
+                            f"input hashes (hash_inputs=False)")
         return [s.input_sha256 for s in self.stubs]
 
     def shard_rows(self) -> list[tuple[str, int]]:
@@ -405,12 +417,15 @@ class TaskStream(collections.abc.Sequence):
         return list(out.items())
 
 
-def _opening_chunks(source: TaskSource, n_samples, chunk: int, stop: threading.Event, on_read=None):
+def _opening_chunks(source: TaskSource, n_samples, chunk: int, stop: threading.Event, on_read=None,
+                    hashed: bool = True):
     """The opening read in chunks of ``chunk`` tasks, each task's input hash taken (and kept
-    on it) and ``on_read(index, task)`` called; ends early when ``stop`` is set."""
+    on it; not with ``hashed`` False) and ``on_read(index, task)`` called; ends early when
+    ``stop`` is set."""
     pending: list[Task] = []
     for i, task in enumerate(source.tasks(n_samples)):
-        task_input_hash(task)
+        if hashed:
+            task_input_hash(task)
         if on_read is not None:
             on_read(i, task)
         pending.append(task)
@@ -428,12 +443,12 @@ def _read_stubs(source: TaskSource, opts: ReadOptions, chunk: int, on_chunk) -> 
     stubs: list[TaskStub] = []
 
     def chunks(stop):
-        return _opening_chunks(source, opts.n_samples, chunk, stop, opts.on_read)
+        return _opening_chunks(source, opts.n_samples, chunk, stop, opts.on_read, opts.hash_inputs)
 
     with ReadAhead(chunks, ahead=1 if opts.prefetch else 0, name="passage-open-tasks") as reader:
         for tasks in reader:
             first = len(stubs)
-            stubs.extend(_stub(first + k, t) for k, t in enumerate(tasks))
+            stubs.extend(_stub(first + k, t, opts.hash_inputs) for k, t in enumerate(tasks))
             if on_chunk is not None:
                 on_chunk(first, tasks)
             del tasks

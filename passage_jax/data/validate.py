@@ -39,19 +39,26 @@ import dataclasses
 import json
 import math
 import re
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from passage_jax.checks import is_int, is_number
 from passage_jax.data.codec import TensorError, decode_tensor
-from passage_jax.data.scene import DEFAULT_MARKERS, ROUTE_COLUMNS, Scene, canonical_split, elevation_metres
+from passage_jax.data.scene import (
+    DEFAULT_MARKERS,
+    ROUTE_COLUMNS,
+    Scene,
+    canonical_split,
+    elevation_metres,
+    keep_elevation_bounds,
+)
 from passage_jax.graph import OBJECTIVES, route_problem
 
 __all__ = [
     "REQUIRED_COLUMNS", "REQUIRED_METADATA", "OBJECT_METADATA", "SOLVER_KEYS", "FLIPPED_MARKERS",
     "MAX_METADATA_BYTES", "MAX_METADATA_DEPTH", "DataError", "RowRef", "check_id", "json_depth",
-    "parse_metadata", "decode_checked", "decode_planes", "marker_cells", "detect_marker_convention",
+    "parse_metadata", "decode_checked", "decode_planes", "Planes", "marker_cells", "detect_marker_convention",
     "route_array", "validate_row", "SCENE_COLUMNS", "declares_markers", "duplicate_id_problem",
     "marker_convention", "convention_problem",
 ]
@@ -277,22 +284,35 @@ def decode_checked(blob, resolution: int, ref: RowRef) -> np.ndarray:
     return t
 
 
-def decode_planes(blob, resolution: int, ref: RowRef) -> tuple:
+class Planes(NamedTuple):
+    """A decoded tensor's three channels, each a contiguous (N, N) float32 array, and
+    the least and greatest normalised elevation (the range check's by-products)."""
+
+    e: np.ndarray
+    markers: np.ndarray
+    obstacles: np.ndarray
+    e_min: np.float32
+    e_max: np.float32
+
+
+def decode_planes(blob, resolution: int, ref: RowRef) -> Planes:
     """The tensor decoded into its three channels (e, markers, obstacles), each a
     contiguous (N, N) float32 array, checked as :func:`decode_checked` checks it (and
     failing with the same message): a few passes over the planes when the tensor is
-    good, the detailed checks only to name what is wrong with one that is not."""
+    good, the detailed checks only to name what is wrong with one that is not. The
+    minimum and maximum of e that the check took come with them (:class:`Planes`)."""
     t = _decoded(blob, resolution, ref)
     e, m, o = (np.ascontiguousarray(t[..., k]) for k in range(3))
     # e in [0, 1] (NaN fails both comparisons), o in {0, 1}, m in {0, +1, -1}: every
     # cell of o and of m counted in exactly one of its allowed values
-    good = bool(e.min() >= 0) and bool(e.max() <= 1)
+    e_min, e_max = e.min(), e.max()
+    good = bool(e_min >= 0) and bool(e_max <= 1)
     good = good and np.count_nonzero(o == 1) + np.count_nonzero(o == 0) == o.size
     good = good and (np.count_nonzero(m == 0) + np.count_nonzero(m == 1)
                      + np.count_nonzero(m == -1)) == m.size
     if not good:
         _tensor_problem(t, ref)  # raises, naming the first problem
-    return e, m, o
+    return Planes(e, m, o, e_min, e_max)
 
 
 def _decoded(blob, resolution: int, ref: RowRef) -> np.ndarray:
@@ -450,7 +470,7 @@ def _validated(row: dict, resolution: int, split: str, where: tuple, released_ro
         raise _fail(ref, f"missing column(s) {missing}")
     sid = check_id(row["id"], ref)
     md = parse_metadata(row["metadata"], resolution, split, ref)
-    e, markers, obstacle_plane = decode_planes(row["tensor"], resolution, ref)
+    e, markers, obstacle_plane, e_min, e_max = decode_planes(row["tensor"], resolution, ref)
     plus, minus = marker_cells(markers, ref)
     routes = _released_routes(row, resolution, ref) if released_routes else {}
     if "markers" in md:
@@ -472,13 +492,15 @@ def _validated(row: dict, resolution: int, split: str, where: tuple, released_ro
             raise _fail(ref, f"route {ROUTE_COLUMNS[(obj, var)]}: {prob}")
     md = dict(md)
     md.setdefault("markers", dict(conv))
-    return Scene(
+    scene = Scene(
         id=sid, resolution=resolution, split=split, elevation_norm=e,
         elevation_m=elevation_metres(e, md["calibration"]), obstacles=obstacles,
         start=start, goal=goal,
         routes={k: r.astype(np.int32) for k, r in routes.items()},
         metadata=md, file=str(file), row=int(row_index),
     )
+    keep_elevation_bounds(scene, e_min, e_max)  # the grid table of scoring reads them
+    return scene
 
 
 def _released_routes(row: dict, resolution: int, ref: RowRef) -> dict:

@@ -10,10 +10,21 @@ from pathlib import Path
 from passage_jax.data import DataError, open_tasks, resolve_dataset_root, shipped_cohort_root
 from passage_jax.evaluate.score_format import DatasetNotFound, ScoreError, is_int, short
 from passage_jax.fileio import check_sha256
-from passage_jax.protocol.records import input_hash
+from passage_jax.protocol.records import code_hash, input_hash, package_versions
 
 __all__ = ["dataset_root", "open_run_tasks", "reload_tasks", "check_data_fields", "task_input_hash",
-           "ChunkCheck"]
+           "ChunkCheck", "input_check", "INPUT_CHECKS", "DECODE_PACKAGES"]
+
+#: how the reloaded tasks are vouched for: ``"hash"``, each task's input hash computed
+#: and compared with the one the run recorded at admission; ``"provenance"``, the run was
+#: admitted by this very evaluator (same source hash, same decoding packages), so with its
+#: shards' sha256 checked the decoded tasks are the admitted ones bit for bit and their
+#: hashes could only repeat the recorded ones (:func:`input_check`)
+INPUT_CHECKS = ("hash", "provenance")
+
+#: the packages that turn a shard's bytes into a task's arrays (Parquet, the Zstandard
+#: frame, the float32 -> float64 metres); with the evaluator's own source they decide them
+DECODE_PACKAGES = ("numpy", "pyarrow", "zstandard")
 
 #: the manifest's ``data`` fields that reloading the scenes needs
 _DATA_KEYS = ("resolution", "split", "cost_model", "task_variant", "shards", "sample_ids")
@@ -64,6 +75,30 @@ def check_data_fields(data: dict, where: str) -> None:
             raise ScoreError(f"{where}: manifest data.{k} must be {what}, got {short(data[k])}")
 
 
+def input_check(manifest: dict, requested: str | None = None) -> str:
+    """Which of :data:`INPUT_CHECKS` a score makes of the run's reloaded tasks:
+    ``requested`` when given (``"hash"`` always allowed; ``"provenance"`` only where it
+    holds), else ``"provenance"`` when the run's manifest records this evaluator's source
+    hash (``code.sha256``) and this process's versions of :data:`DECODE_PACKAGES`, and
+    ``"hash"`` otherwise. The shards' sha256 and each task's id, shard, objective,
+    variant and weight are checked either way."""
+    if requested not in (None, *INPUT_CHECKS):
+        raise ValueError(f"input check must be one of {list(INPUT_CHECKS)}, got {requested!r}")
+    if requested == "hash":
+        return "hash"
+    code = manifest.get("code") if isinstance(manifest, dict) else None
+    versions = manifest.get("versions") if isinstance(manifest, dict) else None
+    same = (isinstance(code, dict) and code.get("sha256") == code_hash()["sha256"]
+            and isinstance(versions, dict)
+            and all(versions.get(k) == v for k, v in package_versions().items()
+                    if k in DECODE_PACKAGES))
+    if requested == "provenance" and not same:
+        raise ScoreError("the provenance input check needs a run admitted by this evaluator "
+                         "(its manifest's code.sha256 and versions of "
+                         f"{', '.join(DECODE_PACKAGES)}); this run's differ: check by hash")
+    return "provenance" if same else "hash"
+
+
 def task_input_hash(task) -> str:
     """The input hash of a reloaded task, to compare with the one the run recorded at
     admission (the one place scoring computes it)."""
@@ -77,11 +112,13 @@ def _ref(refs, key: str):
 
 
 class ChunkCheck:
-    """Checks each chunk of reloaded tasks against the run (id, shard, input hash,
-    objective, variant, weight), then hands it to ``on_chunk``."""
+    """Checks each chunk of reloaded tasks against the run (id, shard, input hash unless
+    ``hashes`` is False, objective, variant, weight), then hands it to ``on_chunk``."""
 
-    def __init__(self, refs, run_ids: list, shard_hashes: dict, where: str, on_chunk):
+    def __init__(self, refs, run_ids: list, shard_hashes: dict, where: str, on_chunk,
+                 hashes: bool = True):
         self.run_ids, self.shard_hashes, self.where, self.on_chunk = run_ids, shard_hashes, where, on_chunk
+        self.hashes = hashes
         self.input_sha256 = _ref(refs, "input_sha256")
         self.objective, self.variant = _ref(refs, "objective"), _ref(refs, "variant")
         self.cost_weight = _ref(refs, "cost_weight")
@@ -102,8 +139,8 @@ class ChunkCheck:
             if self.shard_hashes is not None and Path(t.scene.file).name not in self.shard_hashes:
                 raise ScoreError(f"{where}: scene {t.id} comes from {t.scene.file}, a shard the "
                                  f"run did not record")
-            got = task_input_hash(t)  # the identity the run recorded at admission
-            if got != self.input_sha256[i]:
+            got = task_input_hash(t) if self.hashes else None  # as recorded at admission
+            if self.hashes and got != self.input_sha256[i]:
                 raise ScoreError(f"{where}: task {i} (scene {t.id}): input hash {got} differs "
                                  f"from the run's {self.input_sha256[i]}")
             if (t.objective != self.objective[i] or t.variant != self.variant[i]
@@ -113,11 +150,13 @@ class ChunkCheck:
 
 
 def open_run_tasks(manifest: dict, refs, where: str, dataset_path=None, on_chunk=None, *,
-                   chunk: int | None = None, on_read=None) -> tuple:
+                   chunk: int | None = None, on_read=None, check: str = "hash") -> tuple:
     """The run's tasks as a :class:`~passage_jax.data.TaskStream`, read once in chunks and
     checked against the run (shard hashes; per task: id, input hash, objective, variant,
     weight); ``on_chunk(first, tasks)`` is called for each checked chunk during that read,
     ``on_read(index, task)`` on the reading thread as each task is read (unchecked yet).
+    ``check`` (:data:`INPUT_CHECKS`, decided by :func:`input_check`): ``"provenance"``
+    takes no input hashes (the stream is then read once only).
     ``refs`` is the run's :class:`~passage_jax.evaluate.run_folder.References` (or a mapping
     of ``sample_id``, ``input_sha256``, ``objective``, ``variant``, ``cost_weight``).
     Returns (tasks, root, shard hashes)."""
@@ -140,11 +179,14 @@ def open_run_tasks(manifest: dict, refs, where: str, dataset_path=None, on_chunk
     if run_ids != list(ref_ids):
         raise ScoreError(f"{where}: the manifest's scene ids {run_ids[:3]}... differ from the "
                          f"references' {ref_ids[:3]}...")
-    check = ChunkCheck(refs, run_ids, shard_hashes, where, on_chunk)
+    if check not in INPUT_CHECKS:
+        raise ValueError(f"check must be one of {list(INPUT_CHECKS)}, got {check!r}")
+    hashes = check == "hash"
+    chunk_check = ChunkCheck(refs, run_ids, shard_hashes, where, on_chunk, hashes)
     try:
         tasks = open_tasks(root, res, split, data["cost_model"], data["task_variant"],
-                           n_samples=data.get("n_samples"), chunk=chunk, on_chunk=check,
-                           on_read=on_read,
+                           n_samples=data.get("n_samples"), chunk=chunk, on_chunk=chunk_check,
+                           on_read=on_read, hash_inputs=hashes,
                            released_routes=False)  # the shards' bytes are the admitted ones
     except (DataError, ValueError) as e:
         raise ScoreError(f"{where}: reloading the scenes failed: {e}") from None

@@ -66,6 +66,7 @@ from passage_jax.evaluate.run_records import RECORD_FIELDS, RecordColumns, check
 from passage_jax.evaluate.run_scenes import (
     ChunkCheck,
     dataset_root,  # noqa: F401 (re-exported)
+    input_check,
     open_run_tasks,
     reload_tasks,
 )
@@ -127,6 +128,7 @@ class _Scored:
     collected: Collected
     dataset_root: Path
     shard_hashes: dict
+    input_check: str  #: how the reloaded tasks were vouched for (:func:`input_check`)
 
 
 class _ShareScorer:
@@ -134,8 +136,8 @@ class _ShareScorer:
     collect), each chunk as one batch; remembers the chunk being scored, which a failure
     in a multi-process launch names (:meth:`describe`)."""
 
-    def __init__(self, inputs: SeedInputs, plan: BatchPlan, kernel):
-        self.inputs, self.plan, self.kernel = inputs, plan, kernel
+    def __init__(self, inputs: SeedInputs, plan: BatchPlan, kernel, check: str = "hash"):
+        self.inputs, self.plan, self.kernel, self.check = inputs, plan, kernel, check
         self.collector = Collector(len(inputs.records), inputs.n_tasks)
         # recorded at admission, or measured on the reading thread (a run from before)
         self.strata = SceneStrata(plan.share, inputs.refs.scene_strata)
@@ -155,7 +157,7 @@ class _ShareScorer:
         inputs = self.inputs
         _tasks, root, shard_hashes = open_run_tasks(inputs.manifest, inputs.refs, inputs.where,
                                                     dataset_path, self, chunk=chunk,
-                                                    on_read=self.strata.hook)
+                                                    on_read=self.strata.hook, check=self.check)
         return root, shard_hashes
 
     def share(self, dataset_path, chunk) -> dict:
@@ -173,22 +175,23 @@ class _ShareScorer:
         return f"{self.inputs.where}: {self.at}: {text}" if self.at else text
 
 
-def _score_records(inputs: SeedInputs, plan: BatchPlan, dataset_path, chunk) -> _Scored:
+def _score_records(inputs: SeedInputs, plan: BatchPlan, dataset_path, chunk, check: str) -> _Scored:
     """Every record of ``inputs`` scored: in one process, as the scenes are read; in a
     multi-process launch, each process its share of the chunks, then every share gathered
-    on every process."""
-    scorer = _ShareScorer(inputs, plan, score_routes)
+    on every process. ``check``: :func:`input_check` of the seed."""
+    scorer = _ShareScorer(inputs, plan, score_routes, check)
     if cluster.process_count() == 1:
         root, shard_hashes = scorer.read_and_score(dataset_path, chunk)
-        return _Scored(scorer.collector.collected(inputs.where), root, shard_hashes)
+        return _Scored(scorer.collector.collected(inputs.where), root, shard_hashes, check)
     shares = cluster.run_share(scorer.share, dataset_path, chunk, what=f"scoring {inputs.where}",
                                error=ScoreError, describe=scorer.describe)
     scorer.collector.merge([sh["share"] for sh in shares])
     return _Scored(scorer.collector.collected(inputs.where), shares[cluster.process_index()]["root"],
-                   shares[0]["shard_hashes"])
+                   shares[0]["shard_hashes"], check)
 
 
-def score_folder(folder, force: bool = False, dataset_path=None, *, chunk: int | None = None) -> dict:
+def score_folder(folder, force: bool = False, dataset_path=None, *, chunk: int | None = None,
+                 check: str | None = None) -> dict:
     """Score one seed folder; returns the metrics dict (also written).
 
     The scenes are read ``chunk`` at a time; each chunk's records over every pass are
@@ -200,8 +203,12 @@ def score_folder(folder, force: bool = False, dataset_path=None, *, chunk: int |
     contiguous share of the chunks (the others' chunks are read, not scored), the
     per-record results are gathered in task order, and process 0 alone writes the
     files, after every share arrived: they equal a single-process score's. What this
-    process compiled while scoring the folder goes into the receipt."""
-    return _score_seeds([Path(folder)], force, dataset_path, chunk)[Path(folder).name]
+    process compiled while scoring the folder goes into the receipt.
+
+    ``check``: how the reloaded tasks are vouched for (:func:`input_check`; None: by
+    provenance where the run was admitted by this evaluator, else by hash; ``"hash"``
+    always hashes), recorded in the receipt (``input_check``)."""
+    return _score_seeds([Path(folder)], force, dataset_path, chunk, check)[Path(folder).name]
 
 
 def _refuse_scored(folder: Path, force: bool) -> bool:
@@ -213,7 +220,7 @@ def _refuse_scored(folder: Path, force: bool) -> bool:
     return existed
 
 
-def _score_seeds(folders: list, force: bool, dataset_path, chunk) -> dict:
+def _score_seeds(folders: list, force: bool, dataset_path, chunk, check: str | None = None) -> dict:
     """Score seed folders that hold the same tasks (:func:`_same_tasks`) from one read of
     their scenes: each chunk, read, validated and hashed once, is checked against every
     seed's records and scored for each; then each folder's files are written as
@@ -222,17 +229,19 @@ def _score_seeds(folders: list, force: bool, dataset_path, chunk) -> dict:
     existed = [_refuse_scored(f, force) for f in folders]
     with CompileCounter() as compiling:
         inputs = [SeedFolder(f).read_inputs() for f in folders]
+        checks = [input_check(i.manifest, check) for i in inputs]
         if len(inputs) == 1 or cluster.process_count() > 1:
-            scored = [_score_records(i, BatchPlan.of(i, chunk), dataset_path, chunk) for i in inputs]
+            scored = [_score_records(i, BatchPlan.of(i, chunk), dataset_path, chunk, c)
+                      for i, c in zip(inputs, checks)]
         else:
-            scored = _score_records_together(inputs, dataset_path, chunk)
+            scored = _score_records_together(inputs, dataset_path, chunk, checks)
         outputs = [collect_outputs(i, sc.collected) for i, sc in zip(inputs, scored)]
     if not cluster.is_writer():
         return {f.name: o.metrics for f, o in zip(folders, outputs)}  # process 0 writes the files
     for f, i, sc, o, ex in zip(folders, inputs, scored, outputs, existed):
         receipt = Receipt(inputs={**i.input_hashes, "shards": sc.shard_hashes},
                           dataset_root=sc.dataset_root, forced=ex,
-                          compilation=compiling.stats.to_dict())
+                          compilation=compiling.stats.to_dict(), input_check=sc.input_check)
         # the writers are looked up here, when the folder is scored
         write_score(f, o, receipt, Writers(npz=atomic_write_npz, json=atomic_write_json))
     return {f.name: o.metrics for f, o in zip(folders, outputs)}
@@ -243,12 +252,16 @@ class _Together:
     further seed's records (the first seed's check is :func:`open_run_tasks`' own) and
     scored for every seed."""
 
-    def __init__(self, inputs: list, chunk):
-        self.scorers = [_ShareScorer(i, BatchPlan.of(i, chunk), score_routes) for i in inputs]
+    def __init__(self, inputs: list, chunk, checks: list):
+        self.scorers = [_ShareScorer(i, BatchPlan.of(i, chunk), score_routes, c)
+                        for i, c in zip(inputs, checks)]
         for sc in self.scorers[1:]:
             sc.strata = self.scorers[0].strata  # the same tasks: measured once
-        self.checks = [ChunkCheck(i.refs, list(i.manifest["data"]["sample_ids"]), None, i.where, None)
-                       for i in inputs[1:]]
+        # a further seed whose check is by hash hashes each task (the first time: the hash
+        # is kept on the task) though the first seed's check did not
+        self.checks = [ChunkCheck(i.refs, list(i.manifest["data"]["sample_ids"]), None, i.where, None,
+                                  hashes=c == "hash")
+                       for i, c in zip(inputs[1:], checks[1:])]
 
     def __call__(self, first: int, scenes) -> None:
         for check in self.checks:
@@ -257,16 +270,16 @@ class _Together:
             scorer(first, scenes)
 
 
-def _score_records_together(inputs: list, dataset_path, chunk) -> list:
+def _score_records_together(inputs: list, dataset_path, chunk, checks: list) -> list:
     """:func:`_score_records` of seed folders over the same tasks, in one process, from
-    one read of the scenes."""
-    together = _Together(inputs, chunk)
+    one read of the scenes (``checks``: each seed's :func:`input_check`)."""
+    together = _Together(inputs, chunk, checks)
     first = together.scorers[0]
     _tasks, root, shard_hashes = open_run_tasks(inputs[0].manifest, inputs[0].refs, inputs[0].where,
                                                 dataset_path, together, chunk=chunk,
-                                                on_read=first.strata.hook)
-    return [_Scored(sc.collector.collected(i.where), root, shard_hashes)
-            for sc, i in zip(together.scorers, inputs)]
+                                                on_read=first.strata.hook, check=checks[0])
+    return [_Scored(sc.collector.collected(i.where), root, shard_hashes, c)
+            for sc, i, c in zip(together.scorers, inputs, checks)]
 
 
 def _same_tasks(folders: list) -> list[list]:
@@ -284,7 +297,7 @@ def _same_tasks(folders: list) -> list[list]:
 
 
 def score_run(path, force: bool = False, dataset_path=None, log=None, *,
-              chunk: int | None = None) -> dict:
+              chunk: int | None = None, check: str | None = None) -> dict:
     """Score every seed folder of ``path`` (:func:`seed_folders`: exactly the seeds its
     ``run.json`` declares, each checked to belong to the run); returns {seed folder name:
     metrics}.
@@ -295,7 +308,7 @@ def score_run(path, force: bool = False, dataset_path=None, log=None, *,
     and the scored ones are kept, their outputs verified against their receipts
     (:func:`load_score`, :class:`ScoreOutdated` when they no longer match). The seeds to
     score that share their tasks (a run's seeds do) are scored from one read of the
-    scenes (:func:`_score_seeds`)."""
+    scenes (:func:`_score_seeds`). ``check``: as :func:`score_folder`'s."""
     out = {}
     folders = seed_folders(path)
     done = [] if force else [f for f in folders if is_scored(f)]
@@ -306,7 +319,7 @@ def score_run(path, force: bool = False, dataset_path=None, log=None, *,
         if log:
             log(f"kept {f} (already scored)")
     for group in _same_tasks([f for f in folders if f not in done]):
-        out.update(_score_seeds(group, force, dataset_path, chunk))
+        out.update(_score_seeds(group, force, dataset_path, chunk, check))
         if log:
             for f in group:
                 log(f"scored {f}")

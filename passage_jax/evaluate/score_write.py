@@ -38,13 +38,15 @@ class Writers:
 class Receipt:
     """What ``score_receipt.json`` records besides the hashes of the outputs: the hashes of
     every input (manifest, run files, shards), the dataset root, whether the score was
-    forced, and what scoring the folder compiled
-    (:meth:`passage_jax.compilation.CompileStats.to_dict`)."""
+    forced, what scoring the folder compiled
+    (:meth:`passage_jax.compilation.CompileStats.to_dict`), and how the reloaded tasks were
+    vouched for (:func:`passage_jax.evaluate.run_scenes.input_check`)."""
 
     inputs: dict
     dataset_root: Path
     forced: bool
     compilation: dict
+    input_check: str = "hash"
 
     def document(self, folder: Path) -> dict:
         """The receipt of ``folder`` whose outputs were just written."""
@@ -60,6 +62,7 @@ class Receipt:
             "devices": sharding_devices(SCORE_SHARDING),
             "scored_utc": utc_now(),
             "forced": bool(self.forced),
+            "input_check": self.input_check,
             "compilation": {k: self.compilation[k] for k in COMPILATION_FIELDS},
         }
 

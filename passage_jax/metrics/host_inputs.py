@@ -128,14 +128,16 @@ class _GridIndex:
                 self.obst_offset.append(-1)
         return k
 
-    def elevation_id(self, z) -> int:
+    def elevation_id(self, z, bounds=None) -> int:
+        """The index of elevation grid ``z``; ``bounds``: its (min, max) when the reader
+        took them (:meth:`passage_jax.data.Scene.kept_elevation_bounds`), else computed."""
         k = self.elev_index.get(id(z))
         if k is None:
             k = self.elev_index[id(z)] = len(self.elev)
             z64 = np.asarray(z, np.float64)
             self.elev.append((z, z64.ravel()))  # the grid kept alive: its id stays its own
             # crop_stats' max |z| is max(|min z|, |max z|): two passes instead of three
-            lo, hi = z64.min(), z64.max()
+            lo, hi = (np.float64(b) for b in bounds) if bounds is not None else (z64.min(), z64.max())
             self.stats.append((lo, hi - lo, np.maximum(abs(lo), abs(hi))))
         return k
 
@@ -191,6 +193,14 @@ def _distinct_tasks(tasks):
     return of_record, distinct
 
 
+def _bounds(task, z):
+    """The (min, max) the reader took of the elevation grid ``z`` of ``task``'s scene
+    (:meth:`passage_jax.data.Scene.kept_elevation_bounds`), or None (not kept, or a
+    task-like object whose scene keeps none)."""
+    kept = getattr(getattr(task, "scene", None), "kept_elevation_bounds", None)
+    return None if kept is None else kept(z)
+
+
 def task_table(tasks) -> TaskTable:
     """The :class:`TaskTable` of a sequence of N tasks (a batch usually scores many
     candidates per task: each distinct task and grid is read once)."""
@@ -204,8 +214,9 @@ def task_table(tasks) -> TaskTable:
             continue
         h, w = np.shape(t.obstacles)
         (r0, c0), (r1, c1) = t.scene.start, t.scene.goal
+        z = t.elevation_m
         rows.append(_TaskRow(MODEL_INDEX[t.objective], t.weight, (r0, c0), (r1, c1), (h, w),
-                             index.obstacle_id(t.obstacles), index.elevation_id(t.elevation_m)))
+                             index.obstacle_id(t.obstacles), index.elevation_id(z, _bounds(t, z))))
 
     def column(name, dtype):
         return np.array([getattr(r, name) for r in rows], dtype)
