@@ -195,7 +195,7 @@ def fault(*a, **k):
     if {kill}:
         os.kill(os.getpid(), signal.SIGKILL)
     raise RuntimeError("injected scoring fault")
-s.score_routes = fault
+s.RouteStream.add = fault
 from cli.__main__ import main
 sys.exit(main(sys.argv[1:]))
 """

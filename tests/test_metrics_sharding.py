@@ -11,7 +11,7 @@ import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
 
 import passage_jax.data as data
-import passage_jax.metrics.host as host
+import passage_jax.metrics.host_stream as host_stream
 from passage_jax.graph import MODEL_INDEX, route_cost
 from passage_jax.metrics import (
     METRIC_KEYS,
@@ -110,7 +110,7 @@ def test_unsharded_reference_is_meaningful(material):
 def test_named_sharding_matches_unsharded_and_runs_on_all_devices(material, monkeypatch):
     tasks, cands, cstar, ok, base = material
     seen = []
-    packed = host.score_tasks_packed
+    packed = host_stream.score_tasks_packed
 
     def spy(*args, **kw):
         res = packed(*args, **kw)
@@ -118,7 +118,7 @@ def test_named_sharding_matches_unsharded_and_runs_on_all_devices(material, monk
         seen.append((cells.shape[0], cells.sharding, res[0].sharding, res[1].sharding))
         return res
 
-    monkeypatch.setattr(host, "score_tasks_packed", spy)
+    monkeypatch.setattr(host_stream, "score_tasks_packed", spy)
     got = score_routes(cands, tasks, cstar, ok, sharding=batch_sharding())
     assert_same(base, got, "NamedSharding")
     assert len(seen) >= 2  # several buckets

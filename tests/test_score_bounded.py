@@ -20,6 +20,7 @@ import pytest
 from scipy.spatial.distance import cdist
 
 import passage_jax.metrics.host as host
+import passage_jax.metrics.host_stream as host_stream
 from passage_jax.contract import CENSOR_FACTOR, FAILURE_REGRET
 from passage_jax.graph import route_cost
 from passage_jax.metrics import score_routes
@@ -217,7 +218,7 @@ def test_long_routes_never_pad_others_nor_reach_the_geometry(scene_task, monkeyp
     good = long_valid(task)
     bad = good[:-1]
     calls, geoms = [], []
-    kernel, geo = host.score_tasks_packed, host.route_geometry_host
+    kernel, geo = host_stream.score_tasks_packed, host_stream.route_geometry_host
 
     def spy(cand, ref, *a, geometry=True, **kw):
         calls.append((cand.cells.shape, geometry, None if ref is None else ref.cells.shape))
@@ -227,8 +228,8 @@ def test_long_routes_never_pad_others_nor_reach_the_geometry(scene_task, monkeyp
         geoms.append(len(a))
         return geo(a, b)
 
-    monkeypatch.setattr(host, "score_tasks_packed", spy)
-    monkeypatch.setattr(host, "route_geometry_host", spy_geo)
+    monkeypatch.setattr(host_stream, "score_tasks_packed", spy)
+    monkeypatch.setattr(host_stream, "route_geometry_host", spy_geo)
     ref = np.asarray(task.route, np.int32)
     out = score_routes([ref, good, bad, ref[:5]], [task] * 4, [c] * 4, [True] * 4)
     assert out["valid_path"].tolist() == [True, True, False, False]

@@ -42,9 +42,9 @@ from passage_jax.evaluate.run_folder import References, SeedFolder, SeedInputs
 from passage_jax.evaluate.run_scenes import open_run_tasks
 from passage_jax.evaluate.score_batch import Batch, BatchPlan, make_batch
 from passage_jax.evaluate.score_collect import Collector, ScoreOutputs, collect_outputs
-from passage_jax.evaluate.score_kernel import BatchScores, score_batch
+from passage_jax.evaluate.score_kernel import BatchScores, finish_batches, submit_batch
 from passage_jax.evaluate.score_write import COMPILATION_FIELDS
-from passage_jax.metrics import score_routes
+from passage_jax.metrics import RouteStream
 from passage_jax.precision import kernel_precision
 
 GOLDEN = Path(__file__).parent / "golden" / "score_runs.tar.gz"
@@ -184,18 +184,20 @@ def test_the_stages_compose_to_score_folder(golden, scored):
         inputs.quality_repeat = 0
     plan = BatchPlan.of(inputs, chunk=2)
     assert plan.share == range(inputs.n_tasks) and plan.chunk == 2
-    collector, seen = Collector(len(inputs.records), inputs.n_tasks), []
+    collector, seen, pending = Collector(len(inputs.records), inputs.n_tasks), [], []
+    stream = RouteStream(sharding="auto")
 
     def on_chunk(first, scenes):
         batch = make_batch(plan, inputs, first, scenes)
         assert isinstance(batch, Batch) and len(batch.candidates) == len(batch.records)
-        scores = score_batch(batch, score_routes, sharding="auto")
-        assert isinstance(scores, BatchScores) and scores.tasks == batch.tasks
-        collector.add(scores)
+        pending.append(submit_batch(batch, stream))
         seen.append(batch.label)
 
     open_run_tasks(inputs.manifest, inputs.refs, inputs.where, "shipped", on_chunk, chunk=2)
     assert seen[0].startswith("tasks 0-1 (scenes ") and len(seen) == -(-inputs.n_tasks // 2)
+    for p, scores in zip(pending, finish_batches(pending, stream)):
+        assert isinstance(scores, BatchScores) and scores.tasks == p.tasks
+        collector.add(scores)
     outputs = collect_outputs(inputs, collector.collected(inputs.where))
     assert isinstance(outputs, ScoreOutputs)
     written = json.loads((folder.path / "metrics.json").read_text())
@@ -238,7 +240,7 @@ def test_score_module_keeps_its_public_names():
                  "RUN_STARTED", "RUN_INPUTS"):
         assert name in S.__all__ and hasattr(S, name), name
     for name in ("dataset_root", "verify_run_files", "references_from_npz", "quality_summary",
-                 "cluster_ids", "scoring_precision", "score_routes", "atomic_write_npz",
+                 "cluster_ids", "scoring_precision", "RouteStream", "atomic_write_npz",
                  "atomic_write_json"):
         assert hasattr(S, name), name  # module attributes other code and tests reach
     for name in ("score_run", "score_folder", "load_score", "seed_folders", "PER_SAMPLE_FIELDS",

@@ -101,11 +101,11 @@ from passage_jax.evaluate.score_format import (
     ScoreError,
     ScoreOutdated,
 )
-from passage_jax.evaluate.score_kernel import SceneStrata, score_batch
+from passage_jax.evaluate.score_kernel import SceneStrata, finish_batches, submit_batch
 from passage_jax.evaluate.score_load import load_score
 from passage_jax.evaluate.score_write import Receipt, Writers, write_score
 from passage_jax.fileio import atomic_write_json, atomic_write_npz
-from passage_jax.metrics import score_routes
+from passage_jax.metrics import RouteStream
 
 # Public names. The shape of this block (an import list, then __all__) recurs in every
 # module that re-exports names; only the names differ.
@@ -121,6 +121,11 @@ __all__ = [
 ]
 
 
+def _stream() -> RouteStream:
+    """The kernel stream of one seed's score (the scoring sharding, the default pixel size)."""
+    return RouteStream(sharding=SCORE_SHARDING)
+
+
 @dataclasses.dataclass(frozen=True)
 class _Scored:
     """Every record of a seed folder scored, and the dataset its scenes came from."""
@@ -133,11 +138,14 @@ class _Scored:
 
 class _ShareScorer:
     """Scores this process's chunks while the scenes are read (batch -> kernel ->
-    collect), each chunk as one batch; remembers the chunk being scored, which a failure
-    in a multi-process launch names (:meth:`describe`)."""
+    collect), each chunk as one batch of one kernel stream (``stream``, a
+    :class:`~passage_jax.metrics.RouteStream`: the rows of every chunk share full kernel
+    calls), collected once the read ends (:meth:`finish`); remembers the chunk being
+    scored, which a failure in a multi-process launch names (:meth:`describe`)."""
 
-    def __init__(self, inputs: SeedInputs, plan: BatchPlan, kernel, check: str = "hash"):
-        self.inputs, self.plan, self.kernel, self.check = inputs, plan, kernel, check
+    def __init__(self, inputs: SeedInputs, plan: BatchPlan, stream, check: str = "hash"):
+        self.inputs, self.plan, self.stream, self.check = inputs, plan, stream, check
+        self.pending: list = []
         self.collector = Collector(len(inputs.records), inputs.n_tasks)
         # recorded at admission, or measured on the reading thread (a run from before)
         self.strata = SceneStrata(plan.share, inputs.refs.scene_strata)
@@ -148,8 +156,14 @@ class _ShareScorer:
             return  # another process's chunk
         self.at = batch_label(first, scenes)
         batch = make_batch(self.plan, self.inputs, first, scenes)
-        self.collector.add(score_batch(batch, self.kernel, sharding=SCORE_SHARDING,
-                                       measured=self.strata.of(batch.tasks)))
+        self.pending.append(submit_batch(batch, self.stream, measured=self.strata.of(batch.tasks)))
+
+    def finish(self) -> None:
+        """The last kernel calls scored, every batch's results collected."""
+        self.at = "the last kernel calls"
+        for scores in finish_batches(self.pending, self.stream):
+            self.collector.add(scores)
+        self.pending = []
 
     def read_and_score(self, dataset_path, chunk) -> tuple:
         """Read the run's scenes once, scoring this process's chunks as they come; returns
@@ -158,6 +172,7 @@ class _ShareScorer:
         _tasks, root, shard_hashes = open_run_tasks(inputs.manifest, inputs.refs, inputs.where,
                                                     dataset_path, self, chunk=chunk,
                                                     on_read=self.strata.hook, check=self.check)
+        self.finish()
         return root, shard_hashes
 
     def share(self, dataset_path, chunk) -> dict:
@@ -179,7 +194,7 @@ def _score_records(inputs: SeedInputs, plan: BatchPlan, dataset_path, chunk, che
     """Every record of ``inputs`` scored: in one process, as the scenes are read; in a
     multi-process launch, each process its share of the chunks, then every share gathered
     on every process. ``check``: :func:`input_check` of the seed."""
-    scorer = _ShareScorer(inputs, plan, score_routes, check)
+    scorer = _ShareScorer(inputs, plan, _stream(), check)
     if cluster.process_count() == 1:
         root, shard_hashes = scorer.read_and_score(dataset_path, chunk)
         return _Scored(scorer.collector.collected(inputs.where), root, shard_hashes, check)
@@ -253,7 +268,7 @@ class _Together:
     scored for every seed."""
 
     def __init__(self, inputs: list, chunk, checks: list):
-        self.scorers = [_ShareScorer(i, BatchPlan.of(i, chunk), score_routes, c)
+        self.scorers = [_ShareScorer(i, BatchPlan.of(i, chunk), _stream(), c)
                         for i, c in zip(inputs, checks)]
         for sc in self.scorers[1:]:
             sc.strata = self.scorers[0].strata  # the same tasks: measured once
@@ -278,6 +293,8 @@ def _score_records_together(inputs: list, dataset_path, chunk, checks: list) -> 
     _tasks, root, shard_hashes = open_run_tasks(inputs[0].manifest, inputs[0].refs, inputs[0].where,
                                                 dataset_path, together, chunk=chunk,
                                                 on_read=first.strata.hook, check=checks[0])
+    for sc in together.scorers:
+        sc.finish()
     return [_Scored(sc.collector.collected(i.where), root, shard_hashes, c)
             for sc, i, c in zip(together.scorers, inputs, checks)]
 

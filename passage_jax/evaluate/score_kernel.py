@@ -1,6 +1,8 @@
-"""The kernel stage of scoring: one :class:`~passage_jax.evaluate.score_batch.Batch` in,
-its :class:`BatchScores` out. The records' routes go through the scoring kernel
-(:func:`passage_jax.metrics.score_routes`, given by the caller), the tasks' stratifiers
+"""The kernel stage of scoring: each :class:`~passage_jax.evaluate.score_batch.Batch` in
+(:func:`submit_batch`), their :class:`BatchScores` out once the last is in
+(:func:`finish_batches`). The records' routes go through the scoring kernel as one stream
+(:class:`passage_jax.metrics.RouteStream`, given by the caller: every batch's rows share
+full kernel calls), the tasks' stratifiers
 (:data:`~passage_jax.evaluate.score_format.STRATIFIERS`) are taken from the run or
 measured on the host, and each integer route's length in cells is taken."""
 from __future__ import annotations
@@ -15,8 +17,8 @@ from passage_jax.evaluate.score_format import STRATIFIERS
 from passage_jax.graph.routes import route_length_pixels
 from passage_jax.protocol.records import ROUTE_FORMAT_CODE
 
-__all__ = ["BatchScores", "score_batch", "task_strata", "scene_strata", "SceneStrata",
-           "SCENE_STRATIFIERS"]
+__all__ = ["BatchScores", "PendingScores", "submit_batch", "finish_batches", "score_batch",
+           "task_strata", "scene_strata", "SceneStrata", "SCENE_STRATIFIERS"]
 
 
 
@@ -33,26 +35,54 @@ class BatchScores:
     strata: dict
 
 
-def score_batch(batch: Batch, kernel, *, sharding, measured: np.ndarray | None = None) -> BatchScores:
-    """Score ``batch`` with ``kernel`` (the signature of
-    :func:`passage_jax.metrics.score_routes`), spread over the devices of ``sharding``.
-    ``measured``: the batch's tasks' :func:`scene_strata` rows when they were measured
-    already (as the scenes were read: :class:`SceneStrata`); measured here otherwise."""
+@dataclasses.dataclass(frozen=True)
+class PendingScores:
+    """A batch handed to the kernel stream (:func:`submit_batch`): its tasks and records,
+    its ticket in the stream, and what the host took of it already (route lengths, the
+    tasks' stratifiers)."""
+
+    tasks: range
+    records: np.ndarray
+    ticket: int
+    route_length: np.ndarray
+    strata: dict
+
+
+def submit_batch(batch: Batch, stream, *, measured: np.ndarray | None = None) -> PendingScores:
+    """Hand ``batch`` to ``stream`` (a :class:`passage_jax.metrics.RouteStream`: its rows
+    join the kernel calls of the batches before and after it; the grids are read now and
+    not kept). ``measured``: the batch's tasks' :func:`scene_strata` rows when they were
+    measured already (as the scenes were read: :class:`SceneStrata`); measured here
+    otherwise."""
     strata = task_strata(batch.scenes, batch.scene_references, measured)
-    res = kernel(batch.candidates, batch.record_scenes, batch.c_star, batch.request_ok,
-                 references=batch.references, sharding=sharding)
-    fields = {}
-    for k, v in res.items():
-        v = np.asarray(v)
-        if v.dtype.kind == "O":
-            continue  # why a candidate was malformed: in the run's records already
-        fields[k] = v
+    ticket = stream.add(batch.candidates, batch.record_scenes, batch.c_star, batch.request_ok,
+                        references=batch.references)
     # only an exact integer route has a length in cells; a malformed route that still
     # has an (L, 2) shape (float coordinates) is -1 like any other malformed one
     is_int = batch.route_format == ROUTE_FORMAT_CODE["int"]
     lengths = np.where(is_int, [0 if c is None else len(c) for c in batch.candidates], -1)
-    return BatchScores(tasks=batch.tasks, records=batch.records, fields=fields,
-                       route_length=lengths, strata=strata)
+    return PendingScores(tasks=batch.tasks, records=batch.records, ticket=ticket,
+                         route_length=lengths, strata=strata)
+
+
+def finish_batches(pending: list, stream) -> list[BatchScores]:
+    """The :class:`BatchScores` of every batch submitted to ``stream``
+    (:func:`submit_batch`, in order), once the stream's last calls are scored."""
+    results = stream.results()
+    out = []
+    for p in pending:
+        # why a candidate was malformed (an object array) is in the run's records already
+        fields = {k: np.asarray(v) for k, v in results[p.ticket].items()}
+        fields = {k: v for k, v in fields.items() if v.dtype.kind != "O"}
+        out.append(BatchScores(tasks=p.tasks, records=p.records, fields=fields,
+                               route_length=p.route_length, strata=p.strata))
+    return out
+
+
+def score_batch(batch: Batch, stream, *, measured: np.ndarray | None = None) -> BatchScores:
+    """One batch scored on its own: :func:`submit_batch` to ``stream`` (which holds no
+    other batch) and :func:`finish_batches`."""
+    return finish_batches([submit_batch(batch, stream, measured=measured)], stream)[0]
 
 
 class SceneStrata:

@@ -22,6 +22,7 @@ from passage_jax.metrics.fields import (
     start_goal_connected,
 )
 from passage_jax.metrics.host import MIN_BUCKET, normalise_candidate, score_routes
+from passage_jax.metrics.host_stream import RouteStream
 from passage_jax.metrics.kernels import (
     GEOMETRY_SPAN,
     censored_cost,
@@ -48,7 +49,7 @@ from passage_jax.metrics.types import METRIC_KEYS, Route, RouteMetrics, TaskArra
 
 __all__ = [
     # host entry points
-    "score_routes", "primary_metrics", "normalise_candidate", "MIN_BUCKET",
+    "score_routes", "RouteStream", "primary_metrics", "normalise_candidate", "MIN_BUCKET",
     "resolve_sharding", "sharding_devices",
     # pytrees at the kernel boundary
     "Route", "TaskArrays", "TaskAtCandidate", "RouteMetrics", "METRIC_KEYS",

@@ -49,52 +49,29 @@ the float64 path to the order of float64 additions (docs/metrics.md, "Without fl
 :mod:`~passage_jax.metrics.host_inputs` (distinct tasks and grids as a
 :class:`~passage_jax.metrics.host_inputs.TaskTable` of named columns, references checked,
 candidates normalised), :mod:`~passage_jax.metrics.host_batch` (records into blocks of one
-rung, grids read at the cells, padded kernel arguments), the kernel calls and the
-collection into per-task columns here, and :mod:`~passage_jax.metrics.host_numpy` (the
-geometry of long routes, the float64 recosting).
+rung, grids read at the cells, kernel arguments and their padding), the kernel calls and
+the collection into per-task columns in :mod:`~passage_jax.metrics.host_stream`
+(:class:`RouteStream`: one call of ``score_routes`` is one batch of a stream, which
+:mod:`passage_jax.evaluate.score` feeds chunk after chunk so that the rows of every chunk
+share full kernel calls), and :mod:`~passage_jax.metrics.host_numpy` (the geometry of long
+routes, the float64 recosting).
 """
 from __future__ import annotations
-
-import jax
-import numpy as np
 
 # ``X as X``: private names re-exported for bench/compile_counts.py and the tests
 from passage_jax.metrics.host_batch import _CELL_BUDGET as _CELL_BUDGET
 from passage_jax.metrics.host_batch import _MAX_BATCH as _MAX_BATCH
 from passage_jax.metrics.host_batch import _PAIR_BUDGET as _PAIR_BUDGET
-from passage_jax.metrics.host_batch import (
-    LONG_ROUTE,
-    MIN_BUCKET,
-    Batch,
-    CallInputs,
-    _call_plan,
-    kernel_args,
-    plan_batch,
-    read_grids,
-)
+from passage_jax.metrics.host_batch import LONG_ROUTE, MIN_BUCKET
 from passage_jax.metrics.host_batch import _bucket as _bucket
+from passage_jax.metrics.host_batch import _call_plan as _call_plan
 from passage_jax.metrics.host_batch import _call_rows as _call_rows
-from passage_jax.metrics.host_inputs import (
-    Candidates,
-    References,
-    candidate_routes,
-    normalise_candidate,
-    reference_routes,
-    task_table,
-)
-from passage_jax.metrics.host_numpy import RouteCostModels, host_cost_regret, route_geometry_host
-from passage_jax.metrics.kernels import score_tasks_packed
-from passage_jax.metrics.sharding import resolve_sharding
-from passage_jax.metrics.types import METRIC_KEYS, PACKED_FLOAT_KEYS, PACKED_INT_KEYS
-from passage_jax.precision import kernel_dtype, kernel_x64
+from passage_jax.metrics.host_inputs import normalise_candidate
+from passage_jax.metrics.host_numpy import host_cost_regret, route_geometry_host
+from passage_jax.metrics.host_stream import RouteStream
 
 __all__ = ["MIN_BUCKET", "LONG_ROUTE", "normalise_candidate", "route_geometry_host",
-           "host_cost_regret", "score_routes"]
-
-_DTYPES = {
-    "connected_path": bool, "obstacle_traversals": np.int64, "obstacle_violation": bool,
-    "valid_path": bool, "success": bool,
-}
+           "host_cost_regret", "score_routes", "RouteStream"]
 
 
 def score_routes(candidates, tasks, c_star, request_ok, references=None,
@@ -133,95 +110,6 @@ def score_routes(candidates, tasks, c_star, request_ok, references=None,
     is missing: then the predicted cost and regret are recomputed in float64 on the
     host, see the module notes); the float arrays are float64 either way.
     """
-    c_star, request_ok = _checked_inputs(candidates, tasks, c_star, request_ok, references)
-    sharding = resolve_sharding(sharding)
-    table = task_table(tasks)
-    refs = reference_routes(tasks, references, table)
-    cands = candidate_routes(candidates)
-    inputs = CallInputs(table, refs, c_star, request_ok, cands.well_formed, kernel_dtype())
-    batch = plan_batch(cands, refs, table, long_route)
-    with kernel_x64():
-        pending, z = _dispatch(batch, inputs, pixel_size_m, sharding)
-        out = _collect(pending, len(tasks))
-    if z is not None:  # float32 kernels: cost and regret recomputed on the host
-        _recost_on_host(out, batch, inputs, z, pixel_size_m)
-    _long_route_geometry(out, batch, cands, refs)
-    out["success"] = out["valid_path"].copy()
-    out["malformed"] = ~cands.well_formed
-    out["problem"] = np.array(cands.problems, dtype=object)
-    return out
-
-
-def _checked_inputs(candidates, tasks, c_star, request_ok, references):
-    """(c_star (N,) float64, request_ok (N,) bool), or ValueError naming what does not fit."""
-    n = len(tasks)
-    if len(candidates) != n:
-        raise ValueError(f"{len(candidates)} candidates for {n} tasks")
-    c_star = np.asarray(c_star, np.float64).reshape(-1)
-    request_ok = np.asarray(request_ok).reshape(-1)
-    if c_star.shape[0] != n:
-        raise ValueError(f"c_star has {c_star.shape[0]} entries for {n} tasks")
-    if request_ok.shape[0] != n:
-        raise ValueError(f"request_ok has {request_ok.shape[0]} entries for {n} tasks")
-    if request_ok.dtype != bool:
-        raise ValueError(f"request_ok must be bool, got dtype {request_ok.dtype}")
-    if references is not None and len(references) != n:
-        raise ValueError(f"{len(references)} references for {n} tasks")
-    return c_star, request_ok
-
-
-def _dispatch(batch: Batch, inputs: CallInputs, pixel_size_m, sharding):
-    """Every kernel call of the batch, each dispatched before any is waited for (the host
-    prepares the next block while the previous one computes): ([(records, result)],
-    the elevation at every cell of ``batch.cells`` for host recosting, None with float64
-    kernels). Each block runs in calls of :func:`_call_plan` rows (the last one padded)."""
-    n_dev = sharding.num_devices if sharding is not None else 1
-    z = None if inputs.dtype == np.float64 else np.zeros(len(batch.cells), np.float64)
-    pending = []
-    for block in batch.blocks:
-        read = read_grids(block, inputs.table)
-        if z is not None:
-            z[block.cell_slice] = read.elevation
-        size, calls = _call_plan(block.length, len(block.records), n_dev, block.pairwise)
-        args = kernel_args(block, read, inputs, size * calls)
-        for k in range(0, len(block.records), size):
-            rows = slice(k, k + size)
-            chunk = jax.tree_util.tree_map(lambda x, rows=rows: x[rows], args)
-            if sharding is not None:
-                chunk = jax.device_put(chunk, sharding)
-            res = score_tasks_packed(*chunk, pixel_size_m=float(pixel_size_m),
-                                     geometry=block.pairwise)
-            pending.append((block.records[rows], res))
-    return pending, z
-
-
-def _collect(pending, n: int) -> dict:
-    """The kernels' packed results scattered into (n,) per-task columns (``METRIC_KEYS``;
-    ``success`` is set by the caller), padding rows dropped."""
-    out = {k: np.empty(n, _DTYPES.get(k, np.float64)) for k in METRIC_KEYS}
-    for part, res in pending:
-        flags, values = jax.device_get(res)
-        for c, k in enumerate(PACKED_INT_KEYS):
-            out[k][part] = flags[:len(part), c]
-        for c, k in enumerate(PACKED_FLOAT_KEYS):
-            out[k][part] = values[:len(part), c]
-    return out
-
-
-def _recost_on_host(out: dict, batch: Batch, inputs: CallInputs, z, pixel_size_m) -> None:
-    """``predicted_cost`` and ``regret`` of ``out`` recomputed in float64 on the host
-    (:func:`host_cost_regret`) from the elevations ``z`` the kernels read."""
-    t, order, tj = inputs.table, batch.order, batch.tasks
-    models = RouteCostModels(t.model[tj], t.weight[tj], t.grids.stats[t.elevation_grid[tj]])
-    pred, reg = host_cost_regret(batch.cells, batch.lens, z, out["valid_path"][order], models,
-                                 inputs.c_star[order], pixel_size_m=pixel_size_m)
-    out["predicted_cost"][order] = pred
-    out["regret"][order] = reg
-
-
-def _long_route_geometry(out: dict, batch: Batch, cands: Candidates, refs: References) -> None:
-    """``assd``, ``h95`` and ``path_iou`` of long tasks with a valid route, by
-    :func:`route_geometry_host` (the kernel ran without the pairwise geometry)."""
-    for i in np.flatnonzero(batch.long & out["valid_path"]):
-        out["assd"][i], out["h95"][i], out["path_iou"][i] = route_geometry_host(
-            cands.routes[i], refs.route(refs.of_record[i]))
+    stream = RouteStream(pixel_size_m, sharding, long_route=long_route)
+    stream.add(candidates, tasks, c_star, request_ok, references)
+    return stream.results()[0]

@@ -10,16 +10,19 @@ grids read at the cells, padded kernel arguments.
 * :func:`read_grids` — a block's obstacle flags and elevations at its candidates'
   in-bounds cells (vectorised NumPy, each grid of the block read in one gather) as
   :class:`GridCells`;
-* :func:`kernel_args` — a block padded into the kernel-boundary pytrees
+* :func:`kernel_args` — a block as the kernel-boundary pytrees
   (:class:`~passage_jax.metrics.types.Route`,
-  :class:`~passage_jax.metrics.types.TaskAtCandidate`) to a given number of rows, the
-  block's calls times :func:`_call_rows`.
+  :class:`~passage_jax.metrics.types.TaskAtCandidate`), one row per record, and
+  :func:`pad_args` — such rows padded to a call's number of rows (a multiple of
+  :func:`_call_rows`) with empty, masked rows.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
+import jax
 import numpy as np
 
 from passage_jax.graph import CropStats
@@ -28,7 +31,7 @@ from passage_jax.metrics.types import Route, TaskAtCandidate
 from passage_jax.shapes import rung, rungs_of
 
 __all__ = ["MIN_BUCKET", "LONG_ROUTE", "Block", "Batch", "GridCells", "CallInputs", "plan_batch",
-           "read_grids", "kernel_args"]
+           "read_grids", "kernel_args", "pad_args"]
 
 #: Smallest padded route length (shorter routes share this bucket).
 MIN_BUCKET = 32
@@ -171,29 +174,41 @@ class CallInputs:
     dtype: np.dtype          #: the kernels' float dtype (:func:`passage_jax.precision.kernel_dtype`)
 
 
-def kernel_args(block: Block, read: GridCells, inputs: CallInputs, rows: int) -> tuple:
+def kernel_args(block: Block, read: GridCells, inputs: CallInputs, rows: int | None = None) -> tuple:
     """(candidate :class:`Route`, reference :class:`Route` or None without the pairwise
     geometry, :class:`TaskAtCandidate`, request_ok, well_formed) of a block, every leaf
-    padded to ``rows`` rows (padding rows are empty routes, masked by the kernels)."""
+    padded to ``rows`` rows (None: the block's own; :func:`pad_args`)."""
     t, tj, idx, fdt = inputs.table, block.tasks, block.records, inputs.dtype
+    b = len(idx)
     live = np.arange(block.length) < block.lens[:, None]
     st = t.grids.stats[t.elevation_grid[tj]]
-    pad = functools.partial(_pad_tail, rows=rows)
-    candidate = Route(_pad_rows(rows, live, block.cells, (2,), np.int32), pad(block.lens.astype(np.int32)))
+    candidate = Route(_pad_rows(b, live, block.cells, (2,), np.int32), block.lens.astype(np.int32))
     reference = None
     if block.pairwise:
         ridx = inputs.refs.of_record[idx]
-        reference = Route(_ref_rows(ridx, rows, block.length, inputs.refs),
-                          pad(inputs.refs.lens[ridx].astype(np.int32)))
+        reference = Route(_ref_rows(ridx, b, block.length, inputs.refs),
+                          inputs.refs.lens[ridx].astype(np.int32))
     task = TaskAtCandidate(
-        grid_shape_hw=pad(t.hw[tj].astype(np.int32)),
-        obstacle_cells=_pad_rows(rows, live, read.on_obstacle, (), bool),
-        elevation_cells=_pad_rows(rows, live, read.elevation, (), fdt),
-        crop=CropStats(*(pad(st[:, j].astype(fdt)) for j in range(3))),
-        start=pad(t.start[tj].astype(np.int32)), goal=pad(t.goal[tj].astype(np.int32)),
-        cost_model=pad(t.model[tj]), weight=pad(t.weight[tj].astype(fdt)),
-        c_star=pad(inputs.c_star[idx].astype(fdt), 1.0))
-    return candidate, reference, task, pad(inputs.request_ok[idx]), pad(inputs.well_formed[idx])
+        grid_shape_hw=t.hw[tj].astype(np.int32),
+        obstacle_cells=_pad_rows(b, live, read.on_obstacle, (), bool),
+        elevation_cells=_pad_rows(b, live, read.elevation, (), fdt),
+        crop=CropStats(*(st[:, j].astype(fdt) for j in range(3))),
+        start=t.start[tj].astype(np.int32), goal=t.goal[tj].astype(np.int32),
+        cost_model=t.model[tj].copy(), weight=t.weight[tj].astype(fdt),
+        c_star=inputs.c_star[idx].astype(fdt))
+    args = (candidate, reference, task, inputs.request_ok[idx], inputs.well_formed[idx])
+    return args if rows is None else pad_args(args, rows)
+
+
+def pad_args(args: tuple, rows: int) -> tuple:
+    """:func:`kernel_args` extended to ``rows`` rows: padding rows are empty routes (zero
+    cells, masked by the kernels) with c* 1 and every other field 0."""
+    candidate, reference, task, ok, wf = args
+    pad = functools.partial(_pad_tail, rows=rows)
+    zeros = functools.partial(jax.tree_util.tree_map, pad)
+    task = dataclasses.replace(zeros(dataclasses.replace(task, c_star=None)),
+                               c_star=pad(task.c_star, 1.0))
+    return zeros(candidate), None if reference is None else zeros(reference), task, pad(ok), pad(wf)
 
 
 def _pad_tail(x, fill=0, *, rows):
