@@ -70,7 +70,7 @@ from passage_jax.evaluate.run_scenes import (
     open_run_tasks,
     reload_tasks,
 )
-from passage_jax.evaluate.score_batch import BatchPlan, batch_label, make_batch
+from passage_jax.evaluate.score_batch import BatchPlan, batch_label, kernel_keys_of, make_batch
 from passage_jax.evaluate.score_collect import (
     Collected,
     Collector,
@@ -121,9 +121,13 @@ __all__ = [
 ]
 
 
-def _stream() -> RouteStream:
-    """The kernel stream of one seed's score (the scoring sharding, the default pixel size)."""
-    return RouteStream(sharding=SCORE_SHARDING)
+def _stream(seeds: list) -> RouteStream:
+    """The kernel stream of a score (the scoring sharding, the default pixel size) of
+    ``seeds`` ((inputs, plan) pairs), its kernels compiled on a background thread while
+    the first scenes are read (:meth:`RouteStream.prepare`)."""
+    stream = RouteStream(sharding=SCORE_SHARDING)
+    stream.prepare(set().union(*(kernel_keys_of(p, i) for i, p in seeds)))
+    return stream
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,7 +198,7 @@ def _score_records(inputs: SeedInputs, plan: BatchPlan, dataset_path, chunk, che
     """Every record of ``inputs`` scored: in one process, as the scenes are read; in a
     multi-process launch, each process its share of the chunks, then every share gathered
     on every process. ``check``: :func:`input_check` of the seed."""
-    scorer = _ShareScorer(inputs, plan, _stream(), check)
+    scorer = _ShareScorer(inputs, plan, _stream([(inputs, plan)]), check)
     if cluster.process_count() == 1:
         root, shard_hashes = scorer.read_and_score(dataset_path, chunk)
         return _Scored(scorer.collector.collected(inputs.where), root, shard_hashes, check)
@@ -268,8 +272,9 @@ class _Together:
     scored for every seed."""
 
     def __init__(self, inputs: list, chunk, checks: list):
-        self.scorers = [_ShareScorer(i, BatchPlan.of(i, chunk), _stream(), c)
-                        for i, c in zip(inputs, checks)]
+        plans = [BatchPlan.of(i, chunk) for i in inputs]
+        stream = _stream(list(zip(inputs, plans)))  # one stream: the seeds' rows share calls
+        self.scorers = [_ShareScorer(i, p, stream, c) for i, p, c in zip(inputs, plans, checks)]
         for sc in self.scorers[1:]:
             sc.strata = self.scorers[0].strata  # the same tasks: measured once
         # a further seed whose check is by hash hashes each task (the first time: the hash

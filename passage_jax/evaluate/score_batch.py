@@ -16,8 +16,10 @@ import numpy as np
 from passage_jax import cluster
 from passage_jax.data import chunk_scenes
 from passage_jax.evaluate.run_folder import SeedInputs
+from passage_jax.metrics.host_batch import kernel_keys
+from passage_jax.protocol.records import ROUTE_FORMAT_CODE
 
-__all__ = ["BatchPlan", "Batch", "make_batch", "batch_label"]
+__all__ = ["BatchPlan", "Batch", "make_batch", "batch_label", "kernel_keys_of"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +79,19 @@ class Batch:
     def label(self) -> str:
         """What an error in this batch names (:func:`batch_label`)."""
         return batch_label(self.tasks.start, self.scenes)
+
+
+def kernel_keys_of(plan: BatchPlan, inputs: SeedInputs) -> set:
+    """The (rung, pairwise) kernels this process's records will call
+    (:func:`passage_jax.metrics.host_batch.kernel_keys`), from the run's files alone: each
+    record's integer route length (``paths.npz`` offsets; any other route scores as an
+    empty one) and its task's reference length."""
+    records = plan.records_of(plan.share.start, plan.share.stop)
+    offsets = np.asarray(inputs.paths.index["offsets"], np.int64)
+    is_int = inputs.paths.route_format[records] == ROUTE_FORMAT_CODE["int"]
+    cand = np.where(is_int, offsets[records + 1] - offsets[records], 0)
+    ref_lens = np.fromiter((len(r) for r in inputs.refs.routes), np.int64, len(inputs.refs.routes))
+    return kernel_keys(cand, ref_lens[inputs.records.task_index[records]])
 
 
 def batch_label(first: int, scenes) -> str:

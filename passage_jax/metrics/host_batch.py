@@ -31,7 +31,7 @@ from passage_jax.metrics.types import Route, TaskAtCandidate
 from passage_jax.shapes import rung, rungs_of
 
 __all__ = ["MIN_BUCKET", "LONG_ROUTE", "Block", "Batch", "GridCells", "CallInputs", "plan_batch",
-           "read_grids", "kernel_args", "pad_args"]
+           "read_grids", "kernel_args", "pad_args", "empty_args", "kernel_keys"]
 
 #: Smallest padded route length (shorter routes share this bucket).
 MIN_BUCKET = 32
@@ -96,6 +96,16 @@ class Batch:
     tasks: np.ndarray     #: (N,) each position's task in the :class:`TaskTable`
     long: np.ndarray      #: (N,) bool per record (record order): scored by the long-route path
     blocks: tuple         #: :class:`Block` s, covering ``order`` in turn
+
+
+def kernel_keys(cand_lens, ref_lens, long_route: int = LONG_ROUTE) -> set:
+    """The (rung, pairwise) kernels that records whose candidates and references have
+    ``cand_lens`` and ``ref_lens`` cells call (the rule of :func:`plan_batch`)."""
+    cl, rl = np.asarray(cand_lens, np.int64), np.asarray(ref_lens, np.int64)
+    long = (cl > long_route) | (rl > long_route)
+    pairwise = rungs_of(np.maximum(cl, rl)[~long], MIN_BUCKET)
+    return ({(int(r), True) for r in np.unique(pairwise)}
+            | {(int(r), False) for r in np.unique(rungs_of(cl[long], MIN_BUCKET))})
 
 
 def plan_batch(cands: Candidates, refs: References, table: TaskTable, long_route: int) -> Batch:
@@ -198,6 +208,24 @@ def kernel_args(block: Block, read: GridCells, inputs: CallInputs, rows: int | N
         c_star=inputs.c_star[idx].astype(fdt))
     args = (candidate, reference, task, inputs.request_ok[idx], inputs.well_formed[idx])
     return args if rows is None else pad_args(args, rows)
+
+
+def empty_args(length: int, pairwise: bool, dtype) -> tuple:
+    """:func:`kernel_args` of a block of no records of the rung ``length`` (the same leaves,
+    shapes and dtypes, zero rows): :func:`pad_args` of it is a call of padding only, which
+    compiles the rung's kernel before any record needs it."""
+    def route():
+        return Route(np.zeros((0, length, 2), np.int32), np.zeros(0, np.int32))
+
+    def col(dt, *tail):
+        return np.zeros((0, *tail), dt)
+
+    task = TaskAtCandidate(
+        grid_shape_hw=col(np.int32, 2), obstacle_cells=col(bool, length),
+        elevation_cells=col(dtype, length), crop=CropStats(col(dtype), col(dtype), col(dtype)),
+        start=col(np.int32, 2), goal=col(np.int32, 2), cost_model=col(np.int32),
+        weight=col(dtype), c_star=col(dtype))
+    return route(), route() if pairwise else None, task, col(bool), col(bool)
 
 
 def pad_args(args: tuple, rows: int) -> tuple:

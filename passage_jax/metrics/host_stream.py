@@ -23,6 +23,7 @@ results (a few numbers per row) wait on the device until :meth:`RouteStream.resu
 from __future__ import annotations
 
 import dataclasses
+import threading
 
 import jax
 import numpy as np
@@ -31,6 +32,7 @@ from passage_jax.metrics.host_batch import (
     LONG_ROUTE,
     CallInputs,
     _call_rows,
+    empty_args,
     kernel_args,
     pad_args,
     plan_batch,
@@ -153,9 +155,49 @@ class RouteStream:
         self._pools: dict = {}
         self._calls: list = []  # (tickets, records, packed result)
         self._added: list = []
+        self._ready: dict = {}  # (rung, pairwise) -> Event set once prepare() compiled it
+        self._results: list | None = None
+
+    def prepare(self, keys) -> threading.Thread | None:
+        """Compile the kernels of ``keys`` ((rung, pairwise) pairs: the rungs the batches to
+        come will fill) on a background thread, longest rung first (they fill first), each
+        by one call of padding rows whose result is dropped; a call of a key waits for its
+        compilation rather than compiling it a second time. The compilation overlaps
+        with what the caller does meanwhile (reading and decoding scenes); a key that
+        fails here is compiled, and fails, at its first real call. Returns the thread
+        (None when there is nothing to compile)."""
+        todo = sorted({(int(r), bool(g)) for r, g in keys} - set(self._ready), reverse=True)
+        if not todo:
+            return None
+        for k in todo:
+            self._ready[k] = threading.Event()
+        dtype = kernel_dtype()
+
+        def work():
+            for length, pairwise in todo:
+                try:
+                    size = _call_rows(length, self._n_dev, pairwise)
+                    self._run(pad_args(empty_args(length, pairwise, dtype), size), pairwise)
+                except Exception:  # noqa: S110 - the first real call of the key reports it
+                    pass
+                finally:
+                    self._ready[(length, pairwise)].set()
+
+        thread = threading.Thread(target=work, name="passage-compile", daemon=True)
+        thread.start()
+        return thread
+
+    def _run(self, args, pairwise: bool):
+        """One kernel call (placed on the stream's devices first)."""
+        with kernel_x64():  # the placement too: without it float64 leaves would become float32
+            if self.sharding is not None:
+                args = jax.device_put(args, self.sharding)
+            return score_tasks_packed(*args, pixel_size_m=self.pixel_size_m, geometry=pairwise)
 
     def add(self, candidates, tasks, c_star, request_ok, references=None) -> int:
         """Take one batch (the arguments of ``score_routes``); full calls are dispatched."""
+        if self._results is not None:
+            raise RuntimeError("RouteStream.add after results(): the stream is finished")
         c_star, request_ok = _checked_inputs(candidates, tasks, c_star, request_ok, references)
         table = task_table(tasks)
         refs = reference_routes(tasks, references, table)
@@ -184,17 +226,18 @@ class RouteStream:
         return ticket
 
     def _dispatch(self, key, final: bool) -> None:
-        length, pairwise = key
-        with kernel_x64():  # the placement too: without it float64 leaves would become float32
-            for args, tickets, records in self._pools[key].take(final):
-                if self.sharding is not None:
-                    args = jax.device_put(args, self.sharding)
-                res = score_tasks_packed(*args, pixel_size_m=self.pixel_size_m, geometry=pairwise)
-                self._calls.append((tickets, records, res))
+        calls = self._pools[key].take(final)
+        if calls and key in self._ready:
+            self._ready[key].wait()  # being compiled by prepare()
+        for args, tickets, records in calls:
+            self._calls.append((tickets, records, self._run(args, key[1])))
 
     def results(self) -> list[dict]:
         """Every added batch's results (the dict of ``score_routes``), in ticket order; the
-        rows left in the pools are scored first (one padded call per pool)."""
+        rows left in the pools are scored first (one padded call per pool). The stream is
+        then finished: a second call returns the same list."""
+        if self._results is not None:
+            return self._results
         for key in list(self._pools):
             self._dispatch(key, final=True)
         outs = [{k: np.empty(a.n, _DTYPES.get(k, np.float64)) for k in METRIC_KEYS} for a in self._added]
@@ -210,7 +253,9 @@ class RouteStream:
                     for c, k in enumerate(PACKED_FLOAT_KEYS):
                         out[k][part] = values[:n][mine, c]
         self._calls, self._pools = [], {}
-        return [self._finish(out, a) for out, a in zip(outs, self._added)]
+        self._results = [self._finish(out, a) for out, a in zip(outs, self._added)]
+        self._added = []
+        return self._results
 
     def _finish(self, out: dict, a: _Added) -> dict:
         if a.recost is not None:
