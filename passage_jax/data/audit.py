@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 from passage_jax import cluster
 from passage_jax.checks import is_int
 from passage_jax.data.reader import (
+    DECODE_WORKERS,
     READ_ERRORS,
     dataset_root,
     id_places,
@@ -345,7 +346,7 @@ def _audit_summary(root, resolutions, per_res: dict, scenes: list, censored: lis
     }
 
 
-def audit_dataset(root, resolutions, splits=None, workers: int = 4, qualify: bool = True, *,
+def audit_dataset(root, resolutions, splits=None, workers: int = DECODE_WORKERS, qualify: bool = True, *,
                   budget="default", chunk_size: int | None = None) -> dict:
     """Scan the dataset and return ``{"scenes": [...], "summary": {...}}`` (JSON-ready).
 

@@ -51,7 +51,7 @@ import numpy as np
 from passage_jax.checks import is_int
 from passage_jax.data.layout import _check_n_samples
 from passage_jax.data.read_ahead import ReadAhead, close_read_aheads
-from passage_jax.data.reader import DEFAULT_N_SAMPLES, check_weight, iter_scenes
+from passage_jax.data.reader import DECODE_WORKERS, DEFAULT_N_SAMPLES, check_weight, iter_scenes
 from passage_jax.data.scene import Task, task_input_hash
 from passage_jax.data.validate import DataError
 from passage_jax.graph import OBJECTIVES, VARIANTS
@@ -86,7 +86,7 @@ class ReadOptions:
     n_samples: int | None = DEFAULT_N_SAMPLES
     weight: float | None = None
     chunk: int | None = None
-    workers: int = 4
+    workers: int = DECODE_WORKERS
     prefetch: bool = True
     released_routes: bool = True
     on_read: Callable[[int, Task], None] | None = None
@@ -126,7 +126,7 @@ class TaskSource:
     objective: str
     variant: str
     weight: float | None = None
-    workers: int = 4
+    workers: int = DECODE_WORKERS
     released_routes: bool = True
 
     def tasks(self, n_samples, check_ids: bool = True) -> Iterator[Task]:
