@@ -214,9 +214,10 @@ def test_material_targets_are_exact_and_clear_of_the_test_split():
     m = make_material(3, 64, seed=11)
     windows = held_out_windows(64)
     assert sum(len(v) for v in windows.values()) == 24
+    assert {side for v in windows.values() for _, _, side in v} == {64}
     for key, r0, c0 in m.sources:
         assert key != "minnesota"
-        assert all(abs(r0 - r) >= 64 or abs(c0 - c) >= 64 for r, c in windows.get(key, ()))
+        assert all(abs(r0 - r) >= 64 or abs(c0 - c) >= 64 for r, c, _ in windows.get(key, ()))
     i = 0
     g = scipy_task_graph(m.elevation[i], m.obstacles[i], "elevation", m.weight[i], 30.0)
     goal = m.goal[i][0] * 64 + m.goal[i][1]
@@ -227,3 +228,26 @@ def test_material_targets_are_exact_and_clear_of_the_test_split():
     assert m.c_star[i] == pytest.approx(dist[tuple(m.start[i])], rel=1e-9)
     other = make_material(3, 64, seed=11, stream=1)
     assert set(other.sources).isdisjoint(m.sources)
+
+
+def test_material_clear_of_every_shipped_test_split():
+    """``clear_of="all"``: no crop shares a cell with a shipped test scene of any
+    resolution (cell sets intersected on a raster-sized mask, not the interval rule)."""
+    from passage_jax.data import load_scenes, shipped_cohort_root  # noqa: PLC0415
+    from passage_jax.learned.data import SHIPPED_SCENES  # noqa: PLC0415
+
+    every = held_out_windows(64, every_resolution=True)
+    want = sum(len(load_scenes(shipped_cohort_root(), r, "test")) for r in SHIPPED_SCENES)
+    assert sum(len(v) for v in every.values()) == want
+    assert {side for v in every.values() for _, _, side in v} == set(SHIPPED_SCENES) >= {64, 256}
+    m = make_material(6, 64, seed=4, clear_of="all")
+    for key, r0, c0 in m.sources:
+        wins = every.get(key, [])
+        rows = max([r0 + 64] + [r + side for r, _, side in wins])
+        cols = max([c0 + 64] + [c + side for _, c, side in wins])
+        mask = np.zeros((rows, cols), bool)
+        for r, c, side in wins:
+            mask[r:r + side, c:c + side] = True
+        assert not mask[r0:r0 + 64, c0:c0 + 64].any(), (key, r0, c0)
+    with pytest.raises(ValueError, match="clear_of must be one of"):
+        make_material(1, 64, seed=4, clear_of="none")

@@ -35,13 +35,15 @@ from passage_jax.data.terrain import RASTERS, load_raster
 from passage_jax.graph import MODEL_INDEX, OBJECTIVES
 from passage_jax.reference import solve_batch
 
-__all__ = ["TRAINING_RASTERS", "HELD_OUT_RASTERS", "STREAM_OFFSET", "Material", "held_out_windows",
-           "make_material"]
+__all__ = ["TRAINING_RASTERS", "HELD_OUT_RASTERS", "STREAM_OFFSET", "CLEAR_OF", "Material",
+           "held_out_windows", "make_material"]
 
 HELD_OUT_RASTERS = ("minnesota",)
 TRAINING_RASTERS = tuple(k for k in RASTERS if k not in HELD_OUT_RASTERS)
 #: Third entry of the training seed is ``STREAM_OFFSET + stream`` (disjoint from the cohort maker's).
 STREAM_OFFSET = 1000
+#: which shipped test windows material is drawn clear of (:func:`make_material`)
+CLEAR_OF = ("own", "all")
 _MAX_REDRAWS = 200
 
 
@@ -72,31 +74,41 @@ class Material:
         return int(self.elevation.shape[0])
 
 
-def held_out_windows(resolution: int) -> dict[str, list[tuple[int, int]]]:
-    """Crop origins of the shipped test-split scenes at ``resolution``, per raster
-    (empty when the shipped cohort has no such resolution)."""
-    out: dict[str, list[tuple[int, int]]] = {}
-    if resolution not in SHIPPED_SCENES:
-        return out
-    for s in load_scenes(shipped_cohort_root(), resolution, "test"):
-        c = s.metadata["crop"]
-        out.setdefault(s.metadata["source"]["raster"], []).append((int(c["row0"]), int(c["col0"])))
+def held_out_windows(resolution: int, every_resolution: bool = False) -> dict[str, list[tuple[int, int, int]]]:
+    """(row0, col0, side) of the shipped test-split scenes at ``resolution`` — with
+    ``every_resolution``, of the shipped test split at every resolution — per raster
+    (empty when the shipped cohort has none)."""
+    out: dict[str, list[tuple[int, int, int]]] = {}
+    for res in sorted(SHIPPED_SCENES) if every_resolution else [resolution]:
+        if res not in SHIPPED_SCENES:
+            continue
+        for s in load_scenes(shipped_cohort_root(), res, "test"):
+            c = s.metadata["crop"]
+            out.setdefault(s.metadata["source"]["raster"], []).append(
+                (int(c["row0"]), int(c["col0"]), int(res)))
     return out
 
 
 def _overlaps(origin, windows, n) -> bool:
+    """Whether the n x n crop at ``origin`` shares a cell with one of ``windows``
+    ((row0, col0, side) each)."""
     r, c = origin
-    return any(abs(r - r2) < n and abs(c - c2) < n for r2, c2 in windows)
+    return any(r < r2 + m and r2 < r + n and c < c2 + m and c2 < c + n for r2, c2, m in windows)
 
 
 def make_material(n_tasks: int, resolution: int, *, seed: int, stream: int = 0,
                   objectives=("elevation",), rasters=TRAINING_RASTERS, coverage_max: float = 0.3,
+                  clear_of: str = "own",
                   progress: Callable[[int, int], None] | None = None) -> Material:
     """``n_tasks`` training tasks of ``resolution`` cells (see the module docstring).
 
     ``stream`` separates sets drawn with one seed (0: training, 1: held-out
-    evaluation); ``objectives`` cycle over the tasks; ``progress(done, total)`` is
-    called after each crop."""
+    evaluation); ``objectives`` cycle over the tasks; every crop is drawn clear of the
+    shipped test split at its own resolution (``clear_of="own"``, the 64² recipe) or at
+    every shipped resolution (``"all"``: material for a network applied at other sizes
+    than it trains on); ``progress(done, total)`` is called after each crop."""
+    if clear_of not in CLEAR_OF:
+        raise ValueError(f"clear_of must be one of {list(CLEAR_OF)}, got {clear_of!r}")
     if int(n_tasks) != n_tasks or n_tasks < 1:
         raise ValueError(f"n_tasks must be a positive integer, got {n_tasks!r}")
     bad = [o for o in objectives if o not in OBJECTIVES]
@@ -108,7 +120,7 @@ def make_material(n_tasks: int, resolution: int, *, seed: int, stream: int = 0,
     rng = np.random.default_rng([int(seed), int(resolution), STREAM_OFFSET + int(stream)])
     order = [keys[j] for j in rng.permutation(len(keys))]
     loaded = {k: load_raster(k) for k in keys}
-    excluded = held_out_windows(resolution)
+    excluded = held_out_windows(resolution, every_resolution=clear_of == "all")
     min_sep = math.ceil(resolution / 3)
     z, ob, st, gl, obj, src = [], [], [], [], [], []
     for i in range(int(n_tasks)):
@@ -121,7 +133,7 @@ def make_material(n_tasks: int, resolution: int, *, seed: int, stream: int = 0,
             if not _overlaps(origin, excluded.get(key, ()), resolution):
                 break
         else:
-            raise ValueError(f"{key}: no {resolution}x{resolution} crop clear of the test split "
+            raise ValueError(f"{key}: no {resolution}x{resolution} crop clear of the test split(s) "
                              f"after {_MAX_REDRAWS} draws")
         t = row["tensor"]
         z.append(elevation_metres(t[..., 0], PASSAGE_CALIBRATION))

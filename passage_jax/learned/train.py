@@ -48,12 +48,13 @@ import optax
 from passage_jax.checks import is_number
 from passage_jax.data.terrain import RASTERS
 from passage_jax.fileio import utc_now
-from passage_jax.graph import MOVES, OBJECTIVES, edge_cost_field_by_index, move_values, neighbours
+from passage_jax.graph import MOVES, OBJECTIVES, GraphSpec, edge_cost_field_by_index, move_values, neighbours
 from passage_jax.learned.checkpoint import save_checkpoint
-from passage_jax.learned.data import TRAINING_RASTERS, Material, make_material
+from passage_jax.learned.data import CLEAR_OF, TRAINING_RASTERS, Material, make_material
 from passage_jax.learned.model import (
     COORD_SCALE,
     ValueFieldNet,
+    ValueFieldUNet,
     feature_grid,
     log_ratio_to_cost,
     param_count,
@@ -62,9 +63,13 @@ from passage_jax.metrics import PathMetrics, Route, TaskArrays, score_tasks
 from passage_jax.metrics.fields import descent_direction
 
 __all__ = ["TrainConfig", "TrainResult", "EvalSet", "eval_set", "greedy_decode", "evaluate_params",
-           "train", "write_checkpoint", "MOVE_LOSSES", "CONFIG_MAX_BYTES"]
+           "train", "write_checkpoint", "MOVE_LOSSES", "MODELS", "CONFIG_MAX_BYTES"]
 
-PIXEL_SIZE_M = 30.0
+PIXEL_SIZE_M = GraphSpec().pixel_size_m
+#: The networks a config can train (``model``): the dilated CNN of the 64² planner
+#: (:class:`ValueFieldNet`: ``width``, ``dilations``) or the U-Net whose receptive field
+#: spans a 256² crop (:class:`ValueFieldUNet`: ``widths``, ``bottleneck_dilations``).
+MODELS = ("dilated", "unet")
 #: The term added to the log-ratio loss: the squared error of the cost-to-go difference
 #: to each legal neighbour (in pixels), or the cross-entropy of the greedy move choice.
 MOVE_LOSSES = ("difference", "choice")
@@ -106,6 +111,11 @@ _RULES: dict[str, tuple[Callable, str]] = {
     "move_loss_weight": (lambda v: v >= 0, "a non-negative number"),
     "move_temperature_m": (lambda v: v > 0, "a positive number"),
     "dilations": (lambda v: len(v) > 0 and min(v) >= 1, "a non-empty list of positive integers"),
+    "model": (lambda v: v in MODELS, f"one of {list(MODELS)}"),
+    "clear_of": (lambda v: v in CLEAR_OF, f"one of {list(CLEAR_OF)}"),
+    "widths": (lambda v: len(v) >= 2 and min(v) >= 1,
+               "a list of at least two positive integers (full resolution, then each level)"),
+    "bottleneck_dilations": (lambda v: min(v, default=1) >= 1, "a list of positive integers"),
     "objectives": (lambda v: len(v) > 0 and set(v) <= set(OBJECTIVES),
                    f"a non-empty list of {list(OBJECTIVES)}"),
     "rasters": (lambda v: len(v) > 0 and set(v) <= set(RASTERS) and len(set(v)) == len(v),
@@ -176,9 +186,13 @@ class TrainConfig:
     warmup_steps: int = 100
     width: int = 24
     dilations: tuple[int, ...] = (1, 2, 4, 8, 16, 1)
+    model: str = "dilated"
+    widths: tuple[int, ...] = (16, 24, 32, 48, 64, 64)
+    bottleneck_dilations: tuple[int, ...] = (1, 2, 4)
     objectives: tuple[str, ...] = ("elevation",)
     rasters: tuple[str, ...] = TRAINING_RASTERS
     coverage_max: float = 0.3
+    clear_of: str = "own"
     augment: bool = True
     move_loss: str = "choice"
     move_loss_weight: float = 1.0
@@ -189,6 +203,17 @@ class TrainConfig:
     def __post_init__(self):
         for f in dataclasses.fields(self):
             object.__setattr__(self, f.name, _checked(type(self), f.name, getattr(self, f.name)))
+        step = 2 ** (len(self.widths) - 1)
+        if self.model == "unet" and self.resolution % step:
+            raise ValueError(f"train config key 'resolution': {self.resolution} is not divisible "
+                             f"by {step}, as the U-Net of {len(self.widths) - 1} levels ('widths') "
+                             f"needs")
+
+    def module(self):
+        """The untrained network this config trains (``model``)."""
+        if self.model == "unet":
+            return ValueFieldUNet(widths=self.widths, bottleneck_dilations=self.bottleneck_dilations)
+        return ValueFieldNet(width=self.width, dilations=self.dilations)
 
     @classmethod
     def from_dict(cls, d: Mapping, *, source=None) -> TrainConfig:
@@ -217,7 +242,7 @@ class TrainResult:
     """Trained module and parameters, the log (one dict per evaluation), the final
     held-out metrics, wall seconds (material, training) and the config."""
 
-    module: ValueFieldNet
+    module: ValueFieldNet | ValueFieldUNet
     params: dict
     history: list
     metrics: dict
@@ -396,7 +421,8 @@ def _make_step(module, tx, config: TrainConfig):
 
 def train(config: TrainConfig | Mapping, *, seed: int | None = None,
           progress: Callable[[str, int, int, dict], None] | None = None) -> TrainResult:
-    """Train a :class:`ValueFieldNet` (see the module docstring).
+    """Train the network of ``config.model`` (:class:`ValueFieldNet` or
+    :class:`ValueFieldUNet`; see the module docstring).
 
     ``seed`` overrides the config's. ``progress(phase, done, total, info)`` is called
     while the material is made (phase ``"data"``) and after each step (``"train"``;
@@ -408,7 +434,7 @@ def train(config: TrainConfig | Mapping, *, seed: int | None = None,
     t0 = time.perf_counter()
     train_m, eval_m = _materials(config, progress)
     t_data = time.perf_counter() - t0
-    module = ValueFieldNet(width=config.width, dilations=config.dilations)
+    module = config.module()
     key, k_init = jax.random.split(jax.random.PRNGKey(config.seed))
     n = config.resolution
     params = module.init(k_init, jnp.zeros((1, n, n, 7), jnp.float32))
@@ -429,7 +455,7 @@ def _materials(config: TrainConfig, progress) -> tuple[Material, Material]:
         return (lambda d, t: progress("data", offset + d, n_total, {})) if progress else None
 
     common = dict(objectives=config.objectives, rasters=config.rasters,
-                  coverage_max=config.coverage_max)
+                  coverage_max=config.coverage_max, clear_of=config.clear_of)
     train_m = make_material(config.n_train, config.resolution, seed=config.seed, stream=0,
                             progress=data_progress(0), **common)
     eval_m = make_material(config.n_eval, config.resolution, seed=config.seed, stream=1,
