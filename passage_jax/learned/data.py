@@ -74,7 +74,8 @@ class Material:
         return int(self.elevation.shape[0])
 
 
-def held_out_windows(resolution: int, every_resolution: bool = False) -> dict[str, list[tuple[int, int, int]]]:
+def held_out_windows(resolution: int,
+                     every_resolution: bool = False) -> dict[str, list[tuple[int, int, int]]]:
     """(row0, col0, side) of the shipped test-split scenes at ``resolution`` — with
     ``every_resolution``, of the shipped test split at every resolution — per raster
     (empty when the shipped cohort has none)."""
