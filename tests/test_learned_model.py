@@ -23,7 +23,7 @@ from passage_jax.learned import (
     load_guide,
     shipped_checkpoint,
 )
-from passage_jax.learned.data import held_out_windows, make_material
+from passage_jax.learned.data import CropRule, held_out_windows, make_material
 from passage_jax.learned.model import COORD_SCALE, param_count
 from passage_jax.learned.train import TrainConfig, train, write_checkpoint
 from passage_jax.protocol import PlanRequest
@@ -240,7 +240,8 @@ def test_material_clear_of_every_shipped_test_split():
     want = sum(len(load_scenes(shipped_cohort_root(), r, "test")) for r in SHIPPED_SCENES)
     assert sum(len(v) for v in every.values()) == want
     assert {side for v in every.values() for _, _, side in v} == set(SHIPPED_SCENES) >= {64, 256}
-    m = make_material(6, 64, seed=4, clear_of="all", rasters=("anatolia", "carrizo", "gironde"))
+    m = make_material(6, 64, seed=4,
+                      rule=CropRule(clear_of="all", rasters=("anatolia", "carrizo", "gironde")))
     for key, r0, c0 in m.sources:
         wins = every.get(key, [])
         rows = max([r0 + 64] + [r + side for r, _, side in wins])
@@ -250,4 +251,4 @@ def test_material_clear_of_every_shipped_test_split():
             mask[r:r + side, c:c + side] = True
         assert not mask[r0:r0 + 64, c0:c0 + 64].any(), (key, r0, c0)
     with pytest.raises(ValueError, match="clear_of must be one of"):
-        make_material(1, 64, seed=4, clear_of="none")
+        make_material(1, 64, seed=4, rule=CropRule(clear_of="none"))

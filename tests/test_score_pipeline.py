@@ -162,7 +162,7 @@ def test_receipt_records_compilation_and_a_second_score_compiles_nothing(golden,
     second = S.score_folder(seed, force=True, dataset_path="shipped")
     r2 = json.loads((seed / "score_receipt.json").read_text())
     for r in (r1, r2):
-        assert r["format"] == S.RECEIPT_FORMAT == "passage-jax-score-receipt-v2"
+        assert r["format"] == S.RECEIPT_FORMAT == "passage-jax-score-receipt-v3"
         assert sorted(r["compilation"]) == sorted(COMPILATION_FIELDS)
         c = r["compilation"]
         assert c["compiled"] == c["compilations"] - c["cache_hits"] >= 0

@@ -31,7 +31,7 @@ METRIC_CONTRACT = "passage-qualified-complete-v1"
 #: boundary (``timing_profile``, ``timing_boundary``) and the ``validation_recost_ms`` block
 SCORE_FORMAT = "passage-jax-score-v3"
 #: v2: the ``compilation`` block (what scoring the folder compiled)
-RECEIPT_FORMAT = "passage-jax-score-receipt-v2"
+RECEIPT_FORMAT = "passage-jax-score-receipt-v3"
 BLOCK_RULE = "main_tile_5deg"
 OUTPUTS = ("per_sample.npz", "metrics.json", "score_receipt.json")
 #: the file whose presence makes a seed folder scored (written last)

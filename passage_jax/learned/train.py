@@ -50,7 +50,7 @@ from passage_jax.data.terrain import RASTERS
 from passage_jax.fileio import utc_now
 from passage_jax.graph import MOVES, OBJECTIVES, GraphSpec, edge_cost_field_by_index, move_values, neighbours
 from passage_jax.learned.checkpoint import save_checkpoint
-from passage_jax.learned.data import CLEAR_OF, TRAINING_RASTERS, Material, make_material
+from passage_jax.learned.data import CLEAR_OF, TRAINING_RASTERS, CropRule, Material, make_material
 from passage_jax.learned.model import (
     COORD_SCALE,
     ValueFieldNet,
@@ -454,8 +454,8 @@ def _materials(config: TrainConfig, progress) -> tuple[Material, Material]:
     def data_progress(offset):
         return (lambda d, t: progress("data", offset + d, n_total, {})) if progress else None
 
-    common = dict(objectives=config.objectives, rasters=config.rasters,
-                  coverage_max=config.coverage_max, clear_of=config.clear_of)
+    common = dict(rule=CropRule(objectives=tuple(config.objectives), rasters=tuple(config.rasters),
+                                coverage_max=config.coverage_max, clear_of=config.clear_of))
     train_m = make_material(config.n_train, config.resolution, seed=config.seed, stream=0,
                             progress=data_progress(0), **common)
     eval_m = make_material(config.n_eval, config.resolution, seed=config.seed, stream=1,
