@@ -99,8 +99,11 @@ DECODERS = ("direct", "bounded_repair", "prediction_free", "exact_fallback")
 SEARCH_ROWS = (("direct", "learned_direct"), ("bounded_repair (descent+repair)", "learned_bounded_repair"),
                ("guided A* alone", "learned_guided_astar"), ("prediction_free", "learned_prediction_free"),
                ("exact_fallback", "learned_exact_fallback"), ("plain A*", "astar"))
-#: the resolution the shipped checkpoints were trained at (and the specs' budgets are for)
+#: the resolution the shipped 64x64 checkpoints were trained at (and their specs' budgets are for)
 TRAIN_RESOLUTION = 64
+#: spec families: configs/<prefix>_<decoder>.yaml (``learned``: the 64x64 network, tiled off
+#: 64; ``learned256``: the 256x256 U-Net, whole-scene at any side divisible by 32)
+SPEC_PREFIXES = ("learned", "learned256")
 OBJECTIVE, VARIANT = "elevation", "obstacles"
 
 
@@ -256,11 +259,12 @@ def print_timing(rep: dict, n_requests: int, checkpoint: str) -> None:
     print(f"peak device memory: {'not reported by this backend' if peak is None else f'{peak} bytes'}")
 
 
-def _tiling(args, resolution: int):
+def _tiling(args, resolution: int, spec_resolution: int):
     """The tiling protocol of the guide: ``--tile`` (0: the whole grid at once), by default
-    the canonical ``passage_jax_tiled_v1`` with the checkpoints' own 64-cell tile when the
-    grid is not the training resolution, none at it."""
-    tile = args.tile if args.tile is not None else (0 if resolution == TRAIN_RESOLUTION else TRAIN_RESOLUTION)
+    the canonical ``passage_jax_tiled_v1`` with the 64x64 checkpoints' own 64-cell tile when
+    the grid is not their resolution, none at it nor for the U-Net of ``learned256``."""
+    off = resolution != spec_resolution and spec_resolution == TRAIN_RESOLUTION
+    tile = args.tile if args.tile is not None else (TRAIN_RESOLUTION if off else 0)
     if tile == 0:
         if args.stride is not None:
             raise SystemExit("--stride needs a tile (--tile N > 0)")
@@ -285,20 +289,30 @@ def main(argv=None) -> int:
     ap.add_argument("--n", type=int, default=None, help="scenes (default 24; --quick 8)")
     ap.add_argument("--seeds", type=int, nargs="+", default=None,
                     help=f"checkpoint seeds (default {list(DEFAULT_SEEDS)}; --quick the first)")
-    ap.add_argument("--checkpoint", default="shipped:{seed}",
-                    help="checkpoint per seed, '{seed}' substituted (default shipped:{seed}; "
-                         "e.g. runs/train-{seed}/checkpoint.json for one's own)")
+    ap.add_argument("--checkpoint", default=None,
+                    help="checkpoint per seed, '{seed}' substituted (default: the specs' own, e.g. "
+                         "shipped:{seed}; e.g. runs/train-{seed}/checkpoint.json for one's own)")
+    ap.add_argument("--specs", default="learned", choices=SPEC_PREFIXES,
+                    help="spec family configs/<specs>_<decoder>.yaml (default learned: the 64x64 "
+                         "network; learned256: the 256x256 U-Net)")
+    ap.add_argument("--guide-weight", type=float, default=None,
+                    help="override the specs' guide_weight (the guided A* stages' operating point)")
+    ap.add_argument("--budget", type=int, default=None,
+                    help="override the repair budget (expansions; default the specs' at their "
+                         "resolution, else half the grid)")
     ap.add_argument("--timing-requests", type=int, default=None,
                     help="requests in the timing block (default 8; --quick 4)")
     args = ap.parse_args(argv)
     n = args.n or (8 if args.quick else 24)
     seeds = args.seeds or (list(DEFAULT_SEEDS[:1]) if args.quick else list(DEFAULT_SEEDS))
     root = Path(args.cohort_dir) if args.cohort_dir else shipped_cohort_root()
-    specs = {d: load_spec(REPO / "configs" / f"learned_{d}.yaml") for d in DECODERS}
+    specs = {d: load_spec(REPO / "configs" / f"{args.specs}_{d}.yaml") for d in DECODERS}
     resolution = args.resolution
     if resolution <= 0:
         raise SystemExit(f"--resolution {resolution} must be positive")
-    tiling = _tiling(args, resolution)
+    tiling = _tiling(args, resolution, specs["direct"].resolution)
+    checkpoint = args.checkpoint or specs["direct"].kwargs_for_seed(DEFAULT_SEEDS[0])["checkpoint"].replace(
+        str(DEFAULT_SEEDS[0]), "{seed}")
 
     t0 = time.perf_counter()
     tasks, c_star = load_material(root, resolution, args.split, n)
@@ -306,9 +320,10 @@ def main(argv=None) -> int:
     lower_bound = octile_bounds(tasks)
     budget = specs["bounded_repair"].budget
     limit = budget.max_expansions
-    if resolution != specs["direct"].resolution:  # the specs' budget is half the 64x64 grid
+    if resolution != specs["direct"].resolution:  # the specs' budget is for their own grid
         limit = resolution * resolution // 2
-        budget = dataclasses.replace(budget, max_expansions=limit)
+    limit = args.budget or limit
+    budget = dataclasses.replace(budget, max_expansions=limit)
     # the learned compositions: the specs' decoders, and the guided A* alone under the repair's budget
     compositions = {d: (specs[d].kwargs_for_seed, specs[d].budget) for d in DECODERS}
     compositions["guided_astar"] = (
@@ -319,6 +334,8 @@ def main(argv=None) -> int:
         """The spec's kwargs and budget, the repair limit at this resolution's."""
         if "max_expansions" in kw:
             kw["max_expansions"] = limit
+        if args.guide_weight is not None and kw.get("decoder") != "prediction_free":
+            kw["guide_weight"] = args.guide_weight
         if b.max_expansions is not None:
             b = dataclasses.replace(b, max_expansions=limit)
         return kw, b
@@ -326,7 +343,7 @@ def main(argv=None) -> int:
     results: dict[str, list[dict]] = {f"learned_{d}": [] for d in compositions}
     guides = {}
     for seed in seeds:
-        guide = guides[seed] = load_guide(args.checkpoint.replace("{seed}", str(seed)), tiling=tiling)
+        guide = guides[seed] = load_guide(checkpoint.replace("{seed}", str(seed)), tiling=tiling)
         for d, (kwargs_for_seed, b) in compositions.items():
             kw, b = sized(dict(kwargs_for_seed(seed)), b)
             kw.pop("checkpoint", None)
@@ -349,7 +366,10 @@ def main(argv=None) -> int:
           f"{VARIANT}; exact references by value iteration in {t_load:.1f} s (with loading)")
     how = ("whole grid" if tiling is None else f"tiled {tiling['name']} tile {tiling['tile']} "
            f"stride {tiling['stride']}")
-    print(f"learned: checkpoints {args.checkpoint} for seed in {seeds} ({how}), repair budget "
+    weight = args.guide_weight if args.guide_weight is not None else \
+        specs["bounded_repair"].kwargs_for_seed(seeds[0]).get("guide_weight", 1.0)
+    print(f"learned: specs configs/{args.specs}_*.yaml, checkpoints {checkpoint} for seed in {seeds} "
+          f"({how}), guide_weight {weight:g}, repair budget "
           f"{limit} expansions (request budget of bounded_repair / guided_astar / prediction_free / "
           f"bounded A*); plain A* ('astar') under {full} = {resolution}^2 expansions; classical "
           f"baselines are deterministic (one run stands for every seed)")
@@ -373,7 +393,7 @@ def main(argv=None) -> int:
     planner = make_planner(**{**rkw, "guide": guides[seed0]})
     reqs = [build_request(t, budget=budget) for t in tasks[:k]]
     rep = timing_report(planner, reqs, repeats=1 if args.quick else 3, warmup=1)
-    print_timing(rep, len(reqs), args.checkpoint.replace("{seed}", str(seed0)))
+    print_timing(rep, len(reqs), checkpoint.replace("{seed}", str(seed0)))
 
     pf, br = table["learned_prediction_free"]["exp_median"], table["learned_bounded_repair"]["exp_median"]
     print("\nspeedup = median expansions of prediction_free / bounded_repair "

@@ -1,6 +1,9 @@
-"""The learned run specs (configs/learned_*.yaml): they parse, declare a consistent
-component_control, and with the shipped checkpoints plan a shipped test request."""
+"""The learned run specs (configs/learned_*.yaml at 64x64, configs/learned256_*.yaml at
+256x256): they parse, declare a consistent component_control, with the shipped
+checkpoints plan a shipped test request, and the 256x256 specs carry the operating point
+frozen on the calibration split (configs/learned256_calibration.json)."""
 import dataclasses
+import json
 from pathlib import Path
 
 import numpy as np
@@ -19,28 +22,35 @@ from passage_jax.run.admission import AdmissionError, checkpoint_files
 REPO = Path(__file__).resolve().parents[1]
 DECODERS = ("direct", "bounded_repair", "prediction_free", "exact_fallback")
 SEEDS = (1234, 2026, 3407)
+#: spec prefix -> (resolution, checkpoint family, checkpoint reference of a seed)
+FAMILIES = {"learned": (64, "value64", "shipped:{seed}"),
+            "learned256": (256, "value256", "shipped:value256-{seed}")}
+CALIBRATION = REPO / "configs" / "learned256_calibration.json"
 
 
-def _spec(dec):
-    return load_spec(REPO / "configs" / f"learned_{dec}.yaml")
+def _spec(dec, prefix="learned"):
+    return load_spec(REPO / "configs" / f"{prefix}_{dec}.yaml")
 
 
 def _shipped_present():
-    return all((SHIPPED_DIR / f"value64-{s}.json").is_file() for s in SEEDS)
+    return all((SHIPPED_DIR / f"{fam}-{s}.json").is_file() for _, fam, _ in FAMILIES.values()
+               for s in SEEDS)
 
 
 needs_checkpoints = pytest.mark.skipif(
     not _shipped_present(),
-    reason=f"the shipped checkpoints value64-<seed>.json are not in {SHIPPED_DIR} yet")
+    reason=f"the shipped checkpoints value64/value256-<seed>.json are not in {SHIPPED_DIR} yet")
 
 
+@pytest.mark.parametrize("prefix", FAMILIES)
 @pytest.mark.parametrize("dec", DECODERS)
-def test_learned_config_parses(dec):
-    spec = _spec(dec)
-    assert spec.method_name == f"learned_{dec}"
+def test_learned_config_parses(dec, prefix):
+    spec = _spec(dec, prefix)
+    res, _, ref = FAMILIES[prefix]
+    assert spec.method_name == f"{prefix}_{dec}"
     assert spec.inference == "passage_jax.learned.planner:make_planner"
     assert (spec.resolution, spec.split, spec.cost_model, spec.task_variant, spec.n_samples) == \
-        (64, "test", "elevation", "obstacles", 24)
+        (res, "test", "elevation", "obstacles", 24)
     assert spec.seeds == SEEDS and spec.dataset_path == "shipped"
     assert spec.component_control["variant"] == dec
     for seed in SEEDS:
@@ -49,11 +59,12 @@ def test_learned_config_parses(dec):
         if dec == "prediction_free":  # the control never loads a network
             assert "checkpoint" not in kw
         else:
-            assert kw["checkpoint"] == f"shipped:{seed}"
+            assert kw["checkpoint"] == ref.format(seed=seed)
 
 
-def test_component_controls_are_consistent():
-    specs = {d: _spec(d) for d in DECODERS}
+@pytest.mark.parametrize("prefix", FAMILIES)
+def test_component_controls_are_consistent(prefix):
+    specs = {d: _spec(d, prefix) for d in DECODERS}
     cc = {d: s.component_control for d, s in specs.items()}
     assert [cc[d]["guide"] for d in DECODERS] == ["learned", "learned", "prediction_free", "learned"]
     # the guided repair and its control: the same machinery and the same budget
@@ -83,29 +94,62 @@ def test_admission_refuses_a_missing_shipped_seed():
 
 
 @needs_checkpoints
-def test_admission_hashes_the_shipped_checkpoint_of_each_seed():
-    files = checkpoint_files(_spec("bounded_repair"))
+@pytest.mark.parametrize("prefix", FAMILIES)
+def test_admission_hashes_the_shipped_checkpoint_of_each_seed(prefix):
+    _, fam, _ = FAMILIES[prefix]
+    files = checkpoint_files(_spec("bounded_repair", prefix))
     for seed in SEEDS:
         f = files[str(seed)]["checkpoint"]
-        path = SHIPPED_DIR / f"value64-{seed}.json"
+        path = SHIPPED_DIR / f"{fam}-{seed}.json"
         assert Path(f["path"]) == path.resolve() and f["sha256"] == sha256_file(path)
 
 
+@needs_checkpoints
+def test_the_256_specs_carry_the_operating_point_frozen_on_calibration():
+    """configs/learned256_calibration.json (bench/calibrate_learned.py): made on the
+    calibration split with the shipped checkpoints, its decision picked by its own rule
+    from its own sweep, and the specs' guide_weight and repair budget are the decided ones."""
+    cal = json.loads(CALIBRATION.read_text())
+    assert cal["split"] == "calibration" and cal["resolution"] == 256 and cal["seeds"] == list(SEEDS)
+    for seed in SEEDS:  # the checkpoints calibrated are the ones shipped
+        assert cal["checkpoints"][str(seed)] == sha256_file(SHIPPED_DIR / f"value256-{seed}.msgpack")
+    import sys  # noqa: PLC0415
+    sys.path.insert(0, str(REPO / "bench"))
+    from calibrate_learned import decide  # noqa: PLC0415
+    pick = decide(cal["sweep"], cal["max_regret"])
+    decided = cal["decided"]
+    assert decided == {"guide_weight": pick["guide_weight"], "max_expansions": pick["max_expansions"]}
+    specs = {d: _spec(d, "learned256") for d in DECODERS}
+    for seed in SEEDS:
+        for d in ("bounded_repair", "exact_fallback"):
+            kw = specs[d].kwargs_for_seed(seed)
+            assert (kw["guide_weight"], kw["max_expansions"]) == \
+                (decided["guide_weight"], decided["max_expansions"])
+        assert specs["prediction_free"].kwargs_for_seed(seed)["max_expansions"] == decided["max_expansions"]
+    assert specs["bounded_repair"].budget.max_expansions == decided["max_expansions"]
+    from passage_jax.run.provenance import canonical_json_sha256  # noqa: PLC0415
+    quoted = f"canonical-JSON sha256 {canonical_json_sha256(cal)}"
+    for d in DECODERS:  # each spec quotes the hash of the decisions it was frozen with
+        assert quoted in (REPO / "configs" / f"learned256_{d}.yaml").read_text()
+
+
 @pytest.fixture(scope="module")
-def shipped_request():
-    scene = load_scenes(shipped_cohort_root(), 64, "test", n_samples=1)[0]
-    return build_request(scene.task("elevation", "obstacles"))
+def shipped_requests():
+    return {res: build_request(load_scenes(shipped_cohort_root(), res, "test", n_samples=1)[0]
+                               .task("elevation", "obstacles")) for res in (64, 256)}
 
 
+@pytest.mark.parametrize("prefix", FAMILIES)
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("dec", DECODERS)
-def test_learned_config_plans_a_shipped_request(dec, seed, shipped_request):
-    if not (SHIPPED_DIR / f"value64-{seed}.json").is_file():
-        pytest.skip(f"the shipped checkpoint value64-{seed}.json is not in {SHIPPED_DIR} yet")
-    r = shipped_request
+def test_learned_config_plans_a_shipped_request(dec, seed, prefix, shipped_requests):
+    res_n, fam, _ = FAMILIES[prefix]
+    if not (SHIPPED_DIR / f"{fam}-{seed}.json").is_file():
+        pytest.skip(f"the shipped checkpoint {fam}-{seed}.json is not in {SHIPPED_DIR} yet")
+    r = shipped_requests[res_n]
     c_star = search(r.elevation, r.obstacles, r.start, r.goal, r.cost_model, r.cost_weight).cost
     assert np.isfinite(c_star)
-    spec = _spec(dec)
+    spec = _spec(dec, prefix)
     planner = make_planner(**spec.kwargs_for_seed(seed))
     res = planner.plan(r)
     assert res.stage_work["primary"]["expansions"] >= 1
@@ -125,4 +169,4 @@ def test_learned_config_plans_a_shipped_request(dec, seed, shipped_request):
         total = sum(w["expansions"] for w in res.stage_work.values())
         assert total <= spec.budget.max_expansions
     if dec != "prediction_free":
-        assert planner.guide.checkpoint_id == sha256_file(SHIPPED_DIR / f"value64-{seed}.msgpack")
+        assert planner.guide.checkpoint_id == sha256_file(SHIPPED_DIR / f"{fam}-{seed}.msgpack")

@@ -362,3 +362,30 @@ def test_failed_direct_repair_cuts_the_walked_loop():
     # the tail from (3, 1) runs back through (3, 2) and (3, 3): the join cuts the detour
     assert out.path.tolist() == [[3, 3], [3, 4], [3, 5], [3, 6], [3, 7]]
     assert _legal_cost(r, out.path) == pytest.approx(4 * 30.0, rel=1e-12)
+
+
+def test_guide_weight_mixes_the_guide_with_the_octile_bound(req):
+    """guide_weight w: the guided A* stages search on w * guide + (1 - w) * octile, computed
+    here by hand; w = 0 is the prediction-free control's search, w = 1 the guide's own;
+    the descent follows the guide whatever w is."""
+    field, _ = _pit(req)
+    bound = octile_field(req)
+    for w in (0.0, 0.5, 1.0):
+        res = normalise_result(LearnedPlanner(lambda q: field, decoder="guided_astar", max_expansions=5000,
+                                              guide_weight=w).plan(req))
+        mixed = np.where(np.isinf(field) | np.isinf(bound), np.inf, w * field + (1 - w) * bound)
+        same = bounded_repair(mixed, req, max_expansions=5000)
+        assert res.stage_work["primary"] == same.work and np.array_equal(res.path, same.path)
+    zero = normalise_result(LearnedPlanner(lambda q: field, decoder="guided_astar", guide_weight=0.0,
+                                           max_expansions=5000).plan(req))
+    control = prediction_free(req, max_expansions=5000)
+    assert zero.stage_work["primary"] == control.work and np.array_equal(zero.path, control.path)
+    # bounded_repair: the descent on the guide itself, the repair on the mixture
+    half = normalise_result(LearnedPlanner(lambda q: field, decoder="bounded_repair", guide_weight=0.5,
+                                           max_expansions=5000).plan(req))
+    one = normalise_result(LearnedPlanner(lambda q: field, decoder="bounded_repair",
+                                          max_expansions=5000).plan(req))
+    assert half.stage_work["primary"] == one.stage_work["primary"]
+    for bad in (-0.1, 1.5, "0.5", True, float("nan")):
+        with pytest.raises(ValueError, match="guide_weight"):
+            make_planner(guide=_perfect, guide_weight=bad)

@@ -144,6 +144,15 @@ def test_shipped_checkpoint_names():
         shipped_checkpoint(7)
     with pytest.raises(ValueError, match="integer"):
         shipped_checkpoint("abc")
+    with pytest.raises(ValueError, match="family 'value99'"):
+        shipped_checkpoint("value99-1234")
+    with pytest.raises(ValueError, match="integer"):
+        shipped_checkpoint("value256-x")
+    assert shipped_checkpoint("value64-1234") == shipped_checkpoint(1234) == shipped_checkpoint("1234")
+    for seed in DEFAULT_SEEDS:  # the 256x256 U-Net, one per seed, named by family
+        path = shipped_checkpoint(f"value256-{seed}")
+        assert path.name == f"value256-{seed}.json"
+        assert json.loads(path.read_text())["model"]["class"] == "ValueFieldUNet"
 
 
 # --------------------------------------------------------------------------- #

@@ -8,7 +8,8 @@ correction factor ``u`` (B, H, W), turned into ``exp(u) * octile * pixel_size_m`
 passes ``output="cost_to_go"`` (and its own ``feature_fn`` if it reads other inputs).
 The field is +inf on obstacle cells and 0 at the goal.
 
-:func:`load_guide` builds one from a checkpoint path or ``"shipped:<seed>"``.
+:func:`load_guide` builds one from a checkpoint path, ``"shipped:<seed>"`` (the 64x64
+network) or ``"shipped:value256-<seed>"`` (the 256x256 U-Net).
 """
 from __future__ import annotations
 
@@ -23,12 +24,14 @@ from passage_jax.learned.checkpoint import SHIPPED_CHECKPOINT_DIR, load_checkpoi
 from passage_jax.learned.model import features, octile_grid
 from passage_jax.learned.tiling import tiled_apply, tiling_protocol
 
-__all__ = ["SHIPPED_DIR", "SHIPPED_RESOLUTION", "NetworkGuide", "shipped_checkpoint", "load_guide",
-           "GUIDE_OUTPUTS"]
+__all__ = ["SHIPPED_DIR", "SHIPPED_RESOLUTION", "SHIPPED_FAMILIES", "NetworkGuide", "shipped_checkpoint",
+           "load_guide", "GUIDE_OUTPUTS"]
 
 SHIPPED_DIR = SHIPPED_CHECKPOINT_DIR  # one home: passage_jax.learned.checkpoint
-#: The crop size the shipped checkpoints were trained on.
+#: The crop size the shipped 64x64 checkpoints (``shipped:<seed>``) were trained on.
 SHIPPED_RESOLUTION = 64
+#: The shipped checkpoint families: ``<family>-<seed>.json`` in :data:`SHIPPED_DIR`.
+SHIPPED_FAMILIES = ("value64", "value256")
 GUIDE_OUTPUTS = ("log_ratio", "cost_to_go")
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
@@ -106,23 +109,31 @@ class NetworkGuide:
         return f"NetworkGuide({type(self.module).__name__}, dtype={self.dtype}, checkpoint={cid}{tiled})"
 
 
-def shipped_checkpoint(seed: int) -> Path:
-    """Metadata JSON of the shipped 64x64 checkpoint trained with ``seed`` (one per
-    ``DEFAULT_SEEDS``)."""
+def shipped_checkpoint(seed) -> Path:
+    """Metadata JSON of a shipped checkpoint: ``seed`` alone (an integer, one per
+    ``DEFAULT_SEEDS``) names the 64x64 network trained with it (``value64-<seed>``);
+    ``"<family>-<seed>"`` names another family of :data:`SHIPPED_FAMILIES` (e.g.
+    ``"value256-1234"``, the U-Net of the 256x256 recipe)."""
+    family, _, ref = str(seed).rpartition("-") if isinstance(seed, str) else ("", "", seed)
+    family = family or f"value{SHIPPED_RESOLUTION}"
+    if family not in SHIPPED_FAMILIES:
+        raise ValueError(f"shipped checkpoint family {family!r} is not one of {list(SHIPPED_FAMILIES)} "
+                         f"(write 'shipped:<seed>' or 'shipped:<family>-<seed>')")
     try:
-        seed = int(seed)
+        seed = int(ref)
     except (TypeError, ValueError):
-        raise ValueError(f"shipped checkpoint seed must be an integer, got {seed!r}") from None
-    path = SHIPPED_DIR / f"value{SHIPPED_RESOLUTION}-{seed}.json"
+        raise ValueError(f"shipped checkpoint seed must be an integer, got {ref!r}") from None
+    path = SHIPPED_DIR / f"{family}-{seed}.json"
     if not path.is_file():
-        raise FileNotFoundError(f"no shipped checkpoint for seed {seed} ({path}); shipped seeds: "
-                                f"{list(DEFAULT_SEEDS)}")
+        raise FileNotFoundError(f"no shipped {family} checkpoint for seed {seed} ({path}); shipped "
+                                f"seeds: {list(DEFAULT_SEEDS)}")
     return path
 
 
 def load_guide(checkpoint, *, dtype: str = "float32", tiling: dict | None = None) -> NetworkGuide:
-    """A :class:`NetworkGuide` from a checkpoint path (JSON, parameter file or folder)
-    or ``"shipped:<seed>"``; ``tiling`` as in :class:`NetworkGuide`."""
+    """A :class:`NetworkGuide` from a checkpoint path (JSON, parameter file or folder),
+    ``"shipped:<seed>"`` or ``"shipped:<family>-<seed>"`` (:func:`shipped_checkpoint`);
+    ``tiling`` as in :class:`NetworkGuide`."""
     if isinstance(checkpoint, str) and checkpoint.startswith("shipped:"):
         path = shipped_checkpoint(checkpoint.split(":", 1)[1])
     else:

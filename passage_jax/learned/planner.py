@@ -24,6 +24,12 @@ be ``"replace"``, ``max_steps`` does not apply).
 same budget, same options, so the two differ only in the guide (seed 001 §3.B).
 It never calls the guide.
 
+``guide_weight`` w in [0, 1] (default 1) is the guided A* stages' operating point: their
+heuristic is ``w * guide + (1 - w) * octile`` (the octile field of the prediction-free
+control), so w = 1 is the guide itself and lower weights trade search work for a
+heuristic closer to an admissible bound; the descent always follows the guide itself.
+``prediction_free`` ignores it (its guide is the octile field).
+
 Budgets: the repair's expansion limit is the tighter of ``max_expansions`` and
 what the request's ``budget.max_expansions`` leaves after the primary stage (one
 budget for the whole request); the descent is bounded by ``max_steps`` and the
@@ -40,6 +46,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+
+import numpy as np
 
 from passage_jax.checks import is_int
 from passage_jax.learned.decoders import (
@@ -61,7 +69,8 @@ __all__ = ["DECODERS", "INFERENCE_KWARGS", "LearnedPlanner", "make_planner", "gu
 DECODERS = ("direct", "bounded_repair", "prediction_free", "exact_fallback", "guided_astar")
 #: ``inference_kwargs`` :func:`make_planner` takes.
 INFERENCE_KWARGS = ("checkpoint", "guide", "dtype", "decoder", "max_expansions", "max_steps",
-                    "start_from", "fallback_solver", "tile", "stride", "hflip", "blend", "stitch")
+                    "start_from", "fallback_solver", "guide_weight", "tile", "stride", "hflip", "blend",
+                    "stitch")
 #: Tiled-inference keys of ``inference_kwargs`` (used when ``tile`` is set).
 _TILING_KWARGS = ("tile", "stride", "hflip", "blend", "stitch")
 #: The stages each composition may run after the primary descent, in order.
@@ -94,7 +103,7 @@ class LearnedPlanner:
 
     def __init__(self, guide: Callable | None, *, decoder: str = "direct",
                  max_expansions: int | None = None, max_steps: int | None = None,
-                 start_from: str = "replace", fallback_solver: str = "astar"):
+                 start_from: str = "replace", fallback_solver: str = "astar", guide_weight: float = 1.0):
         if decoder not in DECODERS:
             raise ValueError(f"learned planner: decoder={decoder!r} is not one of {list(DECODERS)}")
         if start_from not in START_FROM:
@@ -112,7 +121,11 @@ class LearnedPlanner:
         if guide is not None and not callable(guide):
             raise TypeError(f"learned planner: guide must be callable request -> (H, W) field, "
                             f"got {type(guide).__name__}")
+        if not (isinstance(guide_weight, (int, float)) and not isinstance(guide_weight, bool)
+                and 0.0 <= guide_weight <= 1.0):
+            raise ValueError(f"learned planner: guide_weight={guide_weight!r} must be a number in [0, 1]")
         self.guide = guide
+        self.guide_weight = float(guide_weight)
         self.decoder = decoder
         self.max_expansions = _positive("max_expansions", max_expansions)
         self.max_steps = _positive("max_steps", max_steps)
@@ -133,6 +146,18 @@ class LearnedPlanner:
         vals = [v for v in (self.max_expansions, left) if v is not None]
         return min(vals) if vals else None
 
+    def _search_field(self, field, request: PlanRequest, cost_field):
+        """The heuristic of the guided A* stages: ``w * field + (1 - w) * octile`` for
+        ``guide_weight`` w (1: the guide itself; 0: the prediction-free bound)."""
+        w = self.guide_weight
+        if w == 1.0 or self.decoder == "prediction_free":
+            return field
+        bound = octile_field(request, cost_field=cost_field)
+        f = np.asarray(field, np.float64)
+        with np.errstate(invalid="ignore"):
+            mixed = w * f + (1.0 - w) * bound
+        return np.where(np.isinf(f) | np.isinf(bound), np.inf, mixed)
+
     def plan(self, request: PlanRequest) -> PlanResult:
         t0 = time.perf_counter()
         if self.decoder == "prediction_free":
@@ -143,11 +168,12 @@ class LearnedPlanner:
         cost_field = request_cost_field(request)
         if field is None:
             field = octile_field(request, cost_field=cost_field)
+        search_field = self._search_field(field, request, cost_field)
         stage_work: dict = {}
         messages: list = []
         skipped = False
         if self.decoder == "guided_astar":  # A* on the guide alone, from the start
-            out = bounded_repair(field, request, max_expansions=self._repair_limit(request, 0),
+            out = bounded_repair(search_field, request, max_expansions=self._repair_limit(request, 0),
                                  cost_field=cost_field)
         else:
             out = direct(field, request, max_steps=self.max_steps, cost_field=cost_field)
@@ -163,7 +189,7 @@ class LearnedPlanner:
                 break
             if nxt == "repair":
                 limit = self._repair_limit(request, out.work["expansions"])
-                out = bounded_repair(field, request, max_expansions=limit,
+                out = bounded_repair(search_field, request, max_expansions=limit,
                                      start_from=self.start_from, prefix=out.walked,
                                      cost_field=cost_field)
             else:
@@ -182,7 +208,8 @@ class LearnedPlanner:
 
     def __repr__(self):
         return (f"LearnedPlanner({self.guide!r}, decoder={self.decoder!r}, "
-                f"max_expansions={self.max_expansions}, start_from={self.start_from!r})")
+                f"max_expansions={self.max_expansions}, start_from={self.start_from!r}, "
+                f"guide_weight={self.guide_weight})")
 
 
 def make_planner(**inference_kwargs) -> LearnedPlanner:

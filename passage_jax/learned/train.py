@@ -34,6 +34,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import os
+import platform
 import reprlib
 import time
 import typing
@@ -516,6 +518,13 @@ def _fit(module, params, key, train_m: Material, eval_m: Material, config: Train
     return _Fit(params=params, history=history, metrics=metrics, seconds=time.perf_counter() - t1)
 
 
+def hardware() -> str:
+    """Where training ran, for the checkpoint: machine, usable CPUs, JAX and its device."""
+    dev = jax.devices()[0]
+    return (f"{platform.machine()} {platform.processor() or ''}, {len(os.sched_getaffinity(0))} usable "
+            f"CPUs, jax {jax.__version__} on {dev.platform} ({dev.device_kind})").replace(" ,", ",")
+
+
 def write_checkpoint(result: TrainResult, path, *, overwrite: bool = False) -> object:
     """Save a :class:`TrainResult` as a checkpoint (``path``: a folder, or the
     metadata ``.json``); returns the metadata path. An existing checkpoint there is
@@ -523,6 +532,6 @@ def write_checkpoint(result: TrainResult, path, *, overwrite: bool = False) -> o
     (:func:`~passage_jax.learned.checkpoint.check_checkpoint_target`)."""
     meta = {"created": utc_now(), "config": result.config.to_dict(), "seed": result.config.seed,
             "step": result.steps, "metrics": result.metrics, "history": result.history,
-            "seconds": result.seconds, "coord_scale": COORD_SCALE,
+            "seconds": result.seconds, "hardware": hardware(), "coord_scale": COORD_SCALE,
             "prediction": "log correction factor u >= 0: h = exp(u) * octile * pixel_size_m"}
     return save_checkpoint(path, result.module, result.params, meta, overwrite=overwrite)

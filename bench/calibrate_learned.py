@@ -1,0 +1,139 @@
+"""Calibrate the learned 256x256 planner's operating point on the calibration split, and
+freeze it (seed 000 §4: decisions are tuned on calibration and frozen before a test pass).
+
+On the shipped cohort's ``calibration`` split at 256x256 (elevation cost, obstacles,
+24 scenes), for each of the three seeds' U-Net checkpoints (``shipped:value256-<seed>``
+by default), the ``exact_fallback`` and ``bounded_repair`` compositions of
+``configs/learned256_*.yaml`` plan every task at each candidate ``guide_weight`` (the
+guided A* stages' heuristic ``w * field + (1 - w) * octile``) and repair budget. The
+routes are scored against the exact references (float64 value iteration) as in
+``bench/learned.py``.
+
+The rule (:data:`RULE`): the weight from ``exact_fallback`` — among its candidates whose
+mean regret over every seed's tasks is at most ``--max-regret`` (0.003, the target) the
+one with the least median total work (expansions over every stage); when none qualifies,
+the one with the least mean regret (ties: less work) — and at that weight the budget
+under which ``bounded_repair`` succeeds most often (ties: the smaller). The decision, the rule,
+the checkpoints' sha256 and the whole sweep are written to ``--out`` (default
+``configs/learned256_calibration.json``, its canonical-JSON sha256 printed: the specs
+quote it and ``tests/test_learned_configs.py`` checks that the specs' ``guide_weight``
+and ``max_expansions`` are the decided ones)::
+
+    python bench/calibrate_learned.py                    # the full sweep (~10 min on 2 cores)
+    python bench/calibrate_learned.py --weights 1 0.5 --budgets 4096 --n 8 --out /tmp/c.json
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import platform
+import sys
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from learned import load_material, run_method, score  # noqa: E402
+
+from passage_jax.contract import DEFAULT_SEEDS  # noqa: E402
+from passage_jax.data import shipped_cohort_root  # noqa: E402
+from passage_jax.fileio import atomic_write_json  # noqa: E402
+from passage_jax.learned.guide import load_guide  # noqa: E402
+from passage_jax.learned.planner import make_planner  # noqa: E402
+from passage_jax.run import load_spec  # noqa: E402
+from passage_jax.run.provenance import canonical_json_sha256  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+FORMAT = "passage-jax-learned-calibration-v1"
+RULE = ("guide_weight: among the exact_fallback candidates (every budget) whose mean regret over "
+        "every seed's tasks is at most max_regret, the one with the least median total work "
+        "(expansions over every stage); when none qualifies, the least mean regret (ties: less "
+        "work); max_expansions: at that weight, the budget with the highest bounded_repair success "
+        "(ties: the smaller budget)")
+
+
+def evaluate(guides: dict, tasks, c_star, budget, decoder: str, weight: float, limit: int) -> dict:
+    """One candidate: every seed's tasks planned by ``decoder`` at ``weight`` and ``limit``."""
+    regret, work, success = [], [], []
+    for guide in guides.values():
+        planner = make_planner(guide=guide, decoder=decoder, max_expansions=limit, guide_weight=weight)
+        s = score(run_method(planner, tasks, dataclasses.replace(budget, max_expansions=None)),
+                  tasks, c_star)
+        success.append(s["success"])
+        regret.append(np.where(s["success"], s["regret"], np.nan))
+        work.append(s["expansions"])
+    success, regret, work = np.concatenate(success), np.concatenate(regret), np.concatenate(work)
+    return {"decoder": decoder, "guide_weight": weight, "max_expansions": limit,
+            "n": int(success.size), "success": float(success.mean()),
+            "regret_mean_ok": float(np.nanmean(regret)) if success.any() else None,
+            "work_median": float(np.median(work)), "work_mean": float(np.mean(work))}
+
+
+def decide(rows: list[dict], max_regret: float) -> dict:
+    """The operating point the rule (:data:`RULE`) picks from the sweep's rows:
+    ``{"guide_weight": w, "max_expansions": b}``."""
+    fb = [r for r in rows if r["decoder"] == "exact_fallback" and r["success"] == 1.0]
+    if not fb:
+        raise SystemExit("no exact_fallback candidate succeeded on every task")
+    ok = [r for r in fb if r["regret_mean_ok"] <= max_regret]
+    if ok:
+        best = min(ok, key=lambda r: (r["work_median"], r["regret_mean_ok"]))
+    else:
+        best = min(fb, key=lambda r: (r["regret_mean_ok"], r["work_median"]))
+    w = best["guide_weight"]
+    repair = [r for r in rows if r["decoder"] == "bounded_repair" and r["guide_weight"] == w]
+    budget = min(repair, key=lambda r: (-r["success"], r["max_expansions"]))["max_expansions"] \
+        if repair else best["max_expansions"]
+    return {"guide_weight": w, "max_expansions": budget}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--weights", type=float, nargs="+", default=[1.0, 0.8, 0.6, 0.4, 0.2])
+    ap.add_argument("--budgets", type=int, nargs="+", default=[32768])
+    ap.add_argument("--n", type=int, default=24, help="calibration scenes (default 24: the split)")
+    ap.add_argument("--seeds", type=int, nargs="+", default=list(DEFAULT_SEEDS))
+    ap.add_argument("--checkpoint", default="shipped:value256-{seed}")
+    ap.add_argument("--max-regret", type=float, default=0.003)
+    ap.add_argument("--out", default=str(REPO / "configs" / "learned256_calibration.json"))
+    args = ap.parse_args(argv)
+    spec = load_spec(REPO / "configs" / "learned256_exact_fallback.yaml")
+    resolution = spec.resolution
+    t0 = time.perf_counter()
+    tasks, c_star = load_material(shipped_cohort_root(), resolution, "calibration", args.n)
+    guides = {s: load_guide(args.checkpoint.replace("{seed}", str(s))) for s in args.seeds}
+    rows = []
+    print(f"{'decoder':<16}{'weight':>7}{'budget':>8}{'tasks':>6}{'success':>9}{'regret|ok':>11}"
+          f"{'work med':>10}{'work mean':>11}")
+    for limit in args.budgets:
+        for w in args.weights:
+            for decoder in ("exact_fallback", "bounded_repair"):
+                r = evaluate(guides, tasks, c_star, spec.budget, decoder, w, limit)
+                rows.append(r)
+                reg = "n/a" if r["regret_mean_ok"] is None else f"{r['regret_mean_ok']:.5f}"
+                print(f"{decoder:<16}{w:>7g}{limit:>8}{r['n']:>6}{r['success']:>9.3f}{reg:>11}"
+                      f"{r['work_median']:>10.0f}{r['work_mean']:>11.0f}", flush=True)
+    pick = decide(rows, args.max_regret)
+    decisions = {
+        "format": FORMAT, "method": "learned256", "split": "calibration", "resolution": resolution,
+        "cost_model": spec.cost_model, "task_variant": spec.task_variant, "n_scenes": len(tasks),
+        "seeds": list(args.seeds),
+        "checkpoints": {str(s): g.checkpoint_id for s, g in guides.items()},
+        "rule": RULE, "max_regret": args.max_regret,
+        "decided": pick,
+        "sweep": rows,
+        "machine": f"{platform.machine()} python {platform.python_version()}, jax {jax.__version__} "
+                   f"on {jax.devices()[0].platform}",
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
+    atomic_write_json(args.out, decisions)
+    print(f"\ndecided: guide_weight {pick['guide_weight']:g}, max_expansions {pick['max_expansions']}; "
+          f"written to {args.out}")
+    print(f"calibration_decisions sha256: {canonical_json_sha256(decisions)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
