@@ -34,7 +34,10 @@ def test_runner_md_scene_counts_match_the_configs():
 def test_runner_md_procedure_limits_match_the_configs():
     budgets = {n: s.budget.max_expansions for n, s in CONFIGS.items() if s.budget.max_expansions}
     assert budgets == {"bounded": 20000, "learned_bounded_repair": 2048,
-                       "learned_prediction_free": 2048}
+                       "learned_prediction_free": 2048, "learned256_bounded_repair": 32768,
+                       "learned256_prediction_free": 32768}
+    assert "`learned256_prediction_free.yaml` (`max_expansions:\n32768`" in \
+        (ROOT / "docs" / "runner.md").read_text()
     for name, spec in CONFIGS.items():
         if name != "exact256_session":
             assert (spec.latency_warmup, spec.latency_repeats, spec.quality_repeat_index) == (1, 1, 0), name
