@@ -25,7 +25,6 @@ and ``max_expansions`` are the decided ones)::
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import platform
 import sys
 import time
@@ -42,6 +41,7 @@ from passage_jax.data import shipped_cohort_root  # noqa: E402
 from passage_jax.fileio import atomic_write_json  # noqa: E402
 from passage_jax.learned.guide import load_guide  # noqa: E402
 from passage_jax.learned.planner import make_planner  # noqa: E402
+from passage_jax.protocol import BudgetSpec  # noqa: E402
 from passage_jax.run import load_spec  # noqa: E402
 from passage_jax.run.provenance import canonical_json_sha256  # noqa: E402
 
@@ -54,13 +54,12 @@ RULE = ("guide_weight: among the exact_fallback candidates (every budget) whose 
         "(ties: the smaller budget)")
 
 
-def evaluate(guides: dict, tasks, c_star, budget, decoder: str, weight: float, limit: int) -> dict:
+def evaluate(guides: dict, tasks, c_star, decoder: str, weight: float, limit: int) -> dict:
     """One candidate: every seed's tasks planned by ``decoder`` at ``weight`` and ``limit``."""
     regret, work, success = [], [], []
     for guide in guides.values():
         planner = make_planner(guide=guide, decoder=decoder, max_expansions=limit, guide_weight=weight)
-        s = score(run_method(planner, tasks, dataclasses.replace(budget, max_expansions=None)),
-                  tasks, c_star)
+        s = score(run_method(planner, tasks, BudgetSpec()), tasks, c_star)  # the planner's limit only
         success.append(s["success"])
         regret.append(np.where(s["success"], s["regret"], np.nan))
         work.append(s["expansions"])
@@ -110,7 +109,7 @@ def main(argv=None) -> int:
     for limit in args.budgets:
         for w in args.weights:
             for decoder in ("exact_fallback", "bounded_repair"):
-                r = evaluate(guides, tasks, c_star, spec.budget, decoder, w, limit)
+                r = evaluate(guides, tasks, c_star, decoder, w, limit)
                 rows.append(r)
                 reg = "n/a" if r["regret_mean_ok"] is None else f"{r['regret_mean_ok']:.5f}"
                 print(f"{decoder:<16}{w:>7g}{limit:>8}{r['n']:>6}{r['success']:>9.3f}{reg:>11}"

@@ -311,8 +311,12 @@ def main(argv=None) -> int:
     if resolution <= 0:
         raise SystemExit(f"--resolution {resolution} must be positive")
     tiling = _tiling(args, resolution, specs["direct"].resolution)
-    checkpoint = args.checkpoint or specs["direct"].kwargs_for_seed(DEFAULT_SEEDS[0])["checkpoint"].replace(
-        str(DEFAULT_SEEDS[0]), "{seed}")
+
+    def checkpoint_of(seed) -> str:
+        """``--checkpoint`` for ``seed``, else the specs' own checkpoint of that seed."""
+        if args.checkpoint:
+            return args.checkpoint.replace("{seed}", str(seed))
+        return specs["direct"].kwargs_for_seed(seed)["checkpoint"]
 
     t0 = time.perf_counter()
     tasks, c_star = load_material(root, resolution, args.split, n)
@@ -343,7 +347,7 @@ def main(argv=None) -> int:
     results: dict[str, list[dict]] = {f"learned_{d}": [] for d in compositions}
     guides = {}
     for seed in seeds:
-        guide = guides[seed] = load_guide(checkpoint.replace("{seed}", str(seed)), tiling=tiling)
+        guide = guides[seed] = load_guide(checkpoint_of(seed), tiling=tiling)
         for d, (kwargs_for_seed, b) in compositions.items():
             kw, b = sized(dict(kwargs_for_seed(seed)), b)
             kw.pop("checkpoint", None)
@@ -368,7 +372,8 @@ def main(argv=None) -> int:
            f"stride {tiling['stride']}")
     weight = args.guide_weight if args.guide_weight is not None else \
         specs["bounded_repair"].kwargs_for_seed(seeds[0]).get("guide_weight", 1.0)
-    print(f"learned: specs configs/{args.specs}_*.yaml, checkpoints {checkpoint} for seed in {seeds} "
+    print(f"learned: specs configs/{args.specs}_*.yaml, checkpoints "
+          f"{', '.join(checkpoint_of(s) for s in seeds)} "
           f"({how}), guide_weight {weight:g}, repair budget "
           f"{limit} expansions (request budget of bounded_repair / guided_astar / prediction_free / "
           f"bounded A*); plain A* ('astar') under {full} = {resolution}^2 expansions; classical "
@@ -393,7 +398,7 @@ def main(argv=None) -> int:
     planner = make_planner(**{**rkw, "guide": guides[seed0]})
     reqs = [build_request(t, budget=budget) for t in tasks[:k]]
     rep = timing_report(planner, reqs, repeats=1 if args.quick else 3, warmup=1)
-    print_timing(rep, len(reqs), checkpoint.replace("{seed}", str(seed0)))
+    print_timing(rep, len(reqs), checkpoint_of(seed0))
 
     pf, br = table["learned_prediction_free"]["exp_median"], table["learned_bounded_repair"]["exp_median"]
     print("\nspeedup = median expansions of prediction_free / bounded_repair "

@@ -49,7 +49,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from passage_jax.checks import is_int
+from passage_jax.checks import is_int, is_number
 from passage_jax.learned.decoders import (
     FALLBACK_SOLVERS,
     START_FROM,
@@ -121,8 +121,7 @@ class LearnedPlanner:
         if guide is not None and not callable(guide):
             raise TypeError(f"learned planner: guide must be callable request -> (H, W) field, "
                             f"got {type(guide).__name__}")
-        if not (isinstance(guide_weight, (int, float)) and not isinstance(guide_weight, bool)
-                and 0.0 <= guide_weight <= 1.0):
+        if not (is_number(guide_weight) and 0.0 <= guide_weight <= 1.0):
             raise ValueError(f"learned planner: guide_weight={guide_weight!r} must be a number in [0, 1]")
         self.guide = guide
         self.guide_weight = float(guide_weight)
@@ -168,12 +167,12 @@ class LearnedPlanner:
         cost_field = request_cost_field(request)
         if field is None:
             field = octile_field(request, cost_field=cost_field)
-        search_field = self._search_field(field, request, cost_field)
         stage_work: dict = {}
         messages: list = []
         skipped = False
         if self.decoder == "guided_astar":  # A* on the guide alone, from the start
-            out = bounded_repair(search_field, request, max_expansions=self._repair_limit(request, 0),
+            out = bounded_repair(self._search_field(field, request, cost_field), request,
+                                 max_expansions=self._repair_limit(request, 0),
                                  cost_field=cost_field)
         else:
             out = direct(field, request, max_steps=self.max_steps, cost_field=cost_field)
@@ -189,7 +188,8 @@ class LearnedPlanner:
                 break
             if nxt == "repair":
                 limit = self._repair_limit(request, out.work["expansions"])
-                out = bounded_repair(search_field, request, max_expansions=limit,
+                out = bounded_repair(self._search_field(field, request, cost_field), request,
+                                     max_expansions=limit,
                                      start_from=self.start_from, prefix=out.walked,
                                      cost_field=cost_field)
             else:
