@@ -3,11 +3,16 @@
 # jax with CUDA, flax, optax, pyarrow, scipy, scikit-image, rich, pyyaml, pytest;
 # zstandard is carried as a wheel in .whl/, see bench/RESULTS.md "GPU").
 #
-#   bash bench/device_check.sh [bench|tests|dfloat|all]     (default: bench)
+#   bash bench/device_check.sh [bench|tests|dfloat|train256|all]     (default: bench)
 #
 # bench: the benchmarks (bench/reference.py includes the double-float rows beside
 # float64) and the double-float checks; dfloat: only the double-float checks (the
-# pair arithmetic survives the GPU compiler, the cohort agrees, no float64 in use).
+# pair arithmetic survives the GPU compiler, the cohort agrees, no float64 in use);
+# train256: the 256x256 learned baseline's recipe on the accelerator, both stages
+# (configs/train_value256.yaml, then configs/train_value256ft.yaml started from the
+# stage-one checkpoint just trained) for each seed, with their wall times, then the
+# calibration sweep and the learned-search table on the new checkpoints (written to
+# $OUT; the shipped ones are not touched).
 #
 # Logs go to $OUT (or ./device-out) so they come back with the run.
 set -uo pipefail
@@ -31,6 +36,19 @@ fi
 if [ "$what" = bench ] || [ "$what" = dfloat ] || [ "$what" = all ]; then
   PASSAGE_JAX_NO_X64=1 python3 -m pytest -q -x -s -p no:cacheprovider -o addopts="" tests/test_double_float.py \
     2>&1 | tee "$out/double_float_tests.log"
+fi
+if [ "$what" = train256 ]; then
+  sed "s#^init: .*#init: \"$out/value256-{seed}\"#" configs/train_value256ft.yaml > "$out/train_value256ft.yaml"
+  for seed in 1234 2026 3407; do
+    python3 -m cli train --no-progress --config configs/train_value256.yaml \
+      --out "$out/value256-$seed" --seed "$seed" 2>&1 | tee "$out/train256-$seed.log"
+    python3 -m cli train --no-progress --config "$out/train_value256ft.yaml" \
+      --out "$out/value256ft-$seed" --seed "$seed" 2>&1 | tee "$out/train256ft-$seed.log"
+  done
+  python3 bench/calibrate_learned.py --checkpoint "$out/value256ft-{seed}" --out "$out/calibration.json" \
+    2>&1 | tee "$out/calibrate256.log"
+  python3 bench/learned.py --specs learned256 --resolution 256 --checkpoint "$out/value256ft-{seed}" \
+    2>&1 | tee "$out/learned256.log"
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   python3 bench/reference.py 2>&1 | tee "$out/reference.log"

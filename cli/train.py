@@ -17,7 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from passage_jax.fileio import read_document
 from passage_jax.learned.checkpoint import check_checkpoint_target
-from passage_jax.learned.train import CONFIG_MAX_BYTES, TrainConfig, train, write_checkpoint
+from passage_jax.learned.train import CONFIG_MAX_BYTES, TrainConfig, init_checkpoint, train, write_checkpoint
 
 
 def register(parser) -> None:
@@ -71,6 +71,7 @@ def main(args) -> int:
     try:
         config = _config(args)
         check_checkpoint_target(args.out, overwrite=args.force)
+        init_checkpoint(config)  # a bad 'init' is refused before any material is made
     except (OSError, ValueError) as e:
         print(f"train: {e}", file=sys.stderr)
         return 2

@@ -278,3 +278,18 @@ def test_negative_seed_refused(tmp_path, capsys, config_file, no_training):
 def test_checkpoint_files_pairs():
     assert [p.name for p in checkpoint_files("a/ck")] == ["checkpoint.json", "params.msgpack"]
     assert [str(p) for p in checkpoint_files("a/ck.json")] == ["a/ck.json", "a/ck.msgpack"]
+
+
+@pytest.mark.parametrize("init, want", [
+    ("{tmp}/missing-{{seed}}", "missing-3' cannot be loaded"),
+    ("shipped:value64-1234", "holds {'class': 'ValueFieldNet', 'width': 24"),
+    ("shipped:nosuch-1234", "cannot be loaded (shipped checkpoint family 'nosuch'"),
+])
+def test_bad_init_refused_before_training(tmp_path, capsys, no_training, init, want):
+    """An ``init`` checkpoint that cannot be read, or holds another network than the
+    config's, is refused in one line naming the key, before any material is made."""
+    path = tmp_path / "train.json"
+    path.write_text(json.dumps({**SMALL, "init": init.format(tmp=tmp_path)}))
+    code, err = _run(capsys, "--config", path, "--out", tmp_path / "out")
+    assert code == 2 and "key 'init'" in err and want in err, err
+    assert len(err.splitlines()) == 1 and not (tmp_path / "out").exists()

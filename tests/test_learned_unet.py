@@ -149,3 +149,33 @@ def test_a_unet_trains_and_its_checkpoint_rebuilds_it(tmp_path):
     x = jax.random.normal(jax.random.PRNGKey(2), (1, 16, 16, N_FEATURES))
     np.testing.assert_array_equal(np.asarray(ck.module.apply(ck.params, x)),
                                   np.asarray(res.module.apply(res.params, x)))
+
+
+def test_training_starts_from_the_init_checkpoint(tmp_path):
+    """``init`` (``{seed}`` is the run's seed) starts the training from a checkpoint's
+    parameters: the step-0 evaluation of the second run equals the first run's final one
+    on the same held-out material, and the checkpoint records the parameters it started
+    from; a checkpoint of another network, or none, is refused naming the key."""
+    from passage_jax.learned.checkpoint import load_checkpoint  # noqa: PLC0415
+    from passage_jax.learned.train import TrainConfig, init_checkpoint, train, write_checkpoint  # noqa: PLC0415
+
+    cfg = TrainConfig(name="u16", resolution=16, n_train=8, n_eval=4, steps=20, batch=4,
+                      learning_rate=1e-2, warmup_steps=1, eval_every=10, seed=5, model="unet",
+                      widths=(4, 4, 4), bottleneck_dilations=(1,))
+    first = train(cfg)
+    meta_a = write_checkpoint(first, tmp_path / "u-5")
+    second = train(TrainConfig.from_dict({**cfg.to_dict(), "steps": 10, "init": str(tmp_path / "u-{seed}")}))
+    h0 = second.history[0]
+    assert h0["step"] == 0
+    for k in ("success_rate", "regret_median", "regret_p90"):
+        assert h0[k] == first.metrics[k], (k, h0[k], first.metrics[k])
+    a = load_checkpoint(meta_a)
+    assert second.init == {"checkpoint": str(tmp_path / "u-5"), "params_sha256": a.checkpoint_id}
+    b = load_checkpoint(write_checkpoint(second, tmp_path / "u-5b"))
+    assert b.metadata["init"]["params_sha256"] == a.checkpoint_id and b.checkpoint_id != a.checkpoint_id
+    other = TrainConfig.from_dict({**cfg.to_dict(), "widths": [4, 8, 4], "init": str(tmp_path / "u-5")})
+    with pytest.raises(ValueError, match=r"key 'init': .*u-5' holds .*not the network this config trains"):
+        init_checkpoint(other)
+    with pytest.raises(ValueError, match=r"key 'init': .*nowhere-5' cannot be loaded"):
+        train(TrainConfig.from_dict({**cfg.to_dict(), "init": str(tmp_path / "nowhere-{seed}")}))
+    assert init_checkpoint(cfg) is None

@@ -31,7 +31,7 @@ SHIPPED_DIR = SHIPPED_CHECKPOINT_DIR  # one home: passage_jax.learned.checkpoint
 #: The crop size the shipped 64x64 checkpoints (``shipped:<seed>``) were trained on.
 SHIPPED_RESOLUTION = 64
 #: The shipped checkpoint families: ``<family>-<seed>.json`` in :data:`SHIPPED_DIR`.
-SHIPPED_FAMILIES = ("value64", "value256")
+SHIPPED_FAMILIES = ("value64", "value256", "value256ft")
 GUIDE_OUTPUTS = ("log_ratio", "cost_to_go")
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 

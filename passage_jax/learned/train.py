@@ -51,14 +51,16 @@ from passage_jax.checks import is_number
 from passage_jax.data.terrain import RASTERS
 from passage_jax.fileio import utc_now
 from passage_jax.graph import MOVES, OBJECTIVES, GraphSpec, edge_cost_field_by_index, move_values, neighbours
-from passage_jax.learned.checkpoint import save_checkpoint
+from passage_jax.learned.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from passage_jax.learned.data import CLEAR_OF, TRAINING_RASTERS, CropRule, Material, make_material
+from passage_jax.learned.guide import shipped_checkpoint
 from passage_jax.learned.model import (
     COORD_SCALE,
     ValueFieldNet,
     ValueFieldUNet,
     feature_grid,
     log_ratio_to_cost,
+    module_config,
     param_count,
 )
 from passage_jax.metrics import PathMetrics, Route, TaskArrays, score_tasks
@@ -201,6 +203,7 @@ class TrainConfig:
     move_temperature_m: float = 30.0
     eval_every: int = 250
     seed: int = 0
+    init: str = ""
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -251,6 +254,7 @@ class TrainResult:
     seconds: dict
     config: TrainConfig
     steps: int
+    init: dict | None = None
 
 
 @flax.struct.dataclass
@@ -433,19 +437,50 @@ def train(config: TrainConfig | Mapping, *, seed: int | None = None,
         config = TrainConfig.from_dict(config)
     if seed is not None:
         config = dataclasses.replace(config, seed=int(seed))
+    start = init_checkpoint(config)  # refused before any material is made
     t0 = time.perf_counter()
     train_m, eval_m = _materials(config, progress)
     t_data = time.perf_counter() - t0
     module = config.module()
     key, k_init = jax.random.split(jax.random.PRNGKey(config.seed))
     n = config.resolution
-    params = module.init(k_init, jnp.zeros((1, n, n, 7), jnp.float32))
+    if start is None:
+        params = module.init(k_init, jnp.zeros((1, n, n, 7), jnp.float32))
+    else:
+        params = jax.tree_util.tree_map(jnp.asarray, start.params)
     fit = _fit(module, params, key, train_m, eval_m, config, progress)
     params = jax.device_get(fit.params)
     fit.metrics["param_count"] = param_count(params)
+    init = None if start is None else {"checkpoint": init_reference(config),
+                                       "params_sha256": start.checkpoint_id}
     return TrainResult(module=module, params=params, history=fit.history, metrics=fit.metrics,
                        seconds={"data": round(t_data, 2), "train": round(fit.seconds, 2)},
-                       config=config, steps=config.steps)
+                       config=config, steps=config.steps, init=init)
+
+
+def init_reference(config: TrainConfig) -> str:
+    """``config.init`` with ``{seed}`` replaced by the run's seed ("" for none)."""
+    return config.init.replace("{seed}", str(config.seed))
+
+
+def init_checkpoint(config: TrainConfig) -> Checkpoint | None:
+    """The checkpoint ``config.init`` names (a path, or ``shipped:<family>-<seed>``;
+    ``{seed}`` is the run's seed), whose parameters the training starts from; None
+    when ``init`` is empty. Refused (a ``ValueError`` naming the key) when it cannot be
+    read or holds another network than ``config.model`` and its sizes."""
+    ref = init_reference(config)
+    if not ref:
+        return None
+    try:
+        path = shipped_checkpoint(ref.split(":", 1)[1]) if ref.startswith("shipped:") else ref
+        ck = load_checkpoint(path)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"train config key 'init': {ref!r} cannot be loaded ({e})") from None
+    want, got = module_config(config.module()), module_config(ck.module)
+    if want != got:
+        raise ValueError(f"train config key 'init': {ref!r} holds {got}, not the network this "
+                         f"config trains ({want})")
+    return ck
 
 
 def _materials(config: TrainConfig, progress) -> tuple[Material, Material]:
@@ -534,4 +569,6 @@ def write_checkpoint(result: TrainResult, path, *, overwrite: bool = False) -> o
             "step": result.steps, "metrics": result.metrics, "history": result.history,
             "seconds": result.seconds, "hardware": hardware(), "coord_scale": COORD_SCALE,
             "prediction": "log correction factor u >= 0: h = exp(u) * octile * pixel_size_m"}
+    if result.init is not None:
+        meta["init"] = result.init
     return save_checkpoint(path, result.module, result.params, meta, overwrite=overwrite)
