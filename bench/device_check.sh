@@ -45,7 +45,7 @@ if [ "$what" = train256 ]; then
     python3 -m cli train --no-progress --config "$out/train_value256ft.yaml" \
       --out "$out/value256ft-$seed" --seed "$seed" 2>&1 | tee "$out/train256ft-$seed.log"
   done
-  python3 bench/calibrate_learned.py --checkpoint "$out/value256ft-{seed}" --out "$out/calibration.json" \
+  python3 bench/calibrate_learned.py --families "$out/value256-{seed}" "$out/value256ft-{seed}" --out "$out/calibration.json" \
     2>&1 | tee "$out/calibrate256.log"
   python3 bench/learned.py --specs learned256 --resolution 256 --checkpoint "$out/value256ft-{seed}" \
     2>&1 | tee "$out/learned256.log"

@@ -297,6 +297,9 @@ def main(argv=None) -> int:
                          "network; learned256: the 256x256 U-Net)")
     ap.add_argument("--guide-weight", type=float, default=None,
                     help="override the specs' guide_weight (the guided A* stages' operating point)")
+    ap.add_argument("--accept-ratio", default=None,
+                    help="override the specs' descent accept_ratio where they set one ('none': accept "
+                         "every descent)")
     ap.add_argument("--budget", type=int, default=None,
                     help="override the repair budget (expansions; default the specs' at their "
                          "resolution, else half the grid)")
@@ -330,8 +333,9 @@ def main(argv=None) -> int:
     budget = dataclasses.replace(budget, max_expansions=limit)
     # the learned compositions: the specs' decoders, and the guided A* alone under the repair's budget
     compositions = {d: (specs[d].kwargs_for_seed, specs[d].budget) for d in DECODERS}
-    compositions["guided_astar"] = (
-        lambda seed: {**specs["bounded_repair"].kwargs_for_seed(seed), "decoder": "guided_astar"},
+    compositions["guided_astar"] = (  # no descent, so no descent acceptance test
+        lambda seed: {**{k: v for k, v in specs["bounded_repair"].kwargs_for_seed(seed).items()
+                         if k != "accept_ratio"}, "decoder": "guided_astar"},
         specs["bounded_repair"].budget)
 
     def sized(kw: dict, b: BudgetSpec):
@@ -340,6 +344,8 @@ def main(argv=None) -> int:
             kw["max_expansions"] = limit
         if args.guide_weight is not None and kw.get("decoder") != "prediction_free":
             kw["guide_weight"] = args.guide_weight
+        if args.accept_ratio is not None and "accept_ratio" in kw:
+            kw["accept_ratio"] = None if args.accept_ratio == "none" else float(args.accept_ratio)
         if b.max_expansions is not None:
             b = dataclasses.replace(b, max_expansions=limit)
         return kw, b
@@ -372,9 +378,12 @@ def main(argv=None) -> int:
            f"stride {tiling['stride']}")
     weight = args.guide_weight if args.guide_weight is not None else \
         specs["bounded_repair"].kwargs_for_seed(seeds[0]).get("guide_weight", 1.0)
+    ratio = args.accept_ratio if args.accept_ratio is not None else \
+        specs["bounded_repair"].kwargs_for_seed(seeds[0]).get("accept_ratio")
     print(f"learned: specs configs/{args.specs}_*.yaml, checkpoints "
           f"{', '.join(checkpoint_of(s) for s in seeds)} "
-          f"({how}), guide_weight {weight:g}, repair budget "
+          f"({how}), guide_weight {weight:g}, descent accept_ratio {ratio} (repair compositions), "
+          f"repair budget "
           f"{limit} expansions (request budget of bounded_repair / guided_astar / prediction_free / "
           f"bounded A*); plain A* ('astar') under {full} = {resolution}^2 expansions; classical "
           f"baselines are deterministic (one run stands for every seed)")

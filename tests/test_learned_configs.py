@@ -39,7 +39,7 @@ def _shipped_present():
 
 needs_checkpoints = pytest.mark.skipif(
     not _shipped_present(),
-    reason=f"the shipped checkpoints value64/value256-<seed>.json are not in {SHIPPED_DIR} yet")
+    reason=f"the shipped checkpoints value64/value256ft-<seed>.json are not in {SHIPPED_DIR} yet")
 
 
 @pytest.mark.parametrize("prefix", FAMILIES)
@@ -107,25 +107,33 @@ def test_admission_hashes_the_shipped_checkpoint_of_each_seed(prefix):
 @needs_checkpoints
 def test_the_256_specs_carry_the_operating_point_frozen_on_calibration():
     """configs/learned256_calibration.json (bench/calibrate_learned.py): made on the
-    calibration split with the shipped checkpoints, its decision picked by its own rule
-    from its own sweep, and the specs' guide_weight and repair budget are the decided ones."""
+    calibration split with shipped checkpoints, its decision picked by its own rule from
+    its own sweep, and the specs' network, accept_ratio, guide_weight and repair budget
+    are the decided ones."""
     cal = json.loads(CALIBRATION.read_text())
+    assert cal["format"] == "passage-jax-learned-calibration-v2"
     assert cal["split"] == "calibration" and cal["resolution"] == 256 and cal["seeds"] == list(SEEDS)
-    for seed in SEEDS:  # the checkpoints calibrated are the ones shipped
-        assert cal["checkpoints"][str(seed)] == sha256_file(SHIPPED_DIR / f"value256-{seed}.msgpack")
+    for family, by_seed in cal["checkpoints"].items():  # every candidate calibrated is shipped
+        for seed in SEEDS:
+            assert by_seed[str(seed)] == sha256_file(SHIPPED_DIR / f"{family}-{seed}.msgpack")
     import sys  # noqa: PLC0415
     sys.path.insert(0, str(REPO / "bench"))
     from calibrate_learned import decide  # noqa: PLC0415
-    pick = decide(cal["sweep"], cal["max_regret"])
     decided = cal["decided"]
-    assert decided == {"guide_weight": pick["guide_weight"], "max_expansions": pick["max_expansions"]}
+    assert decided == decide(cal["sweep"], cal["max_regret"])
+    assert FAMILIES["learned256"][1] == decided["family"]
     specs = {d: _spec(d, "learned256") for d in DECODERS}
     for seed in SEEDS:
         for d in ("bounded_repair", "exact_fallback"):
             kw = specs[d].kwargs_for_seed(seed)
-            assert (kw["guide_weight"], kw["max_expansions"]) == \
-                (decided["guide_weight"], decided["max_expansions"])
-        assert specs["prediction_free"].kwargs_for_seed(seed)["max_expansions"] == decided["max_expansions"]
+            assert kw["checkpoint"] == f"shipped:{decided['family']}-{seed}"
+            assert (kw["guide_weight"], kw["max_expansions"], kw.get("accept_ratio")) == \
+                (decided["guide_weight"], decided["max_expansions"], decided["accept_ratio"])
+        assert specs["direct"].kwargs_for_seed(seed)["checkpoint"] == f"shipped:{decided['family']}-{seed}"
+        assert "accept_ratio" not in specs["direct"].kwargs_for_seed(seed)  # a descent alone: see the spec
+        pf = specs["prediction_free"].kwargs_for_seed(seed)  # the control: same machinery and budget
+        assert (pf["max_expansions"], pf.get("accept_ratio")) == (decided["max_expansions"],
+                                                                 decided["accept_ratio"])
     assert specs["bounded_repair"].budget.max_expansions == decided["max_expansions"]
     from passage_jax.run.provenance import canonical_json_sha256  # noqa: PLC0415
     quoted = f"canonical-JSON sha256 {canonical_json_sha256(cal)}"

@@ -389,3 +389,42 @@ def test_guide_weight_mixes_the_guide_with_the_octile_bound(req):
     for bad in (-0.1, 1.5, "0.5", True, float("nan")):
         with pytest.raises(ValueError, match="guide_weight"):
             make_planner(guide=_perfect, guide_weight=bad)
+
+
+def test_route_cost_on_is_the_graphs_route_cost(req):
+    from passage_jax.learned.decoders import request_cost_field, route_cost_on  # noqa: PLC0415
+
+    path = direct(_perfect(req), req).path
+    assert route_cost_on(path, request_cost_field(req)) == pytest.approx(_legal_cost(req, path), rel=1e-12)
+    assert route_cost_on(path[:1], request_cost_field(req)) == 0.0
+
+
+def test_accept_ratio_rejects_a_descent_over_the_bound(req):
+    """accept_ratio r: a descent route costing more than r x the octile bound at the start
+    is rejected (no_path, only the start kept); at or above its own ratio it is accepted,
+    unchanged; the planner then repairs it, for the control as well."""
+    field = _perfect(req)
+    c_star, bound = _c_star(req), float(octile_field(req)[req.start])
+    q = c_star / bound
+    assert q > 1.01  # elevation: the straight line is not enough on this scene
+    plain = direct(field, req)
+    keep = direct(field, req, accept_ratio=q * (1 + 1e-9))
+    assert keep.status == "ok" and np.array_equal(keep.path, plain.path) and keep.work == plain.work
+    drop = direct(field, req, accept_ratio=q * (1 - 1e-6))
+    assert drop.status == "no_path" and drop.path is None and "rejected" in drop.message
+    assert drop.work == plain.work and drop.walked.tolist() == [list(req.start)]
+    res = normalise_result(LearnedPlanner(lambda r: field, decoder="exact_fallback", max_expansions=5000,
+                                          accept_ratio=1.0).plan(req))
+    assert res.route_stage == "repair" and sorted(res.stage_work) == ["primary", "repair"]
+    assert _legal_cost(req, res.path) == pytest.approx(c_star, rel=1e-9)  # A* on the exact field
+    assert res.stage_work["primary"] == plain.work
+    ctrl = normalise_result(LearnedPlanner(None, decoder="prediction_free", max_expansions=50000,
+                                           accept_ratio=1.0).plan(req))
+    assert ctrl.route_stage == "repair"
+    alone = normalise_result(LearnedPlanner(lambda r: field, decoder="direct", accept_ratio=1.0).plan(req))
+    assert alone.status == "no_path" and "rejected" in alone.message and alone.route_stage is None
+    for bad in (0.99, float("nan"), float("inf"), "1.2", True):
+        with pytest.raises(ValueError, match="accept_ratio"):
+            make_planner(guide=_perfect, accept_ratio=bad)
+    with pytest.raises(ValueError, match="accept_ratio applies to a descent"):
+        make_planner(guide=_perfect, decoder="guided_astar", accept_ratio=1.5)

@@ -51,7 +51,7 @@ from passage_jax.reference.search import search
 from passage_jax.reference.vi import solve_batch
 
 __all__ = ["DecodeResult", "START_FROM", "FALLBACK_SOLVERS", "check_field", "request_cost_field",
-           "octile_field", "direct", "bounded_repair", "prediction_free", "exact_fallback"]
+           "octile_field", "route_cost_on", "direct", "bounded_repair", "prediction_free", "exact_fallback"]
 
 #: Where :func:`bounded_repair` starts its search.
 START_FROM = ("replace", "failed_direct")
@@ -110,10 +110,29 @@ def octile_field(request: PlanRequest, *, cost_field: np.ndarray | None = None) 
     return octile * request.graph.pixel_size_m * scale
 
 
+#: index into MOVES of the step (dr, dc), at [dr + 1, dc + 1]
+_MOVE_INDEX = np.zeros((3, 3), np.int64)
+_MOVE_INDEX[MOVES[:, 0] + 1, MOVES[:, 1] + 1] = np.arange(len(MOVES))
+
+
+def route_cost_on(cells: np.ndarray, cost_field: np.ndarray) -> float:
+    """Cost of a route of 8-adjacent ``cells`` (L, 2) on edge costs (8, H, W): the sum
+    of its moves' costs (0 for a single cell)."""
+    cells = np.asarray(cells, np.int64)
+    if len(cells) < 2:
+        return 0.0
+    steps = cells[1:] - cells[:-1]
+    k = _MOVE_INDEX[steps[:, 0] + 1, steps[:, 1] + 1]
+    return float(cost_field[k, cells[:-1, 0], cells[:-1, 1]].sum())
+
+
 def direct(field, request: PlanRequest, *, max_steps: int | None = None,
-           cost_field: np.ndarray | None = None) -> DecodeResult:
+           cost_field: np.ndarray | None = None, accept_ratio: float | None = None) -> DecodeResult:
     """Greedy descent on ``field`` (see the module text). ``max_steps`` defaults to
-    H·W; it and the request's ``budget.max_expansions`` (the tighter) bound the walk."""
+    H·W; it and the request's ``budget.max_expansions`` (the tighter) bound the walk.
+    ``accept_ratio`` r (None: every descent that reaches the goal is accepted) rejects a
+    route whose cost exceeds r times the admissible octile bound at the start
+    (:func:`octile_field`): status ``no_path``, no prefix kept (``walked`` is the start)."""
     f = check_field(field, request)
     cost_field = _costs(request, cost_field)
     h, w = f.shape
@@ -155,7 +174,16 @@ def direct(field, request: PlanRequest, *, max_steps: int | None = None,
         cells.append(cur)
         seen.add(cur)
     work = work_counters(expansions, 0, 1)
-    return DecodeResult(np.asarray(cells, np.int32), "ok", work, None, np.asarray(cells, np.int32))
+    route = np.asarray(cells, np.int32)
+    if accept_ratio is not None:
+        cost = route_cost_on(route, cost_field)
+        bound = float(octile_field(request, cost_field=cost_field)[tuple(request.start)])
+        if cost > accept_ratio * bound:
+            return DecodeResult(None, "no_path", work,
+                                f"descent reached the goal at cost {cost:.6g}, over accept_ratio "
+                                f"{accept_ratio:g} x the octile bound {bound:.6g}: rejected",
+                                route[:1])
+    return DecodeResult(route, "ok", work, None, route)
 
 
 def _join(prefix: np.ndarray, tail: np.ndarray) -> np.ndarray:

@@ -30,6 +30,12 @@ control), so w = 1 is the guide itself and lower weights trade search work for a
 heuristic closer to an admissible bound; the descent always follows the guide itself.
 ``prediction_free`` ignores it (its guide is the octile field).
 
+``accept_ratio`` r (default None: every descent that reaches the goal is accepted) is the
+descent's acceptance test: a descent route costing more than r times the admissible
+octile bound at the start is rejected (``no_path``, no prefix kept) and the composition
+goes on to its next stage as after any failed descent. It applies to every descent,
+``prediction_free``'s too (same machinery), and not to ``guided_astar`` (no descent).
+
 Budgets: the repair's expansion limit is the tighter of ``max_expansions`` and
 what the request's ``budget.max_expansions`` leaves after the primary stage (one
 budget for the whole request); the descent is bounded by ``max_steps`` and the
@@ -44,6 +50,7 @@ failure). The guide is called once per request; ``resource_peaks`` records
 """
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 
@@ -69,8 +76,8 @@ __all__ = ["DECODERS", "INFERENCE_KWARGS", "LearnedPlanner", "make_planner", "gu
 DECODERS = ("direct", "bounded_repair", "prediction_free", "exact_fallback", "guided_astar")
 #: ``inference_kwargs`` :func:`make_planner` takes.
 INFERENCE_KWARGS = ("checkpoint", "guide", "dtype", "decoder", "max_expansions", "max_steps",
-                    "start_from", "fallback_solver", "guide_weight", "tile", "stride", "hflip", "blend",
-                    "stitch")
+                    "start_from", "fallback_solver", "guide_weight", "accept_ratio", "tile", "stride",
+                    "hflip", "blend", "stitch")
 #: Tiled-inference keys of ``inference_kwargs`` (used when ``tile`` is set).
 _TILING_KWARGS = ("tile", "stride", "hflip", "blend", "stitch")
 #: The stages each composition may run after the primary descent, in order.
@@ -103,7 +110,8 @@ class LearnedPlanner:
 
     def __init__(self, guide: Callable | None, *, decoder: str = "direct",
                  max_expansions: int | None = None, max_steps: int | None = None,
-                 start_from: str = "replace", fallback_solver: str = "astar", guide_weight: float = 1.0):
+                 start_from: str = "replace", fallback_solver: str = "astar", guide_weight: float = 1.0,
+                 accept_ratio: float | None = None):
         if decoder not in DECODERS:
             raise ValueError(f"learned planner: decoder={decoder!r} is not one of {list(DECODERS)}")
         if start_from not in START_FROM:
@@ -123,8 +131,16 @@ class LearnedPlanner:
                             f"got {type(guide).__name__}")
         if not (is_number(guide_weight) and 0.0 <= guide_weight <= 1.0):
             raise ValueError(f"learned planner: guide_weight={guide_weight!r} must be a number in [0, 1]")
+        if accept_ratio is not None and not (is_number(accept_ratio) and math.isfinite(accept_ratio)
+                                             and accept_ratio >= 1.0):
+            raise ValueError(f"learned planner: accept_ratio={accept_ratio!r} must be a finite number "
+                             f">= 1 or null")
+        if accept_ratio is not None and decoder == "guided_astar":
+            raise ValueError("learned planner: accept_ratio applies to a descent; decoder='guided_astar' "
+                             "has none")
         self.guide = guide
         self.guide_weight = float(guide_weight)
+        self.accept_ratio = None if accept_ratio is None else float(accept_ratio)
         self.decoder = decoder
         self.max_expansions = _positive("max_expansions", max_expansions)
         self.max_steps = _positive("max_steps", max_steps)
@@ -175,7 +191,8 @@ class LearnedPlanner:
                                  max_expansions=self._repair_limit(request, 0),
                                  cost_field=cost_field)
         else:
-            out = direct(field, request, max_steps=self.max_steps, cost_field=cost_field)
+            out = direct(field, request, max_steps=self.max_steps, cost_field=cost_field,
+                         accept_ratio=self.accept_ratio)
         stage_work["primary"] = out.work
         stage = "primary"
         for nxt in _LATER_STAGES[self.decoder]:
@@ -209,7 +226,7 @@ class LearnedPlanner:
     def __repr__(self):
         return (f"LearnedPlanner({self.guide!r}, decoder={self.decoder!r}, "
                 f"max_expansions={self.max_expansions}, start_from={self.start_from!r}, "
-                f"guide_weight={self.guide_weight})")
+                f"guide_weight={self.guide_weight}, accept_ratio={self.accept_ratio})")
 
 
 def make_planner(**inference_kwargs) -> LearnedPlanner:
