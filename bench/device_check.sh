@@ -47,8 +47,10 @@ if [ "$what" = train256 ]; then
   done
   python3 bench/calibrate_learned.py --families "$out/value256-{seed}" "$out/value256ft-{seed}" --out "$out/calibration.json" \
     2>&1 | tee "$out/calibrate256.log"
-  python3 bench/learned.py --specs learned256 --resolution 256 --checkpoint "$out/value256ft-{seed}" \
-    2>&1 | tee "$out/learned256.log"
+  for family in value256 value256ft; do
+    python3 bench/learned.py --specs learned256 --resolution 256 --checkpoint "$out/$family-{seed}" \
+      2>&1 | tee "$out/learned256-$family.log"
+  done
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   python3 bench/reference.py 2>&1 | tee "$out/reference.log"
