@@ -149,10 +149,15 @@ def test_shipped_checkpoint_names():
     with pytest.raises(ValueError, match="integer"):
         shipped_checkpoint("value256-x")
     assert shipped_checkpoint("value64-1234") == shipped_checkpoint(1234) == shipped_checkpoint("1234")
-    for seed in DEFAULT_SEEDS:  # the 256x256 U-Net, one per seed, named by family
+    for seed in DEFAULT_SEEDS:  # the 256x256 U-Nets, one per seed and family, named by family
         path = shipped_checkpoint(f"value256-{seed}")
         assert path.name == f"value256-{seed}.json"
         assert json.loads(path.read_text())["model"]["class"] == "ValueFieldUNet"
+        ft = json.loads(shipped_checkpoint(f"value256ft-{seed}").read_text())
+        # the fine-tune started from the same seed's stage one, as its config says
+        assert ft["seed"] == seed and ft["config"]["init"] == "shipped:value256-{seed}"
+        assert ft["init"] == {"checkpoint": f"shipped:value256-{seed}",
+                              "params_sha256": json.loads(path.read_text())["params_sha256"]}
 
 
 # --------------------------------------------------------------------------- #
