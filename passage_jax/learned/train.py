@@ -67,7 +67,8 @@ from passage_jax.metrics import PathMetrics, Route, TaskArrays, score_tasks
 from passage_jax.metrics.fields import descent_direction
 
 __all__ = ["TrainConfig", "TrainResult", "EvalSet", "eval_set", "greedy_decode", "evaluate_params",
-           "train", "write_checkpoint", "MOVE_LOSSES", "MODELS", "CONFIG_MAX_BYTES"]
+           "train", "write_checkpoint", "init_checkpoint", "init_reference", "MOVE_LOSSES", "MODELS",
+           "CONFIG_MAX_BYTES"]
 
 PIXEL_SIZE_M = GraphSpec().pixel_size_m
 #: The networks a config can train (``model``): the dilated CNN of the 64² planner
