@@ -300,6 +300,9 @@ def main(argv=None) -> int:
     ap.add_argument("--accept-ratio", default=None,
                     help="override the specs' descent accept_ratio where they set one ('none': accept "
                          "every descent)")
+    ap.add_argument("--refine-radius", default=None,
+                    help="override the specs' refine_radius where they set one ('none': no corridor "
+                         "refinement)")
     ap.add_argument("--budget", type=int, default=None,
                     help="override the repair budget (expansions; default the specs' at their "
                          "resolution, else half the grid)")
@@ -333,9 +336,9 @@ def main(argv=None) -> int:
     budget = dataclasses.replace(budget, max_expansions=limit)
     # the learned compositions: the specs' decoders, and the guided A* alone under the repair's budget
     compositions = {d: (specs[d].kwargs_for_seed, specs[d].budget) for d in DECODERS}
-    compositions["guided_astar"] = (  # no descent, so no descent acceptance test
+    compositions["guided_astar"] = (  # A* alone: no descent to test, no route refinement
         lambda seed: {**{k: v for k, v in specs["bounded_repair"].kwargs_for_seed(seed).items()
-                         if k != "accept_ratio"}, "decoder": "guided_astar"},
+                         if k not in ("accept_ratio", "refine_radius")}, "decoder": "guided_astar"},
         specs["bounded_repair"].budget)
 
     def sized(kw: dict, b: BudgetSpec):
@@ -346,6 +349,8 @@ def main(argv=None) -> int:
             kw["guide_weight"] = args.guide_weight
         if args.accept_ratio is not None and "accept_ratio" in kw:
             kw["accept_ratio"] = None if args.accept_ratio == "none" else float(args.accept_ratio)
+        if args.refine_radius is not None and "refine_radius" in kw:
+            kw["refine_radius"] = None if args.refine_radius == "none" else int(args.refine_radius)
         if b.max_expansions is not None:
             b = dataclasses.replace(b, max_expansions=limit)
         return kw, b
@@ -380,9 +385,12 @@ def main(argv=None) -> int:
         specs["bounded_repair"].kwargs_for_seed(seeds[0]).get("guide_weight", 1.0)
     ratio = args.accept_ratio if args.accept_ratio is not None else \
         specs["bounded_repair"].kwargs_for_seed(seeds[0]).get("accept_ratio")
+    radius = args.refine_radius if args.refine_radius is not None else \
+        specs["bounded_repair"].kwargs_for_seed(seeds[0]).get("refine_radius")
     print(f"learned: specs configs/{args.specs}_*.yaml, checkpoints "
           f"{', '.join(checkpoint_of(s) for s in seeds)} "
-          f"({how}), guide_weight {weight:g}, descent accept_ratio {ratio} (repair compositions), "
+          f"({how}), guide_weight {weight:g}, accept_ratio {ratio} and refine_radius {radius} (repair "
+          f"compositions), "
           f"repair budget "
           f"{limit} expansions (request budget of bounded_repair / guided_astar / prediction_free / "
           f"bounded A*); plain A* ('astar') under {full} = {resolution}^2 expansions; classical "

@@ -11,6 +11,7 @@ from passage_jax.graph import GraphSpec, edge_cost_field_np, route_cost, route_p
 from passage_jax.learned.decoders import (
     bounded_repair,
     check_field,
+    corridor_refine,
     direct,
     exact_fallback,
     octile_field,
@@ -413,11 +414,20 @@ def test_accept_ratio_rejects_a_descent_over_the_bound(req):
     drop = direct(field, req, accept_ratio=q * (1 - 1e-6))
     assert drop.status == "no_path" and drop.path is None and "rejected" in drop.message
     assert drop.work == plain.work and drop.walked.tolist() == [list(req.start)]
-    res = normalise_result(LearnedPlanner(lambda r: field, decoder="exact_fallback", max_expansions=5000,
+    res = normalise_result(LearnedPlanner(lambda r: field, decoder="bounded_repair", max_expansions=5000,
                                           accept_ratio=1.0).plan(req))
     assert res.route_stage == "repair" and sorted(res.stage_work) == ["primary", "repair"]
     assert _legal_cost(req, res.path) == pytest.approx(c_star, rel=1e-9)  # A* on the exact field
     assert res.stage_work["primary"] == plain.work
+    # with a stage after it, the repair's route (c* > the bound) is tested and rejected too
+    fb = normalise_result(LearnedPlanner(lambda r: field, decoder="exact_fallback", max_expansions=5000,
+                                         accept_ratio=1.0).plan(req))
+    assert fb.route_stage == "fallback" and sorted(fb.stage_work) == ["fallback", "primary", "repair"]
+    assert fb.stage_work["repair"] == res.stage_work["repair"]
+    assert _legal_cost(req, fb.path) == pytest.approx(c_star, rel=1e-9)
+    fb_ok = normalise_result(LearnedPlanner(lambda r: field, decoder="exact_fallback", max_expansions=5000,
+                                            accept_ratio=q * (1 + 1e-9)).plan(req))
+    assert fb_ok.route_stage == "primary" and np.array_equal(fb_ok.path, plain.path)
     ctrl = normalise_result(LearnedPlanner(None, decoder="prediction_free", max_expansions=50000,
                                            accept_ratio=1.0).plan(req))
     assert ctrl.route_stage == "repair"
@@ -428,3 +438,107 @@ def test_accept_ratio_rejects_a_descent_over_the_bound(req):
             make_planner(guide=_perfect, accept_ratio=bad)
     with pytest.raises(ValueError, match="accept_ratio applies to a descent"):
         make_planner(guide=_perfect, decoder="guided_astar", accept_ratio=1.5)
+
+
+def _corridor_c_star(request, route, radius):
+    """c* through the cells within Chebyshev distance ``radius`` of ``route``, by SciPy's
+    Dijkstra with every other cell made an obstacle (the graph lets a diagonal pass
+    between two blocked cells, so only a move's own cells matter)."""
+    rr, cc = np.mgrid[0:request.shape[0], 0:request.shape[1]]
+    cheb = np.min(np.maximum(np.abs(rr[..., None] - route[:, 0]), np.abs(cc[..., None] - route[:, 1])),
+                  axis=-1)
+    return exact_route(request.elevation, request.obstacles | (cheb > radius), request.start,
+                       request.goal, request.cost_model, request.cost_weight)[0]
+
+
+def _detour(request):
+    """A legal, costly route: the exact route from the start to a far corner, then on to
+    the goal (cells may repeat where the two legs cross)."""
+    far = max(((0, 0), (0, request.shape[1] - 1), (request.shape[0] - 1, 0),
+               (request.shape[0] - 1, request.shape[1] - 1)),
+              key=lambda p: np.hypot(*np.subtract(p, request.start))
+              + np.hypot(*np.subtract(p, request.goal)))
+    far = tuple(int(v) for v in np.argwhere(~request.obstacles)[
+        np.argmin(np.abs(np.argwhere(~request.obstacles) - far).sum(axis=1))])
+    args = (request.elevation, request.obstacles)
+    a = exact_route(*args, request.start, far, request.cost_model, request.cost_weight)[1]
+    b = exact_route(*args, far, request.goal, request.cost_model, request.cost_weight)[1]
+    return np.concatenate([a, b[1:]])
+
+
+@pytest.mark.parametrize("seed,model", [(3, "elevation"), (2, "slope_uphill"), (5, "energy")])
+def test_corridor_refine_is_the_exact_best_route_in_the_corridor(seed, model):
+    r = _request(seed, model=model)
+    from passage_jax.learned.decoders import request_cost_field, route_cost_on  # noqa: PLC0415
+
+    cf = request_cost_field(r)
+    detour = _detour(r)
+    before = route_cost_on(detour, cf)
+    costs = []
+    for radius in (1, 2, 4):
+        out = corridor_refine(detour, r, radius=radius)
+        assert out.status == "ok" and out.message is None
+        cost = _legal_cost(r, out.path)
+        assert cost == pytest.approx(_corridor_c_star(r, detour, radius), rel=1e-9)
+        assert cost < before and out.work["expansions"] > 0
+        costs.append(cost)
+    assert costs[0] >= costs[1] >= costs[2] >= _c_star(r) * (1 - 1e-12)
+    # a corridor covering the whole grid holds the optimum
+    whole = corridor_refine(detour, r, radius=r.shape[0])
+    assert _legal_cost(r, whole.path) == pytest.approx(_c_star(r), rel=1e-9)
+
+
+def test_corridor_refine_keeps_a_route_it_cannot_improve(req):
+    best = exact_route(req.elevation, req.obstacles, req.start, req.goal, req.cost_model, req.cost_weight)[1]
+    out = corridor_refine(best, req, radius=2)
+    assert np.array_equal(out.path, best) and "no cheaper route" in out.message
+    short = corridor_refine(_detour(req), req, radius=2, max_expansions=3)
+    assert np.array_equal(short.path, _detour(req)) and short.work["expansions"] == 3
+    assert "budget_exhausted" in short.message
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="radius"):
+            corridor_refine(best, req, radius=bad)
+    with pytest.raises(ValueError, match="start to its goal"):
+        corridor_refine(best[:-1], req, radius=2)
+
+
+def test_refine_radius_in_the_planner(req):
+    """refine_radius: each guided stage ends with the corridor search, whose work it is
+    charged; the route never costs more than the unrefined one; a request budget spent
+    inside the refinement keeps the unrefined route; refused for guided_astar."""
+    from passage_jax.learned.decoders import request_cost_field, route_cost_on  # noqa: PLC0415
+
+    cf = request_cost_field(req)
+    from scipy import ndimage  # noqa: PLC0415
+
+    smooth = ndimage.gaussian_filter(np.random.default_rng(0).standard_normal(req.shape), 2)
+    noisy = _perfect(req) * (1 + 0.1 * smooth / smooth.std())  # a field off by ~10 %, smoothly
+    plain = direct(noisy, req, cost_field=cf)
+    assert plain.status == "ok"
+    base = route_cost_on(plain.path, cf)
+    assert base > _c_star(req) * 1.01  # the noise costs something to refine away
+    res = normalise_result(LearnedPlanner(lambda r: noisy, decoder="direct", refine_radius=2).plan(req))
+    ref = corridor_refine(plain.path, req, radius=2, cost_field=cf)
+    assert res.route_stage == "primary" and np.array_equal(res.path, ref.path)
+    assert res.stage_work["primary"]["expansions"] == plain.work["expansions"] + ref.work["expansions"]
+    assert _legal_cost(req, res.path) == pytest.approx(_corridor_c_star(req, plain.path, 2), rel=1e-9)
+    assert _legal_cost(req, res.path) < base
+    # the acceptance test sees the refined cost: a ratio between the two costs keeps it
+    bound = float(octile_field(req)[req.start])
+    mid = 0.5 * (base + _legal_cost(req, res.path)) / bound
+    kept = normalise_result(LearnedPlanner(lambda r: noisy, decoder="exact_fallback", refine_radius=2,
+                                           accept_ratio=mid).plan(req))
+    assert kept.route_stage == "primary" and np.array_equal(kept.path, ref.path)
+    unref = normalise_result(LearnedPlanner(lambda r: noisy, decoder="exact_fallback",
+                                            accept_ratio=mid).plan(req))
+    assert unref.route_stage in ("repair", "fallback") and "repair" in unref.stage_work  # rejected
+    # a budget spent inside the refinement: the unrefined descent is returned, within budget
+    limit = plain.work["expansions"] + 5
+    tight = _request(3, budget=BudgetSpec(max_expansions=limit))
+    cut = normalise_result(LearnedPlanner(lambda r: noisy, decoder="direct", refine_radius=2).plan(tight))
+    assert np.array_equal(cut.path, plain.path) and cut.work["expansions"] == limit
+    for bad in (0, -2, 1.5, "2"):
+        with pytest.raises(ValueError, match="refine_radius"):
+            make_planner(guide=_perfect, refine_radius=bad)
+    with pytest.raises(ValueError, match="refine_radius refines"):
+        make_planner(guide=_perfect, decoder="guided_astar", refine_radius=2)

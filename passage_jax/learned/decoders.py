@@ -28,6 +28,14 @@ returned is legal on it.
   :func:`octile_field` as the guide: the octile distance to the goal times the
   smallest step cost per metre of the request's graph (admissible and consistent),
   so it differs from ``bounded_repair`` only in the guide.
+* :func:`corridor_refine` — the exact best route inside a corridor around a given
+  route: A* (the admissible, consistent :func:`octile_field` heuristic, the request's
+  own step costs) on the cells within Chebyshev distance ``radius`` of the route. The
+  route itself lies in the corridor, so the refined route never costs more; the
+  counters are the corridor search's. A planner stage that refines its route charges
+  this work to itself.
+* :func:`acceptance` — the acceptance test of a route: its cost against ``ratio``
+  times the octile bound at the start (a message when it fails, else ``None``).
 * :func:`exact_fallback` — an exact reference solver on the request's own graph:
   unbounded A* with the Euclidean heuristic (``solver="astar"``, default: it
   reports its counters, so a fallback is charged like any stage and an
@@ -41,6 +49,7 @@ import math
 from typing import NamedTuple
 
 import numpy as np
+from scipy import ndimage
 
 from passage_jax.checks import is_int
 from passage_jax.graph.costs import edge_cost_field_np
@@ -51,7 +60,8 @@ from passage_jax.reference.search import search
 from passage_jax.reference.vi import solve_batch
 
 __all__ = ["DecodeResult", "START_FROM", "FALLBACK_SOLVERS", "check_field", "request_cost_field",
-           "octile_field", "route_cost_on", "direct", "bounded_repair", "prediction_free", "exact_fallback"]
+           "octile_field", "route_cost_on", "acceptance", "corridor_refine",
+           "direct", "bounded_repair", "prediction_free", "exact_fallback"]
 
 #: Where :func:`bounded_repair` starts its search.
 START_FROM = ("replace", "failed_direct")
@@ -126,6 +136,56 @@ def route_cost_on(cells: np.ndarray, cost_field: np.ndarray) -> float:
     return float(cost_field[k, cells[:-1, 0], cells[:-1, 1]].sum())
 
 
+def acceptance(route: np.ndarray, request: PlanRequest, ratio: float,
+               cost_field: np.ndarray | None = None, *, what: str = "route") -> str | None:
+    """``None`` when ``route`` costs at most ``ratio`` times the admissible octile bound
+    at the start (:func:`octile_field`), else the rejection message."""
+    cost_field = _costs(request, cost_field)
+    cost = route_cost_on(route, cost_field)
+    bound = float(octile_field(request, cost_field=cost_field)[tuple(request.start)])
+    if cost > ratio * bound:
+        return (f"{what} reached the goal at cost {cost:.6g}, over accept_ratio {ratio:g} x the "
+                f"octile bound {bound:.6g}: rejected")
+    return None
+
+
+def corridor_refine(route, request: PlanRequest, *, radius: int, max_expansions: int | None = None,
+                    cost_field: np.ndarray | None = None) -> DecodeResult:
+    """The cheapest route between the request's start and goal through the cells within
+    Chebyshev distance ``radius`` (a positive integer) of ``route`` (an (L, 2) start→goal
+    route of legal moves), found by A* with the octile heuristic under ``max_expansions``.
+    Never costlier than ``route``: when the corridor search cannot finish (its budget
+    spent) or finds nothing cheaper, ``route`` itself is returned; either way the work
+    is the search's. ``message`` says which when the route is unchanged."""
+    if not is_int(radius) or radius <= 0:
+        raise ValueError(f"radius={radius!r} must be a positive integer")
+    route = np.asarray(route, np.int32).reshape(-1, 2)
+    if len(route) == 0 or tuple(route[0].tolist()) != tuple(request.start) \
+            or tuple(route[-1].tolist()) != tuple(request.goal):
+        raise ValueError("corridor_refine needs a route from the request's start to its goal")
+    cost_field = _costs(request, cost_field)
+    h, w = request.shape
+    corridor = np.zeros((h, w), bool)
+    corridor[route[:, 0], route[:, 1]] = True
+    corridor = ndimage.binary_dilation(corridor, np.ones((2 * radius + 1,) * 2, bool))
+    # a move is kept when both of its cells are in the corridor
+    inside = np.pad(corridor, 1)
+    masked = cost_field.copy()
+    for k, (dr, dc) in enumerate(MOVES.tolist()):
+        masked[k][~(corridor & inside[1 + dr:1 + dr + h, 1 + dc:1 + dc + w])] = math.inf
+    res = search(request.elevation, request.obstacles, request.start, request.goal, request.cost_model,
+                 request.cost_weight, heuristic=octile_field(request, cost_field=cost_field),
+                 max_expansions=max_expansions, pixel_size_m=request.graph.pixel_size_m,
+                 cost_field=masked)
+    work = work_counters(res.expansions, res.queue_operations, res.live_states)
+    if res.status != "ok":  # the route lies in the corridor, so only the budget can stop it
+        return DecodeResult(route, "ok", work, f"corridor search of radius {radius}: "
+                                               f"{res.status}, route kept")
+    if route_cost_on(res.route, cost_field) < route_cost_on(route, cost_field):
+        return DecodeResult(np.asarray(res.route, np.int32), "ok", work)
+    return DecodeResult(route, "ok", work, f"corridor search of radius {radius}: no cheaper route")
+
+
 def direct(field, request: PlanRequest, *, max_steps: int | None = None,
            cost_field: np.ndarray | None = None, accept_ratio: float | None = None) -> DecodeResult:
     """Greedy descent on ``field`` (see the module text). ``max_steps`` defaults to
@@ -176,13 +236,9 @@ def direct(field, request: PlanRequest, *, max_steps: int | None = None,
     work = work_counters(expansions, 0, 1)
     route = np.asarray(cells, np.int32)
     if accept_ratio is not None:
-        cost = route_cost_on(route, cost_field)
-        bound = float(octile_field(request, cost_field=cost_field)[tuple(request.start)])
-        if cost > accept_ratio * bound:
-            return DecodeResult(None, "no_path", work,
-                                f"descent reached the goal at cost {cost:.6g}, over accept_ratio "
-                                f"{accept_ratio:g} x the octile bound {bound:.6g}: rejected",
-                                route[:1])
+        rejected = acceptance(route, request, accept_ratio, cost_field, what="descent")
+        if rejected:
+            return DecodeResult(None, "no_path", work, rejected, route[:1])
     return DecodeResult(route, "ok", work, None, route)
 
 

@@ -30,11 +30,22 @@ control), so w = 1 is the guide itself and lower weights trade search work for a
 heuristic closer to an admissible bound; the descent always follows the guide itself.
 ``prediction_free`` ignores it (its guide is the octile field).
 
-``accept_ratio`` r (default None: every descent that reaches the goal is accepted) is the
-descent's acceptance test: a descent route costing more than r times the admissible
-octile bound at the start is rejected (``no_path``, no prefix kept) and the composition
-goes on to its next stage as after any failed descent. It applies to every descent,
-``prediction_free``'s too (same machinery), and not to ``guided_astar`` (no descent).
+``refine_radius`` k (default None: no refinement) makes each guided stage (the descent and
+the repair) finish with :func:`~passage_jax.learned.decoders.corridor_refine`: the exact
+best route through the cells within Chebyshev distance k of the stage's route (A* with the
+admissible octile heuristic), never costlier than the route it refines. Its work is charged
+to the stage it refines (contract §6 knows three stages: ``primary``, ``repair``,
+``fallback``) and counts against the request's budget: a refinement that runs out of it
+keeps the unrefined route. It applies to ``prediction_free``'s stages too (same
+machinery), not to ``guided_astar`` (A* on the learned heuristic alone).
+
+``accept_ratio`` r (default None: every route is accepted) is the acceptance test of a
+guided stage's route, applied after its refinement: a route costing more than r times the
+admissible octile bound at the start is rejected (``no_path``) and the composition goes on
+to its next stage as after any failed stage. It tests every descent (no prefix kept; in
+``direct`` a rejected descent is a failure), and the repair's route where a stage follows
+it (``exact_fallback``); in ``bounded_repair`` and ``prediction_free`` the repair is the
+last stage and its route is kept. Not for ``guided_astar`` (no descent).
 
 Budgets: the repair's expansion limit is the tighter of ``max_expansions`` and
 what the request's ``budget.max_expansions`` leaves after the primary stage (one
@@ -60,7 +71,10 @@ from passage_jax.checks import is_int, is_number
 from passage_jax.learned.decoders import (
     FALLBACK_SOLVERS,
     START_FROM,
+    DecodeResult,
+    acceptance,
     bounded_repair,
+    corridor_refine,
     direct,
     exact_fallback,
     octile_field,
@@ -76,8 +90,8 @@ __all__ = ["DECODERS", "INFERENCE_KWARGS", "LearnedPlanner", "make_planner", "gu
 DECODERS = ("direct", "bounded_repair", "prediction_free", "exact_fallback", "guided_astar")
 #: ``inference_kwargs`` :func:`make_planner` takes.
 INFERENCE_KWARGS = ("checkpoint", "guide", "dtype", "decoder", "max_expansions", "max_steps",
-                    "start_from", "fallback_solver", "guide_weight", "accept_ratio", "tile", "stride",
-                    "hflip", "blend", "stitch")
+                    "start_from", "fallback_solver", "guide_weight", "accept_ratio", "refine_radius",
+                    "tile", "stride", "hflip", "blend", "stitch")
 #: Tiled-inference keys of ``inference_kwargs`` (used when ``tile`` is set).
 _TILING_KWARGS = ("tile", "stride", "hflip", "blend", "stitch")
 #: The stages each composition may run after the primary descent, in order.
@@ -111,7 +125,7 @@ class LearnedPlanner:
     def __init__(self, guide: Callable | None, *, decoder: str = "direct",
                  max_expansions: int | None = None, max_steps: int | None = None,
                  start_from: str = "replace", fallback_solver: str = "astar", guide_weight: float = 1.0,
-                 accept_ratio: float | None = None):
+                 accept_ratio: float | None = None, refine_radius: int | None = None):
         if decoder not in DECODERS:
             raise ValueError(f"learned planner: decoder={decoder!r} is not one of {list(DECODERS)}")
         if start_from not in START_FROM:
@@ -138,6 +152,10 @@ class LearnedPlanner:
         if accept_ratio is not None and decoder == "guided_astar":
             raise ValueError("learned planner: accept_ratio applies to a descent; decoder='guided_astar' "
                              "has none")
+        if refine_radius is not None and decoder == "guided_astar":
+            raise ValueError("learned planner: refine_radius refines a descent or repair route; "
+                             "decoder='guided_astar' is A* on the learned heuristic alone")
+        self.refine_radius = _positive("refine_radius", refine_radius)
         self.guide = guide
         self.guide_weight = float(guide_weight)
         self.accept_ratio = None if accept_ratio is None else float(accept_ratio)
@@ -173,6 +191,26 @@ class LearnedPlanner:
             mixed = w * f + (1.0 - w) * bound
         return np.where(np.isinf(f) | np.isinf(bound), np.inf, mixed)
 
+    def _finish(self, out: DecodeResult, request: PlanRequest, cost_field, spent: int, *,
+                test: bool, what: str) -> DecodeResult:
+        """A guided stage's route refined (``refine_radius``) and tested (``accept_ratio``,
+        when ``test``); ``spent``: the request's expansions before this stage."""
+        if out.status != "ok":
+            return out
+        if self.refine_radius is not None:
+            left = None
+            if request.budget.max_expansions is not None:
+                left = max(0, request.budget.max_expansions - spent - out.work["expansions"])
+            ref = corridor_refine(out.path, request, radius=self.refine_radius, max_expansions=left,
+                                  cost_field=cost_field)
+            out = out._replace(path=ref.path, work=accumulate_stages({"a": out.work, "b": ref.work}))
+        if test and self.accept_ratio is not None:
+            rejected = acceptance(out.path, request, self.accept_ratio, cost_field, what=what)
+            if rejected:
+                return DecodeResult(None, "no_path", out.work, rejected,
+                                    np.asarray([request.start], np.int32))
+        return out
+
     def plan(self, request: PlanRequest) -> PlanResult:
         t0 = time.perf_counter()
         if self.decoder == "prediction_free":
@@ -191,8 +229,8 @@ class LearnedPlanner:
                                  max_expansions=self._repair_limit(request, 0),
                                  cost_field=cost_field)
         else:
-            out = direct(field, request, max_steps=self.max_steps, cost_field=cost_field,
-                         accept_ratio=self.accept_ratio)
+            out = self._finish(direct(field, request, max_steps=self.max_steps, cost_field=cost_field),
+                               request, cost_field, 0, test=True, what="descent")
         stage_work["primary"] = out.work
         stage = "primary"
         for nxt in _LATER_STAGES[self.decoder]:
@@ -204,11 +242,13 @@ class LearnedPlanner:
                 skipped = True
                 break
             if nxt == "repair":
-                limit = self._repair_limit(request, out.work["expansions"])
+                spent = out.work["expansions"]
                 out = bounded_repair(self._search_field(field, request, cost_field), request,
-                                     max_expansions=limit,
+                                     max_expansions=self._repair_limit(request, spent),
                                      start_from=self.start_from, prefix=out.walked,
                                      cost_field=cost_field)
+                out = self._finish(out, request, cost_field, spent,
+                                   test="fallback" in _LATER_STAGES[self.decoder], what="repair")
             else:
                 out = exact_fallback(request, solver=self.fallback_solver, cost_field=cost_field)
             stage_work[nxt] = out.work
@@ -226,7 +266,8 @@ class LearnedPlanner:
     def __repr__(self):
         return (f"LearnedPlanner({self.guide!r}, decoder={self.decoder!r}, "
                 f"max_expansions={self.max_expansions}, start_from={self.start_from!r}, "
-                f"guide_weight={self.guide_weight}, accept_ratio={self.accept_ratio})")
+                f"guide_weight={self.guide_weight}, accept_ratio={self.accept_ratio}, "
+                f"refine_radius={self.refine_radius})")
 
 
 def make_planner(**inference_kwargs) -> LearnedPlanner:
