@@ -6,30 +6,35 @@ On the shipped cohort's ``calibration`` split at 256x256 (elevation cost, obstac
 checkpoints ``shipped:<family>-<seed>``, by default ``value256`` — the U-Net of
 configs/train_value256.yaml — and ``value256ft``, its 256x256 fine-tune), the
 ``exact_fallback`` and ``bounded_repair`` compositions of ``configs/learned256_*.yaml``
-plan every task at each candidate descent ``accept_ratio`` (a descent route costing more
-than that times the octile bound is rejected and repaired; ``none`` accepts every
-descent), ``guide_weight`` (the guided A* stages' heuristic ``w * field + (1 - w) *
-octile``) and repair budget. The routes are scored against the exact references (float64
+plan every task at each candidate ``refine_radius`` (each guided stage's route refined by
+the exact search of the corridor of that Chebyshev radius around it; ``none``: no
+refinement), ``accept_ratio`` (a guided route costing more than that times the octile
+bound is rejected and handed to the next stage; ``none`` accepts every route),
+``guide_weight`` (the guided A* stages' heuristic ``w * field + (1 - w) * octile``) and
+repair budget. The routes are scored against the exact references (float64
 value iteration) as in ``bench/learned.py``.
 
-The rule (:data:`RULE`): the family, accept_ratio and weight from ``exact_fallback`` —
+The rule (:data:`RULE`): the family, radius, accept_ratio and weight from ``exact_fallback`` —
 among its candidates whose mean regret over every seed's tasks is at most
 ``--max-regret`` (0.003, the target) the one with the least median total work
 (expansions over every stage; ties: less regret); when none qualifies, the one with the
 least mean regret (ties: less work) — and for that family, ratio and weight the budget
-under which ``bounded_repair`` succeeds most often (ties: the smaller). The decision, the
+under which ``bounded_repair`` succeeds most often (ties: the smaller). The rule is the one
+of the earlier sweeps, with the radius one more candidate key. The decision, the
 rule, every candidate checkpoint's sha256 and the whole sweep are written to ``--out``
 (default ``configs/learned256_calibration.json``, its canonical-JSON sha256 printed: the
 specs quote it and ``tests/test_learned_configs.py`` checks that the specs' checkpoints,
-``accept_ratio``, ``guide_weight`` and ``max_expansions`` are the decided ones)::
+``refine_radius``, ``accept_ratio``, ``guide_weight`` and ``max_expansions`` are the decided
+ones)::
 
-    python bench/calibrate_learned.py                    # the full sweep (~6 min on 2 cores)
+    python bench/calibrate_learned.py                    # the full sweep (~15 min on 2 cores)
     python bench/calibrate_learned.py --families value256 --weights 1 0.5 --ratios none 1.3 \\
-        --budgets 4096 --n 8 --out /tmp/c.json
+        --radii none 2 --budgets 4096 --n 8 --out /tmp/c.json
 """
 from __future__ import annotations
 
 import argparse
+import itertools
 import platform
 import sys
 import time
@@ -51,23 +56,25 @@ from passage_jax.run import load_spec  # noqa: E402
 from passage_jax.run.provenance import canonical_json_sha256  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-FORMAT = "passage-jax-learned-calibration-v2"
-RULE = ("family, accept_ratio and guide_weight: among the exact_fallback candidates (every budget) "
-        "whose mean regret over every seed's tasks is at most max_regret, the one with the least "
-        "median total work (expansions over every stage; ties: less regret); when none qualifies, "
-        "the least mean regret (ties: less work); max_expansions: for that family, accept_ratio "
-        "and weight, the budget with the highest bounded_repair success (ties: the smaller budget)")
+FORMAT = "passage-jax-learned-calibration-v3"
+RULE = ("family, refine_radius, accept_ratio and guide_weight: among the exact_fallback candidates "
+        "(every budget) whose mean regret over every seed's tasks is at most max_regret, the one "
+        "with the least median total work (expansions over every stage; ties: less regret); when "
+        "none qualifies, the least mean regret (ties: less work); max_expansions: for that family, radius, "
+        "accept_ratio and weight, the budget with the highest bounded_repair success (ties: the "
+        "smaller budget)")
 #: the keys of a candidate besides its budget
-POINT = ("family", "accept_ratio", "guide_weight")
+POINT = ("family", "refine_radius", "accept_ratio", "guide_weight")
 
 
 def evaluate(guides: dict, tasks, c_star, decoder: str, point: dict, limit: int) -> dict:
     """One candidate: every seed's tasks planned by ``decoder`` with the family's guides at
-    ``point`` (accept_ratio, guide_weight) and ``limit``."""
+    ``point`` (refine_radius, accept_ratio, guide_weight) and ``limit``."""
     regret, work, success = [], [], []
     for guide in guides.values():
         planner = make_planner(guide=guide, decoder=decoder, max_expansions=limit,
-                               guide_weight=point["guide_weight"], accept_ratio=point["accept_ratio"])
+                               guide_weight=point["guide_weight"], accept_ratio=point["accept_ratio"],
+                               refine_radius=point["refine_radius"])
         s = score(run_method(planner, tasks, BudgetSpec()), tasks, c_star)  # the planner's limit only
         success.append(s["success"])
         regret.append(np.where(s["success"], s["regret"], np.nan))
@@ -81,7 +88,8 @@ def evaluate(guides: dict, tasks, c_star, decoder: str, point: dict, limit: int)
 
 def decide(rows: list[dict], max_regret: float) -> dict:
     """The operating point the rule (:data:`RULE`) picks from the sweep's rows:
-    ``{"family": f, "accept_ratio": r, "guide_weight": w, "max_expansions": b}``."""
+    ``{"family": f, "refine_radius": k, "accept_ratio": r, "guide_weight": w,
+    "max_expansions": b}``."""
     fb = [r for r in rows if r["decoder"] == "exact_fallback" and r["success"] == 1.0]
     if not fb:
         raise SystemExit("no exact_fallback candidate succeeded on every task")
@@ -109,14 +117,20 @@ def _ratio(text: str) -> float | None:
     return None if text.lower() == "none" else float(text)
 
 
+def _radius(text: str) -> int | None:
+    return None if text.lower() == "none" else int(text)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--families", nargs="+", default=["value256", "value256ft"],
                     help="candidate networks: shipped families (shipped:<family>-<seed>) or paths "
                          "with {seed}, e.g. runs/ft-{seed}")
-    ap.add_argument("--ratios", type=_ratio, nargs="+", default=[None, 2.0, 1.6, 1.3, 1.2, 1.1],
-                    help="candidate descent accept_ratio values ('none': accept every descent)")
-    ap.add_argument("--weights", type=float, nargs="+", default=[1.0, 0.6, 0.2])
+    ap.add_argument("--radii", type=_radius, nargs="+", default=[None, 2, 3],
+                    help="candidate refine_radius values ('none': no corridor refinement)")
+    ap.add_argument("--ratios", type=_ratio, nargs="+", default=[None, 2.0, 1.6, 1.4, 1.3, 1.2],
+                    help="candidate accept_ratio values ('none': accept every route)")
+    ap.add_argument("--weights", type=float, nargs="+", default=[1.0, 0.2])
     ap.add_argument("--budgets", type=int, nargs="+", default=[32768])
     ap.add_argument("--n", type=int, default=24, help="calibration scenes (default 24: the split)")
     ap.add_argument("--seeds", type=int, nargs="+", default=list(DEFAULT_SEEDS))
@@ -129,20 +143,17 @@ def main(argv=None) -> int:
     tasks, c_star = load_material(shipped_cohort_root(), resolution, "calibration", args.n)
     guides = {f: {s: load_guide(checkpoint_ref(f, s)) for s in args.seeds} for f in args.families}
     rows = []
-    print(f"{'family':<12}{'ratio':>6}{'weight':>7}{'budget':>8} {'decoder':<16}{'tasks':>6}{'success':>9}"
-          f"{'regret|ok':>11}{'work med':>10}{'work mean':>11}")
-    for family in args.families:
-        for ratio in args.ratios:
-            for w in args.weights:
-                for limit in args.budgets:
-                    for decoder in ("exact_fallback", "bounded_repair"):
-                        point = {"family": family, "accept_ratio": ratio, "guide_weight": w}
-                        r = evaluate(guides[family], tasks, c_star, decoder, point, limit)
-                        rows.append(r)
-                        reg = "n/a" if r["regret_mean_ok"] is None else f"{r['regret_mean_ok']:.5f}"
-                        print(f"{family:<12}{str(ratio):>6}{w:>7g}{limit:>8} {decoder:<16}{r['n']:>6}"
-                              f"{r['success']:>9.3f}{reg:>11}{r['work_median']:>10.0f}"
-                              f"{r['work_mean']:>11.0f}", flush=True)
+    print(f"{'family':<12}{'radius':>7}{'ratio':>6}{'weight':>7}{'budget':>8} {'decoder':<16}{'tasks':>6}"
+          f"{'success':>9}{'regret|ok':>11}{'work med':>10}{'work mean':>11}")
+    grid = itertools.product(args.families, args.radii, args.ratios, args.weights, args.budgets,
+                             ("exact_fallback", "bounded_repair"))
+    for family, radius, ratio, w, limit, decoder in grid:
+        point = {"family": family, "refine_radius": radius, "accept_ratio": ratio, "guide_weight": w}
+        r = evaluate(guides[family], tasks, c_star, decoder, point, limit)
+        rows.append(r)
+        reg = "n/a" if r["regret_mean_ok"] is None else f"{r['regret_mean_ok']:.5f}"
+        print(f"{family:<12}{str(radius):>7}{str(ratio):>6}{w:>7g}{limit:>8} {decoder:<16}{r['n']:>6}"
+              f"{r['success']:>9.3f}{reg:>11}{r['work_median']:>10.0f}{r['work_mean']:>11.0f}", flush=True)
     pick = decide(rows, args.max_regret)
     decisions = {
         "format": FORMAT, "method": "learned256", "split": "calibration", "resolution": resolution,
@@ -157,7 +168,8 @@ def main(argv=None) -> int:
         "seconds": round(time.perf_counter() - t0, 1),
     }
     atomic_write_json(args.out, decisions)
-    print(f"\ndecided: family {pick['family']}, accept_ratio {pick['accept_ratio']}, guide_weight "
+    print(f"\ndecided: family {pick['family']}, refine_radius {pick['refine_radius']}, accept_ratio "
+          f"{pick['accept_ratio']}, guide_weight "
           f"{pick['guide_weight']:g}, max_expansions {pick['max_expansions']}; written to {args.out}")
     print(f"calibration_decisions sha256: {canonical_json_sha256(decisions)}")
     return 0

@@ -24,7 +24,7 @@ DECODERS = ("direct", "bounded_repair", "prediction_free", "exact_fallback")
 SEEDS = (1234, 2026, 3407)
 #: spec prefix -> (resolution, checkpoint family, checkpoint reference of a seed)
 FAMILIES = {"learned": (64, "value64", "shipped:{seed}"),
-            "learned256": (256, "value256", "shipped:value256-{seed}")}
+            "learned256": (256, "value256ft", "shipped:value256ft-{seed}")}
 CALIBRATION = REPO / "configs" / "learned256_calibration.json"
 
 
@@ -108,10 +108,10 @@ def test_admission_hashes_the_shipped_checkpoint_of_each_seed(prefix):
 def test_the_256_specs_carry_the_operating_point_frozen_on_calibration():
     """configs/learned256_calibration.json (bench/calibrate_learned.py): made on the
     calibration split with shipped checkpoints, its decision picked by its own rule from
-    its own sweep, and the specs' network, accept_ratio, guide_weight and repair budget
-    are the decided ones."""
+    its own sweep, and the specs' network, refine_radius, accept_ratio, guide_weight and
+    repair budget are the decided ones."""
     cal = json.loads(CALIBRATION.read_text())
-    assert cal["format"] == "passage-jax-learned-calibration-v2"
+    assert cal["format"] == "passage-jax-learned-calibration-v3"
     assert cal["split"] == "calibration" and cal["resolution"] == 256 and cal["seeds"] == list(SEEDS)
     for family, by_seed in cal["checkpoints"].items():  # every candidate calibrated is shipped
         for seed in SEEDS:
@@ -127,13 +127,15 @@ def test_the_256_specs_carry_the_operating_point_frozen_on_calibration():
         for d in ("bounded_repair", "exact_fallback"):
             kw = specs[d].kwargs_for_seed(seed)
             assert kw["checkpoint"] == f"shipped:{decided['family']}-{seed}"
-            assert (kw["guide_weight"], kw["max_expansions"], kw.get("accept_ratio")) == \
-                (decided["guide_weight"], decided["max_expansions"], decided["accept_ratio"])
+            assert (kw["guide_weight"], kw["max_expansions"], kw.get("accept_ratio"),
+                    kw.get("refine_radius")) == (decided["guide_weight"], decided["max_expansions"],
+                                                 decided["accept_ratio"], decided["refine_radius"])
         assert specs["direct"].kwargs_for_seed(seed)["checkpoint"] == f"shipped:{decided['family']}-{seed}"
-        assert "accept_ratio" not in specs["direct"].kwargs_for_seed(seed)  # a descent alone: see the spec
+        for key in ("accept_ratio", "refine_radius"):  # a descent alone: see the spec
+            assert key not in specs["direct"].kwargs_for_seed(seed)
         pf = specs["prediction_free"].kwargs_for_seed(seed)  # the control: same machinery and budget
-        assert (pf["max_expansions"], pf.get("accept_ratio")) == (decided["max_expansions"],
-                                                                 decided["accept_ratio"])
+        assert (pf["max_expansions"], pf.get("accept_ratio"), pf.get("refine_radius")) == \
+            (decided["max_expansions"], decided["accept_ratio"], decided["refine_radius"])
     assert specs["bounded_repair"].budget.max_expansions == decided["max_expansions"]
     from passage_jax.run.provenance import canonical_json_sha256  # noqa: PLC0415
     quoted = f"canonical-JSON sha256 {canonical_json_sha256(cal)}"
