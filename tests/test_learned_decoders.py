@@ -374,7 +374,9 @@ def test_guide_weight_mixes_the_guide_with_the_octile_bound(req):
     for w in (0.0, 0.5, 1.0):
         res = normalise_result(LearnedPlanner(lambda q: field, decoder="guided_astar", max_expansions=5000,
                                               guide_weight=w).plan(req))
-        mixed = np.where(np.isinf(field) | np.isinf(bound), np.inf, w * field + (1 - w) * bound)
+        infinite = np.isinf(field) | np.isinf(bound)
+        mixed = np.full(field.shape, np.inf)
+        mixed[~infinite] = w * field[~infinite] + (1 - w) * bound[~infinite]
         same = bounded_repair(mixed, req, max_expansions=5000)
         assert res.stage_work["primary"] == same.work and np.array_equal(res.path, same.path)
     zero = normalise_result(LearnedPlanner(lambda q: field, decoder="guided_astar", guide_weight=0.0,

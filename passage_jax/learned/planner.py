@@ -61,6 +61,7 @@ failure). The guide is called once per request; ``resource_peaks`` records
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable
@@ -83,8 +84,10 @@ from passage_jax.learned.decoders import (
 from passage_jax.learned.guide import NetworkGuide, load_guide
 from passage_jax.learned.tiling import tiling_protocol
 from passage_jax.protocol.contracts import PlanRequest, PlanResult, accumulate_stages
+from passage_jax.reference._options import merge_options
 
-__all__ = ["DECODERS", "INFERENCE_KWARGS", "LearnedPlanner", "make_planner", "guide_from_flax"]
+__all__ = ["DECODERS", "INFERENCE_KWARGS", "PlannerOptions", "LearnedPlanner", "make_planner",
+           "guide_from_flax"]
 
 #: Decoder compositions :class:`LearnedPlanner` offers.
 DECODERS = ("direct", "bounded_repair", "prediction_free", "exact_fallback", "guided_astar")
@@ -118,52 +121,75 @@ def _positive(name, v):
     return int(v)
 
 
-class LearnedPlanner:
-    """``plan(request) -> PlanResult`` for a guide and a decoder composition (see the
-    module text). ``guide`` may be ``None`` only for ``decoder="prediction_free"``."""
+@dataclasses.dataclass(frozen=True)
+class PlannerOptions:
+    """A :class:`LearnedPlanner`'s decoder composition and its settings (the module text
+    says what each does), validated here: ``decoder`` (one of :data:`DECODERS`),
+    ``max_expansions`` / ``max_steps`` / ``refine_radius`` (positive integers or None),
+    ``start_from`` (:data:`~passage_jax.learned.decoders.START_FROM`), ``fallback_solver``
+    (:data:`~passage_jax.learned.decoders.FALLBACK_SOLVERS`), ``guide_weight`` (in [0, 1]),
+    ``accept_ratio`` (a finite number >= 1 or None)."""
 
-    def __init__(self, guide: Callable | None, *, decoder: str = "direct",
-                 max_expansions: int | None = None, max_steps: int | None = None,
-                 start_from: str = "replace", fallback_solver: str = "astar", guide_weight: float = 1.0,
-                 accept_ratio: float | None = None, refine_radius: int | None = None):
+    decoder: str = "direct"
+    max_expansions: int | None = None
+    max_steps: int | None = None
+    start_from: str = "replace"
+    fallback_solver: str = "astar"
+    guide_weight: float = 1.0
+    accept_ratio: float | None = None
+    refine_radius: int | None = None
+
+    def __post_init__(self):
+        decoder, start_from = self.decoder, self.start_from
         if decoder not in DECODERS:
             raise ValueError(f"learned planner: decoder={decoder!r} is not one of {list(DECODERS)}")
         if start_from not in START_FROM:
             raise ValueError(f"learned planner: start_from={start_from!r} is not one of "
                              f"{list(START_FROM)}")
-        if fallback_solver not in FALLBACK_SOLVERS:
-            raise ValueError(f"learned planner: fallback_solver={fallback_solver!r} is not one of "
+        if self.fallback_solver not in FALLBACK_SOLVERS:
+            raise ValueError(f"learned planner: fallback_solver={self.fallback_solver!r} is not one of "
                              f"{list(FALLBACK_SOLVERS)}")
         if decoder == "guided_astar" and start_from != "replace":
             raise ValueError(f"learned planner: decoder='guided_astar' searches from the start "
                              f"(start_from='replace'), got start_from={start_from!r}")
-        if guide is None and decoder != "prediction_free":
-            raise ValueError(f"learned planner: decoder={decoder!r} needs a guide (a checkpoint or "
+        w, ratio = self.guide_weight, self.accept_ratio
+        if not (is_number(w) and 0.0 <= w <= 1.0):
+            raise ValueError(f"learned planner: guide_weight={w!r} must be a number in [0, 1]")
+        if ratio is not None and not (is_number(ratio) and math.isfinite(ratio) and ratio >= 1.0):
+            raise ValueError(f"learned planner: accept_ratio={ratio!r} must be a finite number "
+                             f">= 1 or null")
+        if ratio is not None and decoder == "guided_astar":
+            raise ValueError("learned planner: accept_ratio applies to a descent; decoder='guided_astar' "
+                             "has none")
+        if self.refine_radius is not None and decoder == "guided_astar":
+            raise ValueError("learned planner: refine_radius refines a descent or repair route; "
+                             "decoder='guided_astar' is A* on the learned heuristic alone")
+        normal = {"guide_weight": float(w), "accept_ratio": None if ratio is None else float(ratio)}
+        for name in ("max_expansions", "max_steps", "refine_radius"):
+            normal[name] = _positive(name, getattr(self, name))
+        for name, value in normal.items():
+            object.__setattr__(self, name, value)
+
+
+class LearnedPlanner:
+    """``plan(request) -> PlanResult`` for a guide and a decoder composition (see the
+    module text): ``options`` (a :class:`PlannerOptions`, default its defaults) with any of
+    its fields as keywords on top, e.g. ``LearnedPlanner(guide, decoder="exact_fallback",
+    max_expansions=4096)``; an unknown keyword is a TypeError naming it. ``guide`` may be
+    ``None`` only for ``decoder="prediction_free"``."""
+
+    def __init__(self, guide: Callable | None, options: PlannerOptions | None = None, **overrides):
+        opts = merge_options(PlannerOptions, options, overrides, "LearnedPlanner")
+        if guide is None and opts.decoder != "prediction_free":
+            raise ValueError(f"learned planner: decoder={opts.decoder!r} needs a guide (a checkpoint or "
                              f"a callable request -> (H, W) field)")
         if guide is not None and not callable(guide):
             raise TypeError(f"learned planner: guide must be callable request -> (H, W) field, "
                             f"got {type(guide).__name__}")
-        if not (is_number(guide_weight) and 0.0 <= guide_weight <= 1.0):
-            raise ValueError(f"learned planner: guide_weight={guide_weight!r} must be a number in [0, 1]")
-        if accept_ratio is not None and not (is_number(accept_ratio) and math.isfinite(accept_ratio)
-                                             and accept_ratio >= 1.0):
-            raise ValueError(f"learned planner: accept_ratio={accept_ratio!r} must be a finite number "
-                             f">= 1 or null")
-        if accept_ratio is not None and decoder == "guided_astar":
-            raise ValueError("learned planner: accept_ratio applies to a descent; decoder='guided_astar' "
-                             "has none")
-        if refine_radius is not None and decoder == "guided_astar":
-            raise ValueError("learned planner: refine_radius refines a descent or repair route; "
-                             "decoder='guided_astar' is A* on the learned heuristic alone")
-        self.refine_radius = _positive("refine_radius", refine_radius)
         self.guide = guide
-        self.guide_weight = float(guide_weight)
-        self.accept_ratio = None if accept_ratio is None else float(accept_ratio)
-        self.decoder = decoder
-        self.max_expansions = _positive("max_expansions", max_expansions)
-        self.max_steps = _positive("max_steps", max_steps)
-        self.start_from = start_from
-        self.fallback_solver = fallback_solver
+        self.options = opts
+        for f in dataclasses.fields(opts):  # the settings as attributes, as before the options object
+            setattr(self, f.name, getattr(opts, f.name))
 
     @property
     def precision(self) -> str:
