@@ -544,3 +544,79 @@ def test_refine_radius_in_the_planner(req):
             make_planner(guide=_perfect, refine_radius=bad)
     with pytest.raises(ValueError, match="refine_radius refines"):
         make_planner(guide=_perfect, decoder="guided_astar", refine_radius=2)
+
+
+def _escape_walk(field, request, limit):
+    """The descent with escapes, written out independently: at each cell the legal
+    neighbour of least step + field (first of MOVES on ties); where that cell was
+    visited, the least among the unvisited ones, ``limit`` times at most."""
+    cost = edge_cost_field_np(request.elevation, request.obstacles, request.cost_model,
+                              request.cost_weight)
+    moves = [(dr, dc) for dr in (-1, 0, 1) for dc in (-1, 0, 1) if (dr, dc) != (0, 0)]  # MOVES' order
+    cur, cells, escapes = tuple(request.start), [tuple(request.start)], 0
+    while cur != tuple(request.goal):
+        options = [(cost[k, cur[0], cur[1]] + field[cur[0] + dr, cur[1] + dc], k, (cur[0] + dr, cur[1] + dc))
+                   for k, (dr, dc) in enumerate(moves) if np.isfinite(cost[k, cur[0], cur[1]])]
+        best = min(options)[2]
+        if best in cells:
+            fresh = [o for o in options if o[2] not in cells]
+            if not fresh or (limit is not None and escapes >= limit):
+                return None, cells, escapes
+            best = min(fresh)[2]
+            escapes += 1
+        cur = best
+        cells.append(cur)
+    return np.asarray(cells), cells, escapes
+
+
+def test_direct_escapes_a_pit_like_the_written_out_walk(req):
+    """max_escapes: where the Bellman choice was visited the walk takes the best unvisited
+    neighbour, at most that many times; the strict descent (0) fails in the pit, the
+    escaping one leaves it, on a legal route that never repeats a cell."""
+    field, _ = _pit(req, depth=1e4)
+    strict = direct(field, req)
+    zero = direct(field, req, max_escapes=0)
+    assert strict.status == "no_path" and zero.message == strict.message
+    assert np.array_equal(zero.walked, strict.walked)
+    path, cells, used = _escape_walk(field, req, None)
+    assert path is not None and used > 0  # this pit needs escapes, and they suffice
+    free = direct(field, req, max_escapes=None)
+    assert free.status == "ok" and np.array_equal(free.path, path)
+    assert len({tuple(c) for c in free.path.tolist()}) == len(free.path)
+    assert _legal_cost(req, free.path) >= _c_star(req) * (1 - 1e-12)
+    assert free.work["expansions"] == len(free.path) - 1
+    assert direct(field, req, max_escapes=used).status == "ok"
+    short = direct(field, req, max_escapes=used - 1)
+    ref_path, ref_cells, _ = _escape_walk(field, req, used - 1)
+    assert ref_path is None and short.status == "no_path" and "escape(s) spent" in short.message
+    assert short.walked.tolist() == [list(c) for c in ref_cells]
+    # on the exact field no escape is ever taken: the same optimal route
+    assert np.array_equal(direct(_perfect(req), req, max_escapes=None).path, direct(_perfect(req), req).path)
+    # a pit too wide to leave: the walk winds into it until no unvisited neighbour is left
+    deep, _ = _pit(req)
+    trapped = direct(deep, req, max_escapes=None)
+    ref_path, ref_cells, _ = _escape_walk(deep, req, None)
+    assert ref_path is None and trapped.status == "no_path" and "no unvisited neighbour" in trapped.message
+    assert trapped.walked.tolist() == [list(c) for c in ref_cells]
+    for bad in (-1, 1.5, True, "2"):
+        with pytest.raises(ValueError, match="max_escapes"):
+            direct(field, req, max_escapes=bad)
+
+
+def test_max_escapes_in_the_planner(req):
+    """The planner's max_escapes reaches every descent (direct's, the first stage of the
+    compositions); guided_astar has no descent and refuses it."""
+    field, _ = _pit(req, depth=1e4)
+    res = normalise_result(LearnedPlanner(lambda r: field, decoder="direct", max_escapes=None).plan(req))
+    assert res.status == "ok" and np.array_equal(res.path, direct(field, req, max_escapes=None).path)
+    fb = normalise_result(LearnedPlanner(lambda r: field, decoder="exact_fallback",
+                                         max_escapes=None).plan(req))
+    assert fb.route_stage == "primary" and np.array_equal(fb.path, res.path)
+    strict = normalise_result(LearnedPlanner(lambda r: field, decoder="exact_fallback").plan(req))
+    assert strict.route_stage == "repair"
+    for bad in (-1, 0.5, "none"):
+        with pytest.raises(ValueError, match="max_escapes"):
+            make_planner(guide=_perfect, max_escapes=bad)
+    with pytest.raises(ValueError, match="max_escapes"):
+        make_planner(guide=_perfect, decoder="guided_astar", max_escapes=2)
+    assert make_planner(guide=_perfect, max_escapes=None).max_escapes is None

@@ -11,12 +11,15 @@ returned is legal on it.
 * :func:`direct` — greedy descent: from the start, step to the legal neighbour
   ``v`` minimising ``c(u, v) + field[v]`` (the Bellman choice, first move of
   ``MOVES`` on ties, as the reference descent), until the goal. With the exact
-  cost-to-go this is an optimal route. The descent stops, status ``no_path``, when
-  the chosen neighbour was visited before (``descent revisited (r, c)``: a local
-  minimum, a plateau or a cycle of the field) or when no legal move has a finite
-  value (``descent stuck at (r, c)``), and with ``budget_exhausted`` after
-  ``max_steps`` steps: never an endless route. Counters: ``expansions`` = cells
-  whose neighbours were evaluated, ``queue_operations`` = 0, ``live_states`` = 1.
+  cost-to-go this is an optimal route. When the chosen neighbour was visited before
+  (a local minimum, a plateau or a cycle of the field) the descent may *escape*: step
+  to the best legal neighbour it has not visited (same choice among those), at most
+  ``max_escapes`` times (default 0, the strict descent; ``None``: no limit). It stops,
+  status ``no_path``, at a revisit with no escape left or no unvisited legal neighbour
+  (``descent revisited (r, c)``) or when no legal move has a finite value (``descent
+  stuck at (r, c)``), and with ``budget_exhausted`` after ``max_steps`` steps: never
+  an endless route, never a repeated cell. Counters: ``expansions`` = cells whose
+  neighbours were evaluated, ``queue_operations`` = 0, ``live_states`` = 1.
 * :func:`bounded_repair` — A* (``passage_jax.reference.search``, weight 1:
   ``f = g + field``) with the field as its heuristic and an expansion budget;
   ``budget_exhausted`` when it runs out. ``start_from="replace"`` (default)
@@ -186,21 +189,49 @@ def corridor_refine(route, request: PlanRequest, *, radius: int, max_expansions:
     return DecodeResult(route, "ok", work, f"corridor search of radius {radius}: no cheaper route")
 
 
-def direct(field, request: PlanRequest, *, max_steps: int | None = None,
-           cost_field: np.ndarray | None = None, accept_ratio: float | None = None) -> DecodeResult:
-    """Greedy descent on ``field`` (see the module text). ``max_steps`` defaults to
-    H·W; it and the request's ``budget.max_expansions`` (the tighter) bound the walk.
-    ``accept_ratio`` r (None: every descent that reaches the goal is accepted) rejects a
-    route whose cost exceeds r times the admissible octile bound at the start
-    (:func:`octile_field`): status ``no_path``, no prefix kept (``walked`` is the start)."""
-    f = check_field(field, request)
-    cost_field = _costs(request, cost_field)
-    h, w = f.shape
-    limit = h * w if max_steps is None else int(max_steps)
+def _descent_choice(f, cost_field, cur, seen, moves):
+    """The Bellman choice at ``cur`` (the legal neighbour minimising step + field, first
+    of ``MOVES`` on ties) and the same choice among the neighbours not in ``seen``
+    (each None when no legal move has a finite value)."""
+    r, c = cur
+    best, best_q, fresh, fresh_q = None, math.inf, None, math.inf
+    for k, (dr, dc) in enumerate(moves):
+        step = cost_field[k, r, c]
+        if step == math.inf:
+            continue
+        q = step + f[r + dr, c + dc]
+        if q < best_q:
+            best, best_q = (r + dr, c + dc), q
+        if q < fresh_q and (r + dr, c + dc) not in seen:
+            fresh, fresh_q = (r + dr, c + dc), q
+    return best, fresh
+
+
+def _step_limit(shape, max_steps, request) -> int:
+    limit = shape[0] * shape[1] if max_steps is None else int(max_steps)
     if limit <= 0:
         raise ValueError(f"max_steps={max_steps!r} must be a positive integer")
     if request.budget.max_expansions is not None:
         limit = min(limit, request.budget.max_expansions)
+    return limit
+
+
+def direct(field, request: PlanRequest, *, max_steps: int | None = None,
+           cost_field: np.ndarray | None = None, accept_ratio: float | None = None,
+           max_escapes: int | None = 0) -> DecodeResult:
+    """Greedy descent on ``field`` (see the module text). ``max_steps`` defaults to
+    H·W; it and the request's ``budget.max_expansions`` (the tighter) bound the walk.
+    ``max_escapes`` (a non-negative integer, or None: no limit) is how many times the
+    walk may step to the best unvisited neighbour when its Bellman choice was visited.
+    ``accept_ratio`` r (None: every descent that reaches the goal is accepted) rejects a
+    route whose cost exceeds r times the admissible octile bound at the start
+    (:func:`octile_field`): status ``no_path``, no prefix kept (``walked`` is the start)."""
+    if max_escapes is not None and not (is_int(max_escapes) and max_escapes >= 0):
+        raise ValueError(f"max_escapes={max_escapes!r} must be a non-negative integer or None")
+    f = check_field(field, request)
+    cost_field = _costs(request, cost_field)
+    limit = _step_limit(f.shape, max_steps, request)
+    escapes_left = math.inf if max_escapes is None else int(max_escapes)
     moves = MOVES.tolist()
     goal = tuple(request.goal)
     cur = tuple(request.start)
@@ -216,20 +247,19 @@ def direct(field, request: PlanRequest, *, max_steps: int | None = None,
         if expansions >= limit:
             return fail("budget_exhausted", f"descent reached its step limit {limit} at {cur}")
         expansions += 1
-        r, c = cur
-        best, best_q = None, math.inf
-        for k, (dr, dc) in enumerate(moves):
-            step = cost_field[k, r, c]
-            if step == math.inf:
-                continue
-            q = step + f[r + dr, c + dc]
-            if q < best_q:
-                best, best_q = (r + dr, c + dc), q
+        best, fresh = _descent_choice(f, cost_field, cur, seen, moves)
         if best is None:
             return fail("no_path", f"descent stuck at {cur}: no legal move has a finite value")
         if best in seen:
-            return fail("no_path", f"descent revisited {best} from {cur} after {expansions} "
-                                   f"step(s) (a local minimum or plateau of the field)")
+            if fresh is None or escapes_left <= 0:
+                why = ""
+                if max_escapes != 0:
+                    why = "; no unvisited neighbour" if fresh is None else \
+                        f"; its {max_escapes} escape(s) spent"
+                return fail("no_path", f"descent revisited {best} from {cur} after {expansions} "
+                                       f"step(s) (a local minimum or plateau of the field{why})")
+            escapes_left -= 1
+            best = fresh
         cur = best
         cells.append(cur)
         seen.add(cur)

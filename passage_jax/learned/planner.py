@@ -47,6 +47,12 @@ to its next stage as after any failed stage. It tests every descent (no prefix k
 it (``exact_fallback``); in ``bounded_repair`` and ``prediction_free`` the repair is the
 last stage and its route is kept. Not for ``guided_astar`` (no descent).
 
+``max_escapes`` e (default 0: the strict descent) lets every descent (``direct``'s, the
+first stage of every composition but ``guided_astar``) escape a local minimum of its field
+up to e times (None: no limit): where its Bellman choice is a cell it has visited, it steps
+to the best unvisited neighbour instead (:func:`~passage_jax.learned.decoders.direct`). The
+route never repeats a cell; the steps count as the descent's expansions as any other.
+
 Budgets: the repair's expansion limit is the tighter of ``max_expansions`` and
 what the request's ``budget.max_expansions`` leaves after the primary stage (one
 budget for the whole request); the descent is bounded by ``max_steps`` and the
@@ -94,6 +100,7 @@ DECODERS = ("direct", "bounded_repair", "prediction_free", "exact_fallback", "gu
 #: ``inference_kwargs`` :func:`make_planner` takes.
 INFERENCE_KWARGS = ("checkpoint", "guide", "dtype", "decoder", "max_expansions", "max_steps",
                     "start_from", "fallback_solver", "guide_weight", "accept_ratio", "refine_radius",
+                    "max_escapes",
                     "tile", "stride", "hflip", "blend", "stitch")
 #: Tiled-inference keys of ``inference_kwargs`` (used when ``tile`` is set).
 _TILING_KWARGS = ("tile", "stride", "hflip", "blend", "stitch")
@@ -128,7 +135,8 @@ class PlannerOptions:
     ``max_expansions`` / ``max_steps`` / ``refine_radius`` (positive integers or None),
     ``start_from`` (:data:`~passage_jax.learned.decoders.START_FROM`), ``fallback_solver``
     (:data:`~passage_jax.learned.decoders.FALLBACK_SOLVERS`), ``guide_weight`` (in [0, 1]),
-    ``accept_ratio`` (a finite number >= 1 or None)."""
+    ``accept_ratio`` (a finite number >= 1 or None), ``max_escapes`` (a non-negative integer,
+    or None: no limit)."""
 
     decoder: str = "direct"
     max_expansions: int | None = None
@@ -138,6 +146,7 @@ class PlannerOptions:
     guide_weight: float = 1.0
     accept_ratio: float | None = None
     refine_radius: int | None = None
+    max_escapes: int | None = 0
 
     def __post_init__(self):
         decoder, start_from = self.decoder, self.start_from
@@ -164,7 +173,15 @@ class PlannerOptions:
         if self.refine_radius is not None and decoder == "guided_astar":
             raise ValueError("learned planner: refine_radius refines a descent or repair route; "
                              "decoder='guided_astar' is A* on the learned heuristic alone")
-        normal = {"guide_weight": float(w), "accept_ratio": None if ratio is None else float(ratio)}
+        esc = self.max_escapes
+        if esc is not None and not (is_int(esc) and esc >= 0):
+            raise ValueError(f"learned planner: max_escapes={esc!r} must be a non-negative integer "
+                             f"or null (no limit)")
+        if esc != 0 and decoder == "guided_astar":
+            raise ValueError("learned planner: max_escapes applies to a descent; decoder='guided_astar' "
+                             "has none")
+        normal = {"guide_weight": float(w), "accept_ratio": None if ratio is None else float(ratio),
+                  "max_escapes": None if esc is None else int(esc)}
         for name in ("max_expansions", "max_steps", "refine_radius"):
             normal[name] = _positive(name, getattr(self, name))
         for name, value in normal.items():
@@ -255,7 +272,8 @@ class LearnedPlanner:
                                  max_expansions=self._repair_limit(request, 0),
                                  cost_field=cost_field)
         else:
-            out = self._finish(direct(field, request, max_steps=self.max_steps, cost_field=cost_field),
+            out = self._finish(direct(field, request, max_steps=self.max_steps, cost_field=cost_field,
+                                      max_escapes=self.max_escapes),
                                request, cost_field, 0, test=True, what="descent")
         stage_work["primary"] = out.work
         stage = "primary"
@@ -293,7 +311,7 @@ class LearnedPlanner:
         return (f"LearnedPlanner({self.guide!r}, decoder={self.decoder!r}, "
                 f"max_expansions={self.max_expansions}, start_from={self.start_from!r}, "
                 f"guide_weight={self.guide_weight}, accept_ratio={self.accept_ratio}, "
-                f"refine_radius={self.refine_radius})")
+                f"refine_radius={self.refine_radius}, max_escapes={self.max_escapes})")
 
 
 def make_planner(**inference_kwargs) -> LearnedPlanner:
