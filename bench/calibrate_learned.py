@@ -10,31 +10,38 @@ plan every task at each candidate ``refine_radius`` (each guided stage's route r
 the exact search of the corridor of that Chebyshev radius around it; ``none``: no
 refinement), ``accept_ratio`` (a guided route costing more than that times the octile
 bound is rejected and handed to the next stage; ``none`` accepts every route),
-``guide_weight`` (the guided A* stages' heuristic ``w * field + (1 - w) * octile``) and
-repair budget. The routes are scored against the exact references (float64
-value iteration) as in ``bench/learned.py``.
+``guide_weight`` (the guided A* stages' heuristic ``w * field + (1 - w) * octile``),
+``max_escapes`` (``--escapes``: how many times each descent may step to its best unvisited
+neighbour where its Bellman choice was visited; 0 is the strict descent) and repair
+budget; then ``direct`` plans every task with the decided family at each candidate
+``max_escapes`` (``--direct-escapes``). The routes are scored against the exact
+references (float64 value iteration) as in ``bench/learned.py``.
 
-The rule (:data:`RULE`): the family, radius, accept_ratio and weight from ``exact_fallback`` —
-among its candidates whose mean regret over every seed's tasks is at most
-``--max-regret`` (0.003, the target) the one with the least median total work
+The rule (:data:`RULE`): the family, radius, accept_ratio, weight and escapes from
+``exact_fallback`` — among its candidates whose mean regret over every seed's tasks is at
+most ``--max-regret`` (0.003, the target) the one with the least median total work
 (expansions over every stage; ties: less regret); when none qualifies, the one with the
-least mean regret (ties: less work) — and for that family, ratio and weight the budget
-under which ``bounded_repair`` succeeds most often (ties: the smaller). The rule is the one
-of the earlier sweeps, with the radius one more candidate key. The decision, the
-rule, every candidate checkpoint's sha256 and the whole sweep are written to ``--out``
-(default ``configs/learned256_calibration.json``, its canonical-JSON sha256 printed: the
-specs quote it and ``tests/test_learned_configs.py`` checks that the specs' checkpoints,
-``refine_radius``, ``accept_ratio``, ``guide_weight`` and ``max_expansions`` are the decided
-ones)::
+least mean regret (ties: less work) — and for that point the budget under which
+``bounded_repair`` succeeds most often (ties: the smaller); the direct spec's
+``max_escapes``: the candidate under which ``direct`` succeeds most often among those whose
+mean regret over its successes is at most twice the strict descent's (ties: fewer
+escapes). The rule is the one of the earlier sweeps, with the escapes one more candidate
+key and the direct spec's one decision added. The decision, the rule, every candidate
+checkpoint's sha256 and the whole sweep are written to ``--out`` (default
+``configs/learned256_calibration.json``, its canonical-JSON sha256 printed: the specs quote
+it and ``tests/test_learned_configs.py`` checks that the specs' checkpoints,
+``refine_radius``, ``accept_ratio``, ``guide_weight``, ``max_escapes`` and ``max_expansions``
+are the decided ones)::
 
-    python bench/calibrate_learned.py                    # the full sweep (~15 min on 2 cores)
+    python bench/calibrate_learned.py                    # the full sweep (~20 min on 2 cores)
     python bench/calibrate_learned.py --families value256 --weights 1 0.5 --ratios none 1.3 \\
-        --radii none 2 --budgets 4096 --n 8 --out /tmp/c.json
+        --radii none 2 --escapes 0 8 --direct-escapes 0 8 --budgets 4096 --n 8 --out /tmp/c.json
 """
 from __future__ import annotations
 
 import argparse
 import itertools
+import math
 import platform
 import sys
 import time
@@ -56,25 +63,28 @@ from passage_jax.run import load_spec  # noqa: E402
 from passage_jax.run.provenance import canonical_json_sha256  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-FORMAT = "passage-jax-learned-calibration-v3"
-RULE = ("family, refine_radius, accept_ratio and guide_weight: among the exact_fallback candidates "
+FORMAT = "passage-jax-learned-calibration-v4"
+RULE = ("family, refine_radius, accept_ratio, guide_weight and max_escapes: among the exact_fallback "
+        "candidates "
         "(every budget) whose mean regret over every seed's tasks is at most max_regret, the one "
         "with the least median total work (expansions over every stage; ties: less regret); when "
-        "none qualifies, the least mean regret (ties: less work); max_expansions: for that family, radius, "
-        "accept_ratio and weight, the budget with the highest bounded_repair success (ties: the "
-        "smaller budget)")
+        "none qualifies, the least mean regret (ties: less work); max_expansions: for that point, "
+        "the budget with the highest bounded_repair success (ties: the smaller budget); the direct "
+        "spec's max_escapes: for that family, the candidate under which direct succeeds most often "
+        "among those whose mean regret over its successes is at most twice the strict descent's "
+        "(max_escapes 0; ties: fewer escapes)")
 #: the keys of a candidate besides its budget
-POINT = ("family", "refine_radius", "accept_ratio", "guide_weight")
+POINT = ("family", "refine_radius", "accept_ratio", "guide_weight", "max_escapes")
 
 
 def evaluate(guides: dict, tasks, c_star, decoder: str, point: dict, limit: int) -> dict:
     """One candidate: every seed's tasks planned by ``decoder`` with the family's guides at
-    ``point`` (refine_radius, accept_ratio, guide_weight) and ``limit``."""
+    ``point`` (refine_radius, accept_ratio, guide_weight, max_escapes) and ``limit``."""
     regret, work, success = [], [], []
     for guide in guides.values():
         planner = make_planner(guide=guide, decoder=decoder, max_expansions=limit,
                                guide_weight=point["guide_weight"], accept_ratio=point["accept_ratio"],
-                               refine_radius=point["refine_radius"])
+                               refine_radius=point["refine_radius"], max_escapes=point["max_escapes"])
         s = score(run_method(planner, tasks, BudgetSpec()), tasks, c_star)  # the planner's limit only
         success.append(s["success"])
         regret.append(np.where(s["success"], s["regret"], np.nan))
@@ -89,7 +99,7 @@ def evaluate(guides: dict, tasks, c_star, decoder: str, point: dict, limit: int)
 def decide(rows: list[dict], max_regret: float) -> dict:
     """The operating point the rule (:data:`RULE`) picks from the sweep's rows:
     ``{"family": f, "refine_radius": k, "accept_ratio": r, "guide_weight": w,
-    "max_expansions": b}``."""
+    "max_escapes": e, "max_expansions": b}``."""
     fb = [r for r in rows if r["decoder"] == "exact_fallback" and r["success"] == 1.0]
     if not fb:
         raise SystemExit("no exact_fallback candidate succeeded on every task")
@@ -103,6 +113,21 @@ def decide(rows: list[dict], max_regret: float) -> dict:
     budget = min(repair, key=lambda r: (-r["success"], r["max_expansions"]))["max_expansions"] \
         if repair else best["max_expansions"]
     return {**point, "max_expansions": budget}
+
+
+def decide_direct(rows: list[dict]) -> int | None:
+    """The direct spec's ``max_escapes`` by the rule (:data:`RULE`), from the ``direct``
+    rows of the decided family: the most successful candidate whose mean regret over its
+    successes is at most twice the strict descent's (ties: fewer escapes; None, no limit,
+    counts as the most)."""
+    strict = [r for r in rows if r["max_escapes"] == 0]
+    if not strict:
+        raise SystemExit("the direct candidates must include max_escapes 0 (the strict descent)")
+    cap = 2.0 * (strict[0]["regret_mean_ok"] or 0.0)
+    ok = [r for r in rows if r["regret_mean_ok"] is not None and r["regret_mean_ok"] <= cap] or strict
+    def fewer(r):
+        return math.inf if r["max_escapes"] is None else r["max_escapes"]
+    return min(ok, key=lambda r: (-r["success"], fewer(r)))["max_escapes"]
 
 
 def checkpoint_ref(family: str, seed: int) -> str:
@@ -121,16 +146,28 @@ def _radius(text: str) -> int | None:
     return None if text.lower() == "none" else int(text)
 
 
+def _row_line(r: dict) -> str:
+    reg = "n/a" if r["regret_mean_ok"] is None else f"{r['regret_mean_ok']:.5f}"
+    return (f"{r['family']:<12}{str(r['refine_radius']):>7}{str(r['accept_ratio']):>6}{r['guide_weight']:>7g}"
+            f"{str(r['max_escapes']):>8}{str(r['max_expansions']):>8} {r['decoder']:<16}{r['n']:>6}"
+            f"{r['success']:>9.3f}{reg:>11}{r['work_median']:>10.0f}{r['work_mean']:>11.0f}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--families", nargs="+", default=["value256", "value256ft"],
                     help="candidate networks: shipped families (shipped:<family>-<seed>) or paths "
                          "with {seed}, e.g. runs/ft-{seed}")
-    ap.add_argument("--radii", type=_radius, nargs="+", default=[None, 2, 3],
+    ap.add_argument("--radii", type=_radius, nargs="+", default=[None, 1, 2, 3],
                     help="candidate refine_radius values ('none': no corridor refinement)")
-    ap.add_argument("--ratios", type=_ratio, nargs="+", default=[None, 2.0, 1.6, 1.4, 1.3, 1.2],
+    ap.add_argument("--ratios", type=_ratio, nargs="+", default=[None, 2.0, 1.6, 1.4, 1.3],
                     help="candidate accept_ratio values ('none': accept every route)")
-    ap.add_argument("--weights", type=float, nargs="+", default=[1.0, 0.2])
+    ap.add_argument("--weights", type=float, nargs="+", default=[1.0])
+    ap.add_argument("--escapes", type=_radius, nargs="+", default=[0, 4, 32],
+                    help="candidate max_escapes of the compositions' descent ('none': no limit)")
+    ap.add_argument("--direct-escapes", type=_radius, nargs="+",
+                    default=[0, 1, 2, 4, 8, 16, 32, 64, None],
+                    help="candidate max_escapes of the direct spec (must include 0)")
     ap.add_argument("--budgets", type=int, nargs="+", default=[32768])
     ap.add_argument("--n", type=int, default=24, help="calibration scenes (default 24: the split)")
     ap.add_argument("--seeds", type=int, nargs="+", default=list(DEFAULT_SEEDS))
@@ -143,18 +180,23 @@ def main(argv=None) -> int:
     tasks, c_star = load_material(shipped_cohort_root(), resolution, "calibration", args.n)
     guides = {f: {s: load_guide(checkpoint_ref(f, s)) for s in args.seeds} for f in args.families}
     rows = []
-    print(f"{'family':<12}{'radius':>7}{'ratio':>6}{'weight':>7}{'budget':>8} {'decoder':<16}{'tasks':>6}"
-          f"{'success':>9}{'regret|ok':>11}{'work med':>10}{'work mean':>11}")
-    grid = itertools.product(args.families, args.radii, args.ratios, args.weights, args.budgets,
-                             ("exact_fallback", "bounded_repair"))
-    for family, radius, ratio, w, limit, decoder in grid:
-        point = {"family": family, "refine_radius": radius, "accept_ratio": ratio, "guide_weight": w}
-        r = evaluate(guides[family], tasks, c_star, decoder, point, limit)
-        rows.append(r)
-        reg = "n/a" if r["regret_mean_ok"] is None else f"{r['regret_mean_ok']:.5f}"
-        print(f"{family:<12}{str(radius):>7}{str(ratio):>6}{w:>7g}{limit:>8} {decoder:<16}{r['n']:>6}"
-              f"{r['success']:>9.3f}{reg:>11}{r['work_median']:>10.0f}{r['work_mean']:>11.0f}", flush=True)
+    print(f"{'family':<12}{'radius':>7}{'ratio':>6}{'weight':>7}{'escapes':>8}{'budget':>8} {'decoder':<16}"
+          f"{'tasks':>6}{'success':>9}{'regret|ok':>11}{'work med':>10}{'work mean':>11}")
+    grid = itertools.product(args.families, args.radii, args.ratios, args.weights, args.escapes,
+                             args.budgets, ("exact_fallback", "bounded_repair"))
+    for family, radius, ratio, w, esc, limit, decoder in grid:
+        point = {"family": family, "refine_radius": radius, "accept_ratio": ratio, "guide_weight": w,
+                 "max_escapes": esc}
+        rows.append(evaluate(guides[family], tasks, c_star, decoder, point, limit))
+        print(_row_line(rows[-1]), flush=True)
     pick = decide(rows, args.max_regret)
+    direct_rows = []
+    for esc in args.direct_escapes:
+        point = {"family": pick["family"], "refine_radius": None, "accept_ratio": None, "guide_weight": 1.0,
+                 "max_escapes": esc}
+        direct_rows.append(evaluate(guides[pick["family"]], tasks, c_star, "direct", point, None))
+        print(_row_line(direct_rows[-1]), flush=True)
+    pick_direct = {"family": pick["family"], "max_escapes": decide_direct(direct_rows)}
     decisions = {
         "format": FORMAT, "method": "learned256", "split": "calibration", "resolution": resolution,
         "cost_model": spec.cost_model, "task_variant": spec.task_variant, "n_scenes": len(tasks),
@@ -162,7 +204,9 @@ def main(argv=None) -> int:
         "checkpoints": {f: {str(s): g.checkpoint_id for s, g in gs.items()} for f, gs in guides.items()},
         "rule": RULE, "max_regret": args.max_regret,
         "decided": pick,
+        "decided_direct": pick_direct,
         "sweep": rows,
+        "sweep_direct": direct_rows,
         "machine": f"{platform.machine()} python {platform.python_version()}, jax {jax.__version__} "
                    f"on {jax.devices()[0].platform}",
         "seconds": round(time.perf_counter() - t0, 1),
@@ -170,7 +214,9 @@ def main(argv=None) -> int:
     atomic_write_json(args.out, decisions)
     print(f"\ndecided: family {pick['family']}, refine_radius {pick['refine_radius']}, accept_ratio "
           f"{pick['accept_ratio']}, guide_weight "
-          f"{pick['guide_weight']:g}, max_expansions {pick['max_expansions']}; written to {args.out}")
+          f"{pick['guide_weight']:g}, max_escapes {pick['max_escapes']}, max_expansions "
+          f"{pick['max_expansions']}; direct: max_escapes {pick_direct['max_escapes']}; "
+          f"written to {args.out}")
     print(f"calibration_decisions sha256: {canonical_json_sha256(decisions)}")
     return 0
 

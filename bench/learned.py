@@ -338,7 +338,8 @@ def main(argv=None) -> int:
     compositions = {d: (specs[d].kwargs_for_seed, specs[d].budget) for d in DECODERS}
     compositions["guided_astar"] = (  # A* alone: no descent to test, no route refinement
         lambda seed: {**{k: v for k, v in specs["bounded_repair"].kwargs_for_seed(seed).items()
-                         if k not in ("accept_ratio", "refine_radius")}, "decoder": "guided_astar"},
+                         if k not in ("accept_ratio", "refine_radius", "max_escapes")},
+            "decoder": "guided_astar"},
         specs["bounded_repair"].budget)
 
     def sized(kw: dict, b: BudgetSpec):
@@ -387,10 +388,13 @@ def main(argv=None) -> int:
         specs["bounded_repair"].kwargs_for_seed(seeds[0]).get("accept_ratio")
     radius = args.refine_radius if args.refine_radius is not None else \
         specs["bounded_repair"].kwargs_for_seed(seeds[0]).get("refine_radius")
+    escapes = {d: specs[d].kwargs_for_seed(seeds[0]).get("max_escapes", 0)
+               for d in ("direct", "bounded_repair")}
     print(f"learned: specs configs/{args.specs}_*.yaml, checkpoints "
           f"{', '.join(checkpoint_of(s) for s in seeds)} "
-          f"({how}), guide_weight {weight:g}, accept_ratio {ratio} and refine_radius {radius} (repair "
-          f"compositions), "
+          f"({how}), guide_weight {weight:g}, accept_ratio {ratio}, refine_radius {radius} and "
+          f"max_escapes {escapes['bounded_repair']} (repair compositions), max_escapes "
+          f"{escapes['direct']} (direct), "
           f"repair budget "
           f"{limit} expansions (request budget of bounded_repair / guided_astar / prediction_free / "
           f"bounded A*); plain A* ('astar') under {full} = {resolution}^2 expansions; classical "
