@@ -9,7 +9,7 @@ import pytest
 
 from passage_jax.graph import GraphSpec
 from passage_jax.learned.guide import load_guide
-from passage_jax.learned.model import features, octile_grid
+from passage_jax.learned.model import HFLIP_SIGNS, features, octile_grid
 from passage_jax.learned.planner import make_planner
 from passage_jax.learned.tiling import (
     CANONICAL_TILING,
@@ -51,8 +51,9 @@ def _np_window(tile, blend):
     return w
 
 
-def _np_tiled(fn, x, tile, stride, hflip, blend, stitch):
-    """fn maps one (tile, tile, C) array to (tile, tile, K), float64 throughout."""
+def _np_tiled(fn, x, tile, stride, hflip, blend, stitch, signs=None):
+    """fn maps one (tile, tile, C) array to (tile, tile, K), float64 throughout; signs
+    multiply the channels of a reflected tile."""
     h, w, _ = x.shape
     hp, wp = max(h, tile), max(w, tile)
     xp = np.pad(x, ((0, hp - h), (0, wp - w), (0, 0)), mode="edge")
@@ -63,7 +64,8 @@ def _np_tiled(fn, x, tile, stride, hflip, blend, stitch):
             t = xp[r:r + tile, c:c + tile]
             o = fn(t)
             if hflip:
-                o = 0.5 * (o + fn(t[:, ::-1])[:, ::-1])
+                m = t[:, ::-1] if signs is None else t[:, ::-1] * np.asarray(signs)
+                o = 0.5 * (o + fn(m)[:, ::-1])
             outs[(r, c)] = o
     k = next(iter(outs.values())).shape[-1]
     res = np.zeros((hp, wp, k))
@@ -312,7 +314,7 @@ def test_network_guide_tiled_matches_independent_reconstruction():
     def net(t):
         return np.asarray(plain.apply_batch(t[None].astype(np.float32))[0], np.float64)[..., None]
 
-    raw = _np_tiled(net, x, 32, 16, True, "hann", "fields")[..., 0]
+    raw = _np_tiled(net, x, 32, 16, True, "hann", "fields", signs=HFLIP_SIGNS)[..., 0]
     oct_ = np.asarray(octile_grid(req.shape, req.goal, jnp.float32), np.float64)
     want = np.exp(raw) * oct_ * float(req.graph.pixel_size_m)
     want[req.goal] = 0.0
@@ -341,3 +343,30 @@ def test_make_planner_tile_plans_and_rejects_misuse():
         make_planner(checkpoint="shipped:1234", tile=32, stride=40)
     with pytest.raises(ValueError, match="tiling"):
         load_guide("shipped:1234", tiling={"stride": 4})
+
+
+def test_the_reflected_tile_is_the_reflected_scene():
+    """hflip reflects the guide's inputs as the mirrored scene would give them: features of
+    the request mirrored along its width are the reflected features with goal_dx negated
+    (HFLIP_SIGNS), so one flipped tile covering the scene averages the network on the
+    scene and on its mirror image, computed here from the mirrored request itself."""
+    import dataclasses  # noqa: PLC0415
+    req = _scene_request(7, 32)
+    w = req.shape[1]
+    mirror = dataclasses.replace(req, elevation=req.elevation[:, ::-1].copy(),
+                                 obstacles=req.obstacles[:, ::-1].copy(),
+                                 start=(req.start[0], w - 1 - req.start[1]),
+                                 goal=(req.goal[0], w - 1 - req.goal[1]))
+    x, xm = np.asarray(features(req)), np.asarray(features(mirror))
+    np.testing.assert_allclose(xm, x[:, ::-1] * np.asarray(HFLIP_SIGNS), atol=1e-6)
+    assert np.abs(x[..., 3]).max() > 0  # goal_dx is not all zero, so the sign matters
+    plain = load_guide("shipped:1234")
+    flipped = load_guide("shipped:1234", tiling={"tile": 32, "hflip": True})
+    raw = 0.5 * (np.asarray(plain.apply_batch(x[None])[0], np.float64)
+                 + np.asarray(plain.apply_batch(xm[None])[0], np.float64)[:, ::-1])
+    want = np.exp(raw) * np.asarray(octile_grid(req.shape, req.goal, jnp.float32), np.float64) * 30.0
+    got = flipped(req)
+    fin = np.isfinite(got) & (got > 0)
+    np.testing.assert_allclose(got[fin], want[fin], rtol=1e-4)
+    with pytest.raises(ValueError, match="hflip_signs"):
+        tiled_apply(lambda b: b[..., :1], jnp.zeros((8, 8, 3)), tile=8, stride=4, hflip_signs=(1.0, -1.0))

@@ -21,7 +21,7 @@ import numpy as np
 
 from passage_jax.contract import DEFAULT_SEEDS
 from passage_jax.learned.checkpoint import SHIPPED_CHECKPOINT_DIR, load_checkpoint
-from passage_jax.learned.model import features, octile_grid
+from passage_jax.learned.model import HFLIP_SIGNS, features, octile_grid
 from passage_jax.learned.tiling import tiled_apply, tiling_protocol
 
 __all__ = ["SHIPPED_DIR", "SHIPPED_RESOLUTION", "SHIPPED_FAMILIES", "NetworkGuide", "shipped_checkpoint",
@@ -45,7 +45,9 @@ class NetworkGuide:
     ``tiling`` (None, or a dict from :func:`~passage_jax.learned.tiling.tiling_protocol`)
     applies the network tile by tile through
     :func:`~passage_jax.learned.tiling.tiled_apply` at any scene size, fusing and
-    reconstructing the raw output field before it is turned into a cost-to-go once.
+    reconstructing the raw output field before it is turned into a cost-to-go once; with
+    the default ``feature_fn`` a reflected tile's ``goal_dx`` channel is negated
+    (:data:`~passage_jax.learned.model.HFLIP_SIGNS`), so it describes the reflected scene.
     """
 
     def __init__(self, module, params, *, dtype: str = "float32", output: str = "log_ratio",
@@ -75,6 +77,9 @@ class NetworkGuide:
                                 tiling.get("blend", "hann"), tiling.get("stitch", "fields"))
             self.tiling = t
             settings = {k: t[k] for k in ("tile", "stride", "hflip", "blend", "stitch")}
+            # the shipped inputs reflect with the goal's column offset negated; a user's
+            # feature_fn has its channels reflected as they are
+            settings["hflip_signs"] = HFLIP_SIGNS if feature_fn is features else None
 
             def tiled(p, x):  # (H, W, C) -> (H, W), every tile and both orientations in one jit
                 return tiled_apply(lambda b: apply(p, b)[..., None], x, **settings)[..., 0]

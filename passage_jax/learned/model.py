@@ -39,7 +39,7 @@ import numpy as np
 from passage_jax.graph import MODEL_INDEX, STEP_PIXELS, edge_cost_field_by_index
 
 __all__ = [
-    "FEATURE_NAMES", "N_FEATURES", "COORD_SCALE", "EXCESS_CLIP", "ValueFieldNet",
+    "FEATURE_NAMES", "N_FEATURES", "HFLIP_SIGNS", "COORD_SCALE", "EXCESS_CLIP", "ValueFieldNet",
     "ValueFieldUNet", "unet_receptive_field",
     "octile_grid", "feature_grid", "features", "request_arrays", "log_ratio_to_cost",
     "module_config", "module_from_config", "param_count",
@@ -48,6 +48,9 @@ __all__ = [
 FEATURE_NAMES = ("elevation", "obstacles", "goal_dy", "goal_dx", "octile", "excess_mean",
                  "excess_max")
 N_FEATURES = len(FEATURE_NAMES)
+#: Per-channel factors of :func:`features` under a reflection of the width axis: the
+#: goal's column offset changes sign, every other channel is reflected as it is.
+HFLIP_SIGNS = tuple(-1.0 if name == "goal_dx" else 1.0 for name in FEATURE_NAMES)
 #: Cells per unit of the goal-relative channels (fixed, so a crop of any size reads alike).
 COORD_SCALE = 64.0
 #: Upper clip of the local-slope channels.

@@ -120,9 +120,13 @@ def tiled_apply(
     hflip: bool = True,
     blend: str = "hann",
     stitch: str = "fields",
+    hflip_signs: Any = None,
 ) -> Any:
     """Apply ``apply_fn`` ((n, tile, tile, C) -> (n, tile, tile, K)) to ``x`` (H, W, C)
-    tile by tile and return the reconstructed (H, W, K) field (see the module doc)."""
+    tile by tile and return the reconstructed (H, W, K) field (see the module doc).
+    ``hflip_signs`` (None, or C factors) multiplies the channels of the reflected tiles,
+    so that a channel that changes sign under the reflection (a signed column offset)
+    describes the reflected tile (None: the channels are reflected as they are)."""
     _check_settings(tile, stride, blend, stitch)
     if getattr(x, "ndim", None) != 3:
         raise ValueError(f"x must have shape (H, W, C), got shape {getattr(x, 'shape', None)}")
@@ -141,7 +145,14 @@ def tiled_apply(
     cols = tc[:, None] + np.arange(tile)[None, :]  # (n, tile)
     tiles = x[rows[:, :, None], cols[:, None, :]]  # (n, tile, tile, C)
     if hflip:
-        out = apply_fn(jnp.concatenate([tiles, tiles[:, :, ::-1, :]], axis=0))
+        mirrored = tiles[:, :, ::-1, :]
+        if hflip_signs is not None:
+            signs = np.asarray(hflip_signs, np.float64).reshape(-1)
+            if signs.shape != (x.shape[2],):
+                raise ValueError(f"hflip_signs must have one factor per channel ({x.shape[2]}), "
+                                 f"got shape {signs.shape}")
+            mirrored = mirrored * jnp.asarray(signs, dtype=tiles.dtype)
+        out = apply_fn(jnp.concatenate([tiles, mirrored], axis=0))
         out = jnp.asarray(out)
         fields = 0.5 * (out[:n] + out[n:, :, ::-1, :])
     else:
