@@ -111,6 +111,23 @@ def _nearest_owner(n: int, origins: np.ndarray, tile: int) -> np.ndarray:
     return np.argmin(dist, axis=1)  # argmin returns the first (lowest) index on ties
 
 
+def _tile_fields(apply_fn, tiles, hflip: bool, hflip_signs):
+    """``apply_fn`` on the (n, tile, tile, C) tiles, fused 1:1 with its output on the
+    reflected tiles (their channels times ``hflip_signs``) when ``hflip``."""
+    if not hflip:
+        return jnp.asarray(apply_fn(tiles))
+    n = tiles.shape[0]
+    mirrored = tiles[:, :, ::-1, :]
+    if hflip_signs is not None:
+        signs = np.asarray(hflip_signs, np.float64).reshape(-1)
+        if signs.shape != (tiles.shape[3],):
+            raise ValueError(f"hflip_signs must have one factor per channel ({tiles.shape[3]}), "
+                             f"got shape {signs.shape}")
+        mirrored = mirrored * jnp.asarray(signs, dtype=tiles.dtype)
+    out = jnp.asarray(apply_fn(jnp.concatenate([tiles, mirrored], axis=0)))
+    return 0.5 * (out[:n] + out[n:, :, ::-1, :])
+
+
 def tiled_apply(
     apply_fn: Callable[[Any], Any],
     x: Any,
@@ -144,19 +161,7 @@ def tiled_apply(
     rows = tr[:, None] + np.arange(tile)[None, :]  # (n, tile)
     cols = tc[:, None] + np.arange(tile)[None, :]  # (n, tile)
     tiles = x[rows[:, :, None], cols[:, None, :]]  # (n, tile, tile, C)
-    if hflip:
-        mirrored = tiles[:, :, ::-1, :]
-        if hflip_signs is not None:
-            signs = np.asarray(hflip_signs, np.float64).reshape(-1)
-            if signs.shape != (x.shape[2],):
-                raise ValueError(f"hflip_signs must have one factor per channel ({x.shape[2]}), "
-                                 f"got shape {signs.shape}")
-            mirrored = mirrored * jnp.asarray(signs, dtype=tiles.dtype)
-        out = apply_fn(jnp.concatenate([tiles, mirrored], axis=0))
-        out = jnp.asarray(out)
-        fields = 0.5 * (out[:n] + out[n:, :, ::-1, :])
-    else:
-        fields = jnp.asarray(apply_fn(tiles))
+    fields = _tile_fields(apply_fn, tiles, hflip, hflip_signs)
     if fields.ndim != 4 or fields.shape[:3] != (n, tile, tile):
         raise ValueError(
             f"apply_fn must return shape (n, {tile}, {tile}, K), got {tuple(fields.shape)}"
