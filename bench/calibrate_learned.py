@@ -125,9 +125,8 @@ def decide_direct(rows: list[dict]) -> int | None:
         raise SystemExit("the direct candidates must include max_escapes 0 (the strict descent)")
     cap = 2.0 * (strict[0]["regret_mean_ok"] or 0.0)
     ok = [r for r in rows if r["regret_mean_ok"] is not None and r["regret_mean_ok"] <= cap] or strict
-    def fewer(r):
-        return math.inf if r["max_escapes"] is None else r["max_escapes"]
-    return min(ok, key=lambda r: (-r["success"], fewer(r)))["max_escapes"]
+    return min(ok, key=lambda r: (-r["success"], math.inf if r["max_escapes"] is None
+                                  else r["max_escapes"]))["max_escapes"]
 
 
 def checkpoint_ref(family: str, seed: int) -> str:
@@ -142,7 +141,7 @@ def _ratio(text: str) -> float | None:
     return None if text.lower() == "none" else float(text)
 
 
-def _radius(text: str) -> int | None:
+def _count(text: str) -> int | None:
     return None if text.lower() == "none" else int(text)
 
 
@@ -158,14 +157,14 @@ def main(argv=None) -> int:
     ap.add_argument("--families", nargs="+", default=["value256", "value256ft"],
                     help="candidate networks: shipped families (shipped:<family>-<seed>) or paths "
                          "with {seed}, e.g. runs/ft-{seed}")
-    ap.add_argument("--radii", type=_radius, nargs="+", default=[None, 1, 2, 3],
+    ap.add_argument("--radii", type=_count, nargs="+", default=[None, 1, 2, 3],
                     help="candidate refine_radius values ('none': no corridor refinement)")
     ap.add_argument("--ratios", type=_ratio, nargs="+", default=[None, 2.0, 1.6, 1.4, 1.3],
                     help="candidate accept_ratio values ('none': accept every route)")
     ap.add_argument("--weights", type=float, nargs="+", default=[1.0])
-    ap.add_argument("--escapes", type=_radius, nargs="+", default=[0, 4, 32],
+    ap.add_argument("--escapes", type=_count, nargs="+", default=[0, 4, 32],
                     help="candidate max_escapes of the compositions' descent ('none': no limit)")
-    ap.add_argument("--direct-escapes", type=_radius, nargs="+",
+    ap.add_argument("--direct-escapes", type=_count, nargs="+",
                     default=[0, 1, 2, 4, 8, 16, 32, 64, None],
                     help="candidate max_escapes of the direct spec (must include 0)")
     ap.add_argument("--budgets", type=int, nargs="+", default=[32768])

@@ -189,22 +189,19 @@ def corridor_refine(route, request: PlanRequest, *, radius: int, max_expansions:
     return DecodeResult(route, "ok", work, f"corridor search of radius {radius}: no cheaper route")
 
 
-def _descent_choice(f, cost_field, cur, seen, moves):
-    """The Bellman choice at ``cur`` (the legal neighbour minimising step + field, first
-    of ``MOVES`` on ties) and the same choice among the neighbours not in ``seen``
-    (each None when no legal move has a finite value)."""
+def _descent_choice(f, cost_field, cur, moves, exclude=()):
+    """The Bellman choice at ``cur``: the legal neighbour not in ``exclude`` minimising
+    step + field (first of ``MOVES`` on ties); None when no such move has a finite value."""
     r, c = cur
-    best, best_q, fresh, fresh_q = None, math.inf, None, math.inf
+    best, best_q = None, math.inf
     for k, (dr, dc) in enumerate(moves):
         step = cost_field[k, r, c]
         if step == math.inf:
             continue
         q = step + f[r + dr, c + dc]
-        if q < best_q:
+        if q < best_q and (r + dr, c + dc) not in exclude:
             best, best_q = (r + dr, c + dc), q
-        if q < fresh_q and (r + dr, c + dc) not in seen:
-            fresh, fresh_q = (r + dr, c + dc), q
-    return best, fresh
+    return best
 
 
 def _step_limit(shape, max_steps, request) -> int:
@@ -247,15 +244,14 @@ def direct(field, request: PlanRequest, *, max_steps: int | None = None,
         if expansions >= limit:
             return fail("budget_exhausted", f"descent reached its step limit {limit} at {cur}")
         expansions += 1
-        best, fresh = _descent_choice(f, cost_field, cur, seen, moves)
+        best = _descent_choice(f, cost_field, cur, moves)
         if best is None:
             return fail("no_path", f"descent stuck at {cur}: no legal move has a finite value")
-        if best in seen:
-            if fresh is None or escapes_left <= 0:
-                why = ""
-                if max_escapes != 0:
-                    why = "; no unvisited neighbour" if fresh is None else \
-                        f"; its {max_escapes} escape(s) spent"
+        if best in seen:  # a local minimum: escape to the best unvisited neighbour, if allowed
+            fresh = _descent_choice(f, cost_field, cur, moves, seen) if escapes_left > 0 else None
+            if fresh is None:
+                why = "" if max_escapes == 0 else "; no unvisited neighbour" if escapes_left > 0 \
+                    else f"; its {max_escapes} escape(s) spent"
                 return fail("no_path", f"descent revisited {best} from {cur} after {expansions} "
                                        f"step(s) (a local minimum or plateau of the field{why})")
             escapes_left -= 1
