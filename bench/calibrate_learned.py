@@ -63,28 +63,46 @@ from passage_jax.run import load_spec  # noqa: E402
 from passage_jax.run.provenance import canonical_json_sha256  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-FORMAT = "passage-jax-learned-calibration-v4"
-RULE = ("family, refine_radius, accept_ratio, guide_weight and max_escapes: among the exact_fallback "
-        "candidates "
-        "(every budget) whose mean regret over every seed's tasks is at most max_regret, the one "
-        "with the least median total work (expansions over every stage; ties: less regret); when "
-        "none qualifies, the least mean regret (ties: less work); max_expansions: for that point, "
-        "the budget with the highest bounded_repair success (ties: the smaller budget); the direct "
-        "spec's max_escapes: for that family, the candidate under which direct succeeds most often "
-        "among those whose mean regret over its successes is at most twice the strict descent's "
-        "(max_escapes 0; ties: fewer escapes)")
+FORMAT = "passage-jax-learned-calibration-v5"
+RULE = ("family, refine_radius, accept_ratio, guide_weight, max_escapes and backups: among the "
+        "exact_fallback candidates (every budget) whose mean regret over every seed's tasks is at "
+        "most max_regret, the one with the least median total work (expansions over every stage; "
+        "ties: less regret, then fewer backups); when none qualifies, the least mean regret (ties: "
+        "less work); max_expansions: for that point, the budget with the highest bounded_repair "
+        "success (ties: the smaller budget); the direct spec's backups and max_escapes: for that "
+        "family, the candidate under which direct succeeds most often among those whose mean "
+        "regret over its successes is at most twice the strict descent's on the network's own "
+        "field (backups 0, max_escapes 0; ties: fewer backups, then fewer escapes)")
 #: the keys of a candidate besides its budget
-POINT = ("family", "refine_radius", "accept_ratio", "guide_weight", "max_escapes")
+POINT = ("family", "refine_radius", "accept_ratio", "guide_weight", "max_escapes", "backups")
+
+
+class FieldMemo:
+    """A guide that computes each task's field once (keyed by the request's sample id)
+    and answers every later candidate from memory: the candidates differ only in what
+    the planner does with the field."""
+
+    def __init__(self, guide):
+        self.guide, self.dtype = guide, getattr(guide, "dtype", None)
+        self.checkpoint_id = getattr(guide, "checkpoint_id", None)
+        self._fields = {}
+
+    def __call__(self, request):
+        key = (request.sample_id, tuple(request.start), tuple(request.goal))
+        if key not in self._fields:
+            self._fields[key] = self.guide(request)
+        return self._fields[key]
 
 
 def evaluate(guides: dict, tasks, c_star, decoder: str, point: dict, limit: int) -> dict:
     """One candidate: every seed's tasks planned by ``decoder`` with the family's guides at
-    ``point`` (refine_radius, accept_ratio, guide_weight, max_escapes) and ``limit``."""
+    ``point`` (refine_radius, accept_ratio, guide_weight, max_escapes, backups) and ``limit``."""
     regret, work, success = [], [], []
     for guide in guides.values():
         planner = make_planner(guide=guide, decoder=decoder, max_expansions=limit,
                                guide_weight=point["guide_weight"], accept_ratio=point["accept_ratio"],
-                               refine_radius=point["refine_radius"], max_escapes=point["max_escapes"])
+                               refine_radius=point["refine_radius"], max_escapes=point["max_escapes"],
+                               backups=point["backups"])
         s = score(run_method(planner, tasks, BudgetSpec()), tasks, c_star)  # the planner's limit only
         success.append(s["success"])
         regret.append(np.where(s["success"], s["regret"], np.nan))
@@ -99,13 +117,13 @@ def evaluate(guides: dict, tasks, c_star, decoder: str, point: dict, limit: int)
 def decide(rows: list[dict], max_regret: float) -> dict:
     """The operating point the rule (:data:`RULE`) picks from the sweep's rows:
     ``{"family": f, "refine_radius": k, "accept_ratio": r, "guide_weight": w,
-    "max_escapes": e, "max_expansions": b}``."""
+    "max_escapes": e, "backups": n, "max_expansions": b}``."""
     fb = [r for r in rows if r["decoder"] == "exact_fallback" and r["success"] == 1.0]
     if not fb:
         raise SystemExit("no exact_fallback candidate succeeded on every task")
     ok = [r for r in fb if r["regret_mean_ok"] <= max_regret]
     if ok:
-        best = min(ok, key=lambda r: (r["work_median"], r["regret_mean_ok"]))
+        best = min(ok, key=lambda r: (r["work_median"], r["regret_mean_ok"], r["backups"]))
     else:
         best = min(fb, key=lambda r: (r["regret_mean_ok"], r["work_median"]))
     point = {k: best[k] for k in POINT}
@@ -115,18 +133,21 @@ def decide(rows: list[dict], max_regret: float) -> dict:
     return {**point, "max_expansions": budget}
 
 
-def decide_direct(rows: list[dict]) -> int | None:
-    """The direct spec's ``max_escapes`` by the rule (:data:`RULE`), from the ``direct``
-    rows of the decided family: the most successful candidate whose mean regret over its
-    successes is at most twice the strict descent's (ties: fewer escapes; None, no limit,
-    counts as the most)."""
-    strict = [r for r in rows if r["max_escapes"] == 0]
+def decide_direct(rows: list[dict]) -> dict:
+    """The direct spec's ``{"backups": n, "max_escapes": e}`` by the rule (:data:`RULE`), from
+    the ``direct`` rows of the decided family: the most successful candidate whose mean regret
+    over its successes is at most twice the strict descent's on the network's own field
+    (backups 0, max_escapes 0; ties: fewer backups, then fewer escapes; None, no limit, counts
+    as the most escapes)."""
+    strict = [r for r in rows if r["max_escapes"] == 0 and r["backups"] == 0]
     if not strict:
-        raise SystemExit("the direct candidates must include max_escapes 0 (the strict descent)")
+        raise SystemExit("the direct candidates must include backups 0 with max_escapes 0 "
+                         "(the strict descent on the network's field)")
     cap = 2.0 * (strict[0]["regret_mean_ok"] or 0.0)
     ok = [r for r in rows if r["regret_mean_ok"] is not None and r["regret_mean_ok"] <= cap] or strict
-    return min(ok, key=lambda r: (-r["success"], math.inf if r["max_escapes"] is None
-                                  else r["max_escapes"]))["max_escapes"]
+    best = min(ok, key=lambda r: (-r["success"], r["backups"], math.inf if r["max_escapes"] is None
+                                  else r["max_escapes"]))
+    return {"backups": best["backups"], "max_escapes": best["max_escapes"]}
 
 
 def checkpoint_ref(family: str, seed: int) -> str:
@@ -148,22 +169,25 @@ def _count(text: str) -> int | None:
 def _row_line(r: dict) -> str:
     reg = "n/a" if r["regret_mean_ok"] is None else f"{r['regret_mean_ok']:.5f}"
     return (f"{r['family']:<12}{str(r['refine_radius']):>7}{str(r['accept_ratio']):>6}{r['guide_weight']:>7g}"
-            f"{str(r['max_escapes']):>8}{str(r['max_expansions']):>8} {r['decoder']:<16}{r['n']:>6}"
+            f"{str(r['max_escapes']):>8}{r['backups']:>8}{str(r['max_expansions']):>8} "
+            f"{r['decoder']:<16}{r['n']:>6}"
             f"{r['success']:>9.3f}{reg:>11}{r['work_median']:>10.0f}{r['work_mean']:>11.0f}")
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--families", nargs="+", default=["value256", "value256ft"],
+    ap.add_argument("--families", nargs="+", default=["value256ft"],
                     help="candidate networks: shipped families (shipped:<family>-<seed>) or paths "
                          "with {seed}, e.g. runs/ft-{seed}")
     ap.add_argument("--radii", type=_count, nargs="+", default=[None, 1, 2, 3],
                     help="candidate refine_radius values ('none': no corridor refinement)")
-    ap.add_argument("--ratios", type=_ratio, nargs="+", default=[None, 2.0, 1.6, 1.4, 1.3],
+    ap.add_argument("--ratios", type=_ratio, nargs="+", default=[None, 2.0, 1.4, 1.3],
                     help="candidate accept_ratio values ('none': accept every route)")
     ap.add_argument("--weights", type=float, nargs="+", default=[1.0])
-    ap.add_argument("--escapes", type=_count, nargs="+", default=[0, 4, 32],
+    ap.add_argument("--escapes", type=_count, nargs="+", default=[0, 4],
                     help="candidate max_escapes of the compositions' descent ('none': no limit)")
+    ap.add_argument("--backups", type=int, nargs="+", default=[0, 16, 32, 64],
+                    help="candidate Bellman backups of the field before every stage (0: none)")
     ap.add_argument("--direct-escapes", type=_count, nargs="+",
                     default=[0, 1, 2, 4, 8, 16, 32, 64, None],
                     help="candidate max_escapes of the direct spec (must include 0)")
@@ -172,30 +196,41 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", type=int, nargs="+", default=list(DEFAULT_SEEDS))
     ap.add_argument("--max-regret", type=float, default=0.003)
     ap.add_argument("--out", default=str(REPO / "configs" / "learned256_calibration.json"))
-    args = ap.parse_args(argv)
+    return ap
+
+
+def _sweep(args, guides, tasks, c_star) -> tuple[dict, dict, list, list]:
+    """Every candidate's rows, printed as they come, and the two decisions."""
+    print(f"{'family':<12}{'radius':>7}{'ratio':>6}{'weight':>7}{'escapes':>8}{'backups':>8}{'budget':>8} "
+          f"{'decoder':<16}{'tasks':>6}{'success':>9}{'regret|ok':>11}{'work med':>10}{'work mean':>11}")
+
+    def run(decoder, point, limit, into):
+        into.append(evaluate(guides[point["family"]], tasks, c_star, decoder, point, limit))
+        print(_row_line(into[-1]), flush=True)
+
+    rows = []
+    for values in itertools.product(args.families, args.radii, args.ratios, args.weights, args.escapes,
+                                    args.backups, args.budgets):
+        run("exact_fallback", dict(zip(POINT, values[:-1])), values[-1], rows)
+    point = {k: v for k, v in decide(rows, args.max_regret).items() if k in POINT}
+    for limit in args.budgets:  # the budget decision reads bounded_repair at the decided point only
+        run("bounded_repair", point, limit, rows)
+    pick = decide(rows, args.max_regret)
+    direct_rows = []
+    for n, esc in itertools.product(args.backups, args.direct_escapes):
+        run("direct", {"family": pick["family"], "refine_radius": None, "accept_ratio": None,
+                       "guide_weight": 1.0, "max_escapes": esc, "backups": n}, None, direct_rows)
+    return pick, {"family": pick["family"], **decide_direct(direct_rows)}, rows, direct_rows
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
     spec = load_spec(REPO / "configs" / "learned256_exact_fallback.yaml")
     resolution = spec.resolution
     t0 = time.perf_counter()
     tasks, c_star = load_material(shipped_cohort_root(), resolution, "calibration", args.n)
-    guides = {f: {s: load_guide(checkpoint_ref(f, s)) for s in args.seeds} for f in args.families}
-    rows = []
-    print(f"{'family':<12}{'radius':>7}{'ratio':>6}{'weight':>7}{'escapes':>8}{'budget':>8} {'decoder':<16}"
-          f"{'tasks':>6}{'success':>9}{'regret|ok':>11}{'work med':>10}{'work mean':>11}")
-    grid = itertools.product(args.families, args.radii, args.ratios, args.weights, args.escapes,
-                             args.budgets, ("exact_fallback", "bounded_repair"))
-    for family, radius, ratio, w, esc, limit, decoder in grid:
-        point = {"family": family, "refine_radius": radius, "accept_ratio": ratio, "guide_weight": w,
-                 "max_escapes": esc}
-        rows.append(evaluate(guides[family], tasks, c_star, decoder, point, limit))
-        print(_row_line(rows[-1]), flush=True)
-    pick = decide(rows, args.max_regret)
-    direct_rows = []
-    for esc in args.direct_escapes:
-        point = {"family": pick["family"], "refine_radius": None, "accept_ratio": None, "guide_weight": 1.0,
-                 "max_escapes": esc}
-        direct_rows.append(evaluate(guides[pick["family"]], tasks, c_star, "direct", point, None))
-        print(_row_line(direct_rows[-1]), flush=True)
-    pick_direct = {"family": pick["family"], "max_escapes": decide_direct(direct_rows)}
+    guides = {f: {s: FieldMemo(load_guide(checkpoint_ref(f, s))) for s in args.seeds} for f in args.families}
+    pick, pick_direct, rows, direct_rows = _sweep(args, guides, tasks, c_star)
     decisions = {
         "format": FORMAT, "method": "learned256", "split": "calibration", "resolution": resolution,
         "cost_model": spec.cost_model, "task_variant": spec.task_variant, "n_scenes": len(tasks),
@@ -212,9 +247,9 @@ def main(argv=None) -> int:
     }
     atomic_write_json(args.out, decisions)
     print(f"\ndecided: family {pick['family']}, refine_radius {pick['refine_radius']}, accept_ratio "
-          f"{pick['accept_ratio']}, guide_weight "
-          f"{pick['guide_weight']:g}, max_escapes {pick['max_escapes']}, max_expansions "
-          f"{pick['max_expansions']}; direct: max_escapes {pick_direct['max_escapes']}; "
+          f"{pick['accept_ratio']}, guide_weight {pick['guide_weight']:g}, max_escapes "
+          f"{pick['max_escapes']}, backups {pick['backups']}, max_expansions {pick['max_expansions']}; "
+          f"direct: backups {pick_direct['backups']}, max_escapes {pick_direct['max_escapes']}; "
           f"written to {args.out}")
     print(f"calibration_decisions sha256: {canonical_json_sha256(decisions)}")
     return 0

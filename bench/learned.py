@@ -303,6 +303,9 @@ def main(argv=None) -> int:
     ap.add_argument("--refine-radius", default=None,
                     help="override the specs' refine_radius where they set one ('none': no corridor "
                          "refinement)")
+    ap.add_argument("--backups", type=int, default=None,
+                    help="override the Bellman backups of every learned composition's field, the "
+                         "control's included (0: the network's field alone)")
     ap.add_argument("--budget", type=int, default=None,
                     help="override the repair budget (expansions; default the specs' at their "
                          "resolution, else half the grid)")
@@ -352,6 +355,8 @@ def main(argv=None) -> int:
             kw["accept_ratio"] = None if args.accept_ratio == "none" else float(args.accept_ratio)
         if args.refine_radius is not None and "refine_radius" in kw:
             kw["refine_radius"] = None if args.refine_radius == "none" else int(args.refine_radius)
+        if args.backups is not None:
+            kw["backups"] = args.backups
         if b.max_expansions is not None:
             b = dataclasses.replace(b, max_expansions=limit)
         return kw, b
@@ -390,11 +395,13 @@ def main(argv=None) -> int:
         specs["bounded_repair"].kwargs_for_seed(seeds[0]).get("refine_radius")
     escapes = {d: specs[d].kwargs_for_seed(seeds[0]).get("max_escapes", 0)
                for d in ("direct", "bounded_repair")}
+    backups = {d: args.backups if args.backups is not None else
+               specs[d].kwargs_for_seed(seeds[0]).get("backups", 0) for d in ("direct", "bounded_repair")}
     print(f"learned: specs configs/{args.specs}_*.yaml, checkpoints "
           f"{', '.join(checkpoint_of(s) for s in seeds)} "
-          f"({how}), guide_weight {weight:g}, accept_ratio {ratio}, refine_radius {radius} and "
-          f"max_escapes {escapes['bounded_repair']} (repair compositions), max_escapes "
-          f"{escapes['direct']} (direct), "
+          f"({how}), guide_weight {weight:g}, accept_ratio {ratio}, refine_radius {radius}, "
+          f"max_escapes {escapes['bounded_repair']} and backups {backups['bounded_repair']} (repair "
+          f"compositions), max_escapes {escapes['direct']} and backups {backups['direct']} (direct), "
           f"repair budget "
           f"{limit} expansions (request budget of bounded_repair / guided_astar / prediction_free / "
           f"bounded A*); plain A* ('astar') under {full} = {resolution}^2 expansions; classical "

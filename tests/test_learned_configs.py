@@ -109,10 +109,10 @@ def test_the_256_specs_carry_the_operating_point_frozen_on_calibration():
     """configs/learned256_calibration.json (bench/calibrate_learned.py): made on the
     calibration split with shipped checkpoints, its decision picked by its own rule from
     its own sweep, and the specs' network, refine_radius, accept_ratio, guide_weight,
-    max_escapes and repair budget are the decided ones (the direct spec's max_escapes its
-    own decision)."""
+    max_escapes, backups and repair budget are the decided ones (the direct spec's backups
+    and max_escapes its own decision)."""
     cal = json.loads(CALIBRATION.read_text())
-    assert cal["format"] == "passage-jax-learned-calibration-v4"
+    assert cal["format"] == "passage-jax-learned-calibration-v5"
     assert cal["split"] == "calibration" and cal["resolution"] == 256 and cal["seeds"] == list(SEEDS)
     for family, by_seed in cal["checkpoints"].items():  # every candidate calibrated is shipped
         for seed in SEEDS:
@@ -122,8 +122,7 @@ def test_the_256_specs_carry_the_operating_point_frozen_on_calibration():
     from calibrate_learned import decide, decide_direct  # noqa: PLC0415
     decided = cal["decided"]
     assert decided == decide(cal["sweep"], cal["max_regret"])
-    assert cal["decided_direct"] == {"family": decided["family"],
-                                     "max_escapes": decide_direct(cal["sweep_direct"])}
+    assert cal["decided_direct"] == {"family": decided["family"], **decide_direct(cal["sweep_direct"])}
     assert {r["family"] for r in cal["sweep_direct"]} == {decided["family"]}
     assert FAMILIES["learned256"][1] == decided["family"]
     specs = {d: _spec(d, "learned256") for d in DECODERS}
@@ -132,18 +131,20 @@ def test_the_256_specs_carry_the_operating_point_frozen_on_calibration():
             kw = specs[d].kwargs_for_seed(seed)
             assert kw["checkpoint"] == f"shipped:{decided['family']}-{seed}"
             assert (kw["guide_weight"], kw["max_expansions"], kw.get("accept_ratio"),
-                    kw.get("refine_radius"), kw.get("max_escapes", 0)) == \
+                    kw.get("refine_radius"), kw.get("max_escapes", 0), kw.get("backups", 0)) == \
                 (decided["guide_weight"], decided["max_expansions"], decided["accept_ratio"],
-                 decided["refine_radius"], decided["max_escapes"])
+                 decided["refine_radius"], decided["max_escapes"], decided["backups"])
         assert specs["direct"].kwargs_for_seed(seed)["checkpoint"] == f"shipped:{decided['family']}-{seed}"
         for key in ("accept_ratio", "refine_radius"):  # a descent alone: see the spec
             assert key not in specs["direct"].kwargs_for_seed(seed)
-        assert specs["direct"].kwargs_for_seed(seed).get("max_escapes", 0) == \
-            cal["decided_direct"]["max_escapes"]
+        dkw = specs["direct"].kwargs_for_seed(seed)
+        assert (dkw.get("max_escapes", 0), dkw.get("backups", 0)) == \
+            (cal["decided_direct"]["max_escapes"], cal["decided_direct"]["backups"])
         pf = specs["prediction_free"].kwargs_for_seed(seed)  # the control: same machinery and budget
         assert (pf["max_expansions"], pf.get("accept_ratio"), pf.get("refine_radius"),
-                pf.get("max_escapes", 0)) == (decided["max_expansions"], decided["accept_ratio"],
-                                              decided["refine_radius"], decided["max_escapes"])
+                pf.get("max_escapes", 0), pf.get("backups", 0)) == \
+            (decided["max_expansions"], decided["accept_ratio"], decided["refine_radius"],
+             decided["max_escapes"], decided["backups"])
     assert specs["bounded_repair"].budget.max_expansions == decided["max_expansions"]
     from passage_jax.run.provenance import canonical_json_sha256  # noqa: PLC0415
     quoted = f"canonical-JSON sha256 {canonical_json_sha256(cal)}"
@@ -192,26 +193,38 @@ def test_learned_config_plans_a_shipped_request(dec, seed, prefix, shipped_reque
 
 def test_the_calibration_rules_on_hand_made_rows():
     """bench/calibrate_learned.py's rules: exact_fallback's least median work among the
-    candidates within the regret target (else the least regret), the budget of best
-    bounded_repair success at that point; direct's most successful max_escapes among those
-    within twice the strict descent's regret (ties: fewer escapes, None counting most)."""
+    candidates within the regret target (else the least regret; ties: less regret, then
+    fewer backups), the budget of best bounded_repair success at that point; direct's most
+    successful (backups, max_escapes) among those within twice the strict descent's regret
+    on the network's field (ties: fewer backups, then fewer escapes, None counting most)."""
     import sys  # noqa: PLC0415
     sys.path.insert(0, str(REPO / "bench"))
     from calibrate_learned import decide, decide_direct  # noqa: PLC0415
 
-    def row(decoder, esc, success, regret, work, budget=100):
+    def row(decoder, esc, success, regret, work, budget=100, backups=0):
         return {"decoder": decoder, "family": "f", "refine_radius": None, "accept_ratio": None,
-                "guide_weight": 1.0, "max_escapes": esc, "max_expansions": budget, "n": 10,
-                "success": success, "regret_mean_ok": regret, "work_median": work, "work_mean": work}
+                "guide_weight": 1.0, "max_escapes": esc, "backups": backups, "max_expansions": budget,
+                "n": 10, "success": success, "regret_mean_ok": regret, "work_median": work,
+                "work_mean": work}
     rows = [row("exact_fallback", 0, 1.0, 0.002, 900), row("exact_fallback", 4, 1.0, 0.0029, 500),
             row("exact_fallback", 8, 1.0, 0.004, 100), row("exact_fallback", None, 0.9, 0.0, 50),
             row("bounded_repair", 4, 0.8, 0.01, 500, 100), row("bounded_repair", 4, 0.9, 0.01, 600, 200)]
     assert decide(rows, 0.003) == {"family": "f", "refine_radius": None, "accept_ratio": None,
-                                   "guide_weight": 1.0, "max_escapes": 4, "max_expansions": 200}
+                                   "guide_weight": 1.0, "max_escapes": 4, "backups": 0,
+                                   "max_expansions": 200}
     assert decide(rows, 0.001)["max_escapes"] == 0  # none within: the least regret
+    tie = rows + [row("exact_fallback", 4, 1.0, 0.0029, 500, backups=16),
+                  row("exact_fallback", 0, 1.0, 0.001, 400, backups=64)]
+    assert decide(tie, 0.003)["backups"] == 64  # less work wins over fewer backups
+    assert decide(tie[:-1], 0.003)["backups"] == 0  # equal work and regret: fewer backups
     direct = [row("direct", 0, 0.5, 0.05, 100), row("direct", 4, 0.7, 0.09, 100),
               row("direct", 16, 0.7, 0.08, 100), row("direct", None, 0.9, 0.2, 100)]
-    assert decide_direct(direct) == 4  # None is past twice 0.05; 4 and 16 tie on success
-    assert decide_direct(direct[:1] + direct[3:]) == 0
+    assert decide_direct(direct) == {"backups": 0, "max_escapes": 4}  # None is past twice 0.05
+    assert decide_direct(direct[:1] + direct[3:]) == {"backups": 0, "max_escapes": 0}
+    more = direct + [row("direct", 4, 0.7, 0.02, 100, backups=32), row("direct", 0, 0.95, 0.101, 100,
+                                                                       backups=64)]
+    assert decide_direct(more) == {"backups": 0, "max_escapes": 4}  # 64's regret is past the cap
+    more[-1]["regret_mean_ok"] = 0.1
+    assert decide_direct(more) == {"backups": 64, "max_escapes": 0}
     with pytest.raises(SystemExit):
         decide_direct(direct[1:])

@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 from passage_jax.graph import GraphSpec, edge_cost_field_np, route_cost, route_problem
+from passage_jax.graph.moves import MOVES
 from passage_jax.learned.decoders import (
+    bellman_backups,
     bounded_repair,
     check_field,
     corridor_refine,
@@ -16,6 +18,7 @@ from passage_jax.learned.decoders import (
     exact_fallback,
     octile_field,
     prediction_free,
+    request_cost_field,
 )
 from passage_jax.learned.planner import LearnedPlanner, guide_from_flax, make_planner
 from passage_jax.protocol import BudgetSpec, PlanRequest, as_planner, build_request, load_planner
@@ -620,3 +623,93 @@ def test_max_escapes_in_the_planner(req):
     with pytest.raises(ValueError, match="max_escapes"):
         make_planner(guide=_perfect, decoder="guided_astar", max_escapes=2)
     assert make_planner(guide=_perfect, max_escapes=None).max_escapes is None
+
+
+def _written_out_backup(values, cost, goal):
+    """One Bellman backup cell by cell, neighbour by neighbour (independent of the kernel)."""
+    h, w = values.shape
+    out = np.full((h, w), np.inf)
+    for r in range(h):
+        for c in range(w):
+            for k, (dr, dc) in enumerate(MOVES.tolist()):
+                rr, cc = r + dr, c + dc
+                if 0 <= rr < h and 0 <= cc < w:
+                    out[r, c] = min(out[r, c], cost[k, r, c] + values[rr, cc])
+    out[goal] = 0.0
+    return out
+
+
+def test_bellman_backups_are_the_written_out_operator():
+    r = _request(7, n=12)
+    cost = request_cost_field(r)
+    field = np.random.default_rng(0).uniform(0, 5000, r.shape)
+    field[r.obstacles] = np.inf
+    expect = field.copy()
+    for k in range(1, 6):
+        expect = _written_out_backup(expect, cost, tuple(r.goal))
+        got = bellman_backups(field, r, backups=k)
+        assert np.array_equal(np.isinf(got), np.isinf(expect))
+        np.testing.assert_allclose(got[np.isfinite(got)], expect[np.isfinite(expect)], rtol=1e-12)
+    assert np.array_equal(bellman_backups(field, r, backups=0), field)
+    for bad in (-1, 1.5, None, True):
+        with pytest.raises(ValueError, match="backups"):
+            bellman_backups(field, r, backups=bad)
+
+
+def test_bellman_backups_make_an_overestimate_exact_within_k_steps(req):
+    """The exact cost-to-go is the fixed point; a field above it everywhere becomes exact
+    on every cell whose optimal descent reaches the goal in at most k steps, and never
+    drops below it (T is monotone)."""
+    v = _perfect(req)
+    cost = request_cost_field(req)
+    np.testing.assert_allclose(bellman_backups(v, req, backups=3)[np.isfinite(v)], v[np.isfinite(v)],
+                               rtol=1e-12)
+    steps = np.full(v.shape, -1)  # steps of the greedy descent on v (an optimal route)
+    steps[tuple(req.goal)] = 0
+    order = np.argsort(np.where(np.isfinite(v), v, np.inf), axis=None)
+    for flat in order:
+        cell = np.unravel_index(flat, v.shape)
+        if not np.isfinite(v[cell]) or cell == tuple(req.goal):
+            continue
+        q = [cost[k][cell] + (v[cell[0] + dr, cell[1] + dc] if 0 <= cell[0] + dr < v.shape[0]
+                              and 0 <= cell[1] + dc < v.shape[1] else np.inf)
+             for k, (dr, dc) in enumerate(MOVES.tolist())]
+        k = int(np.argmin(q))
+        steps[cell] = steps[cell[0] + MOVES[k][0], cell[1] + MOVES[k][1]] + 1
+    over = np.where(np.isfinite(v), v * 1.3 + 500.0, np.inf)
+    over[tuple(req.goal)] = 0.0
+    for k in (4, 12):
+        got = bellman_backups(over, req, backups=k)
+        near = np.isfinite(v) & (steps <= k)
+        np.testing.assert_allclose(got[near], v[near], rtol=1e-12)
+        assert (got[np.isfinite(v)] >= v[np.isfinite(v)] * (1 - 1e-12)).all()
+        assert (got[np.isfinite(v) & (steps > k)] > v[np.isfinite(v) & (steps > k)]).any()
+
+
+def test_backups_in_the_planner(req):
+    """The planner's backups reach every stage's field (the control's octile field too) and
+    are recorded beside the work, not in it."""
+    field, _ = _pit(req, depth=1000)  # a pit the descent cannot leave, filled by 40 backups
+    assert direct(field, req).status == "no_path"
+    assert direct(bellman_backups(field, req, backups=20), req).status == "no_path"
+    n = 40
+    swept = bellman_backups(field, req, backups=n)
+    res = normalise_result(LearnedPlanner(lambda r: field, decoder="direct", backups=n).plan(req))
+    want = direct(swept, req)
+    assert res.status == want.status == "ok" and np.array_equal(res.path, want.path)
+    assert res.work["expansions"] == want.work["expansions"]
+    assert res.resource_peaks["backup_cell_updates"] == n * field.size
+    assert res.resource_peaks["backups_ms"] >= 0
+    pf = normalise_result(LearnedPlanner(None, decoder="prediction_free", max_expansions=4096,
+                                         backups=n).plan(req))
+    pf_want = direct(bellman_backups(octile_field(req), req, backups=n), req)
+    if pf_want.status == "ok":
+        assert pf.route_stage == "primary" and np.array_equal(pf.path, pf_want.path)
+    else:
+        assert pf.route_stage == "repair"
+    plain = normalise_result(LearnedPlanner(lambda r: field, decoder="direct").plan(req))
+    assert "backup_cell_updates" not in plain.resource_peaks
+    for bad in (-1, 0.5, None, "8"):
+        with pytest.raises(ValueError, match="backups"):
+            make_planner(guide=_perfect, backups=bad)
+    assert make_planner(guide=_perfect, decoder="guided_astar", backups=3).backups == 3

@@ -37,6 +37,10 @@ returned is legal on it.
   route itself lies in the corridor, so the refined route never costs more; the
   counters are the corridor search's. A planner stage that refines its route charges
   this work to itself.
+* :func:`bellman_backups` — ``k`` Bellman backups of a field on the request's own graph
+  (``T^k field``, ``(T V)(u) = min_v c(u, v) + V(v)``, 0 at the goal): a fixed
+  value-iteration head after the guide, each backup reaching one cell further (a jitted
+  kernel; the planner's ``backups`` option).
 * :func:`acceptance` — the acceptance test of a route: its cost against ``ratio``
   times the octile bound at the start (a message when it fails, else ``None``).
 * :func:`exact_fallback` — an exact reference solver on the request's own graph:
@@ -48,22 +52,27 @@ returned is legal on it.
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 from scipy import ndimage
 
 from passage_jax.checks import is_int
 from passage_jax.graph.costs import edge_cost_field_np
+from passage_jax.graph.grid import bellman_backup
 from passage_jax.graph.moves import MOVES, STEP_PIXELS
 from passage_jax.learned.model import octile_grid
+from passage_jax.precision import kernel_dtype, kernel_x64
 from passage_jax.protocol.contracts import SEARCH_STATUS, PlanRequest, work_counters
 from passage_jax.reference.search import search
 from passage_jax.reference.vi import solve_batch
 
 __all__ = ["DecodeResult", "START_FROM", "FALLBACK_SOLVERS", "check_field", "request_cost_field",
-           "octile_field", "route_cost_on", "acceptance", "corridor_refine",
+           "octile_field", "bellman_backups", "route_cost_on", "acceptance", "corridor_refine",
            "direct", "bounded_repair", "prediction_free", "exact_fallback"]
 
 #: Where :func:`bounded_repair` starts its search.
@@ -121,6 +130,40 @@ def octile_field(request: PlanRequest, *, cost_field: np.ndarray | None = None) 
     scale = max(0.0, float(per_metre[finite].min())) if finite.any() else 1.0
     octile = octile_grid((h, w), request.goal, np.float64, xp=np)
     return octile * request.graph.pixel_size_m * scale
+
+
+@functools.partial(jax.jit, static_argnames="backups")
+def _backups_kernel(values, edge_costs, goal_mask, backups: int):
+    """``backups`` Jacobi applications of the Bellman operator (0 at the goal)."""
+    def body(_, v):
+        return jnp.where(goal_mask, jnp.zeros_like(v), bellman_backup(v, edge_costs))
+    return jax.lax.fori_loop(0, backups, body, values)
+
+
+def bellman_backups(field, request: PlanRequest, *, backups: int,
+                    cost_field: np.ndarray | None = None) -> np.ndarray:
+    """``T^k field`` for ``k = backups`` (a non-negative integer) on the request's own edge
+    costs, as a float64 (H, W) array: ``(T V)(u) = min over legal moves u -> v of
+    c(u, v) + V(v)``, 0 at the goal, +inf where no legal move leads to a finite value
+    (obstacles included). Jacobi backups (every cell from the previous field), so after k
+    of them a cell's value is the cheapest k-step walk plus the field where the walk ends:
+    a field that never underestimates becomes exact on every cell whose optimal route to
+    the goal has at most k steps, and a local minimum of the field is raised by one step's
+    cost per backup. Runs as one jitted kernel in the kernels' precision
+    (:func:`passage_jax.precision.kernel_x64`); 16·k·H·W floating operations."""
+    if not (is_int(backups) and backups >= 0):
+        raise ValueError(f"backups={backups!r} must be a non-negative integer")
+    f = check_field(field, request)
+    if backups == 0:
+        return f
+    cost_field = _costs(request, cost_field)
+    goal = np.zeros(f.shape, bool)
+    goal[tuple(request.goal)] = True
+    with kernel_x64():
+        dt = kernel_dtype()
+        out = _backups_kernel(jnp.asarray(f, dt), jnp.asarray(cost_field, dt), jnp.asarray(goal),
+                              int(backups))
+        return np.asarray(out, np.float64)
 
 
 #: index into MOVES of the step (dr, dc), at [dr + 1, dc + 1]

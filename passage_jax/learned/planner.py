@@ -53,6 +53,14 @@ up to e times (None: no limit): where its Bellman choice is a cell it has visite
 to the best unvisited neighbour instead (:func:`~passage_jax.learned.decoders.direct`). The
 route never repeats a cell; the steps count as the descent's expansions as any other.
 
+``backups`` k (default 0: none) passes the guide's field through k Bellman backups on the
+request's own graph before any stage reads it (:func:`~passage_jax.learned.decoders.bellman_backups`,
+``T^k field``: a fixed value-iteration head, one jitted kernel of 16·k·H·W floating
+operations, each backup reaching one cell further): it raises the field's local minima and
+makes it exact near the goal. ``prediction_free`` passes its octile field through the same
+head (same machinery). The backups are dense device work, not search: they are not
+expansions; ``resource_peaks`` records ``backup_cell_updates`` (k·H·W) and ``backups_ms``.
+
 Budgets: the repair's expansion limit is the tighter of ``max_expansions`` and
 what the request's ``budget.max_expansions`` leaves after the primary stage (one
 budget for the whole request); the descent is bounded by ``max_steps`` and the
@@ -63,7 +71,7 @@ Accounting: ``stage_work`` holds the contract §6 counters of each stage that ra
 stage that did not run is absent), ``work`` their totals (sums; ``live_states``
 the maximum), ``route_stage`` the stage whose route is returned (``None`` on
 failure). The guide is called once per request; ``resource_peaks`` records
-``forward_ms`` (the guide call) and ``decode_ms`` (all decoder stages).
+``forward_ms`` (the guide call) and ``decode_ms`` (the backups and all decoder stages).
 """
 from __future__ import annotations
 
@@ -80,6 +88,7 @@ from passage_jax.learned.decoders import (
     START_FROM,
     DecodeResult,
     acceptance,
+    bellman_backups,
     bounded_repair,
     corridor_refine,
     direct,
@@ -100,7 +109,7 @@ DECODERS = ("direct", "bounded_repair", "prediction_free", "exact_fallback", "gu
 #: ``inference_kwargs`` :func:`make_planner` takes.
 INFERENCE_KWARGS = ("checkpoint", "guide", "dtype", "decoder", "max_expansions", "max_steps",
                     "start_from", "fallback_solver", "guide_weight", "accept_ratio", "refine_radius",
-                    "max_escapes",
+                    "max_escapes", "backups",
                     "tile", "stride", "hflip", "blend", "stitch")
 #: Tiled-inference keys of ``inference_kwargs`` (used when ``tile`` is set).
 _TILING_KWARGS = ("tile", "stride", "hflip", "blend", "stitch")
@@ -136,7 +145,7 @@ class PlannerOptions:
     ``start_from`` (:data:`~passage_jax.learned.decoders.START_FROM`), ``fallback_solver``
     (:data:`~passage_jax.learned.decoders.FALLBACK_SOLVERS`), ``guide_weight`` (in [0, 1]),
     ``accept_ratio`` (a finite number >= 1 or None), ``max_escapes`` (a non-negative integer,
-    or None: no limit)."""
+    or None: no limit), ``backups`` (a non-negative integer)."""
 
     decoder: str = "direct"
     max_expansions: int | None = None
@@ -147,6 +156,7 @@ class PlannerOptions:
     accept_ratio: float | None = None
     refine_radius: int | None = None
     max_escapes: int | None = 0
+    backups: int = 0
 
     def __post_init__(self):
         decoder, start_from = self.decoder, self.start_from
@@ -180,8 +190,10 @@ class PlannerOptions:
         if esc != 0 and decoder == "guided_astar":
             raise ValueError("learned planner: max_escapes applies to a descent; decoder='guided_astar' "
                              "has none")
+        if not (is_int(self.backups) and self.backups >= 0):
+            raise ValueError(f"learned planner: backups={self.backups!r} must be a non-negative integer")
         normal = {"guide_weight": float(w), "accept_ratio": None if ratio is None else float(ratio),
-                  "max_escapes": None if esc is None else int(esc)}
+                  "max_escapes": None if esc is None else int(esc), "backups": int(self.backups)}
         for name in ("max_expansions", "max_steps", "refine_radius"):
             normal[name] = _positive(name, getattr(self, name))
         for name, value in normal.items():
@@ -264,6 +276,8 @@ class LearnedPlanner:
         cost_field = request_cost_field(request)
         if field is None:
             field = octile_field(request, cost_field=cost_field)
+        field = bellman_backups(field, request, backups=self.backups, cost_field=cost_field)
+        t_head = time.perf_counter()
         stage_work: dict = {}
         messages: list = []
         skipped = False
@@ -302,6 +316,9 @@ class LearnedPlanner:
         if not ok and not skipped:
             messages.append(f"{stage}: {out.message}")
         peaks = {"forward_ms": (t1 - t0) * 1000.0, "decode_ms": (t2 - t1) * 1000.0}
+        if self.backups:
+            peaks.update(backups_ms=(t_head - t1) * 1000.0,
+                         backup_cell_updates=float(self.backups * field.size))
         return PlanResult(path=out.path if ok else None, status=out.status,
                           work=accumulate_stages(stage_work), stage_work=stage_work,
                           precision=self.precision, resource_peaks=peaks,
@@ -311,7 +328,8 @@ class LearnedPlanner:
         return (f"LearnedPlanner({self.guide!r}, decoder={self.decoder!r}, "
                 f"max_expansions={self.max_expansions}, start_from={self.start_from!r}, "
                 f"guide_weight={self.guide_weight}, accept_ratio={self.accept_ratio}, "
-                f"refine_radius={self.refine_radius}, max_escapes={self.max_escapes})")
+                f"refine_radius={self.refine_radius}, max_escapes={self.max_escapes}, "
+                f"backups={self.backups})")
 
 
 def make_planner(**inference_kwargs) -> LearnedPlanner:
