@@ -3,39 +3,46 @@ freeze it (seed 000 §4: decisions are tuned on calibration and frozen before a 
 
 On the shipped cohort's ``calibration`` split at 256x256 (elevation cost, obstacles,
 24 scenes), for each candidate network family (``--families``: the three seeds'
-checkpoints ``shipped:<family>-<seed>``, by default ``value256`` — the U-Net of
-configs/train_value256.yaml — and ``value256ft``, its 256x256 fine-tune), the
-``exact_fallback`` and ``bounded_repair`` compositions of ``configs/learned256_*.yaml``
-plan every task at each candidate ``refine_radius`` (each guided stage's route refined by
-the exact search of the corridor of that Chebyshev radius around it; ``none``: no
-refinement), ``accept_ratio`` (a guided route costing more than that times the octile
+checkpoints ``shipped:<family>-<seed>``; by default ``value256ft``, the 256x256 fine-tune of
+the U-Net of configs/train_value256.yaml — ``value256`` itself, a candidate of the v2–v4
+sweeps, never came near it), the ``exact_fallback`` composition of
+``configs/learned256_*.yaml`` plans every task at each candidate ``backups`` (the Bellman
+backups of the field before every stage, a fixed value-iteration head: 0, 8, 16, 32, 64 —
+at most a quarter of the scene's side: with 128 the octile bound alone, no network, already
+descends to the goal on 92 % of these tasks, so the head rather than the network would be
+solving them; at 64 it does on 62 %, the network's field on 94 %), ``refine_radius`` (each
+guided stage's route refined by the exact search of the corridor of that Chebyshev radius
+around it; ``none``: no refinement), ``accept_ratio`` (a guided route costing more than that times the octile
 bound is rejected and handed to the next stage; ``none`` accepts every route),
 ``guide_weight`` (the guided A* stages' heuristic ``w * field + (1 - w) * octile``),
 ``max_escapes`` (``--escapes``: how many times each descent may step to its best unvisited
 neighbour where its Bellman choice was visited; 0 is the strict descent) and repair
-budget; then ``direct`` plans every task with the decided family at each candidate
-``max_escapes`` (``--direct-escapes``). The routes are scored against the exact
-references (float64 value iteration) as in ``bench/learned.py``.
+budget, and ``bounded_repair`` at the decided point under each budget; then ``direct`` plans
+every task with the decided family at each candidate ``backups`` and ``max_escapes``
+(``--direct-escapes``). Each task's field is computed once per checkpoint (``FieldMemo``).
+The routes are scored against the exact references (float64 value iteration) as in
+``bench/learned.py``.
 
-The rule (:data:`RULE`): the family, radius, accept_ratio, weight and escapes from
+The rule (:data:`RULE`): the family, radius, accept_ratio, weight, escapes and backups from
 ``exact_fallback`` — among its candidates whose mean regret over every seed's tasks is at
 most ``--max-regret`` (0.003, the target) the one with the least median total work
-(expansions over every stage; ties: less regret); when none qualifies, the one with the
+(expansions over every stage; ties: less regret, then fewer backups); when none qualifies, the one with the
 least mean regret (ties: less work) — and for that point the budget under which
 ``bounded_repair`` succeeds most often (ties: the smaller); the direct spec's
-``max_escapes``: the candidate under which ``direct`` succeeds most often among those whose
-mean regret over its successes is at most twice the strict descent's (ties: fewer
-escapes). The rule is the one of the earlier sweeps, with the escapes one more candidate
-key and the direct spec's one decision added. The decision, the rule, every candidate
-checkpoint's sha256 and the whole sweep are written to ``--out`` (default
+``backups`` and ``max_escapes``: the candidate under which ``direct`` succeeds most often
+among those whose mean regret over its successes is at most twice the strict descent's on
+the network's own field (ties: fewer backups, then fewer escapes). The rule is the one of
+the earlier sweeps, with the backups one more candidate key. The decision, the rule, every
+candidate checkpoint's sha256 and the whole sweep are written to ``--out`` (default
 ``configs/learned256_calibration.json``, its canonical-JSON sha256 printed: the specs quote
 it and ``tests/test_learned_configs.py`` checks that the specs' checkpoints,
-``refine_radius``, ``accept_ratio``, ``guide_weight``, ``max_escapes`` and ``max_expansions``
-are the decided ones)::
+``refine_radius``, ``accept_ratio``, ``guide_weight``, ``max_escapes``, ``backups`` and
+``max_expansions`` are the decided ones)::
 
-    python bench/calibrate_learned.py                    # the full sweep (~20 min on 2 cores)
+    python bench/calibrate_learned.py --backups 0 8 16 32 64  # the sweep of v5 (~6 min on 2 cores)
     python bench/calibrate_learned.py --families value256 --weights 1 0.5 --ratios none 1.3 \\
-        --radii none 2 --escapes 0 8 --direct-escapes 0 8 --budgets 4096 --n 8 --out /tmp/c.json
+        --radii none 2 --escapes 0 8 --backups 0 16 --direct-escapes 0 8 --budgets 4096 --n 8 \\
+        --out /tmp/c.json
 """
 from __future__ import annotations
 
@@ -186,7 +193,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--weights", type=float, nargs="+", default=[1.0])
     ap.add_argument("--escapes", type=_count, nargs="+", default=[0, 4],
                     help="candidate max_escapes of the compositions' descent ('none': no limit)")
-    ap.add_argument("--backups", type=int, nargs="+", default=[0, 16, 32, 64],
+    ap.add_argument("--backups", type=int, nargs="+", default=[0, 8, 16, 32, 64],
                     help="candidate Bellman backups of the field before every stage (0: none)")
     ap.add_argument("--direct-escapes", type=_count, nargs="+",
                     default=[0, 1, 2, 4, 8, 16, 32, 64, None],

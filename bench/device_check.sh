@@ -58,6 +58,7 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
     | tee "$out/reference_jacobi.log"
   python3 bench/stats.py 2>&1 | tee "$out/stats.log"
   python3 bench/metrics.py 2>&1 | tee "$out/metrics.log"
+  python3 bench/bellman_head.py 2>&1 | tee "$out/bellman_head.log"
   python3 bench/compile_counts.py 2>&1 | tee "$out/compile_counts.log"
   python3 bench/prefetch.py 2>&1 | tee "$out/prefetch.log"
   # score end to end on the accelerator (this code only: the device copy has no git history)
