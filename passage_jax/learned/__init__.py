@@ -14,6 +14,7 @@ from passage_jax.learned.checkpoint import (
 )
 from passage_jax.learned.decoders import (
     DecodeResult,
+    bellman_backups,
     bounded_repair,
     direct,
     exact_fallback,
@@ -31,6 +32,7 @@ __all__ = [
     "NetworkGuide", "load_guide", "shipped_checkpoint",
     "FEATURE_NAMES", "ValueFieldNet", "feature_grid", "features",
     "DecodeResult", "direct", "bounded_repair", "prediction_free", "exact_fallback", "octile_field",
+    "bellman_backups",
     "DECODERS", "LearnedPlanner", "make_planner", "guide_from_flax",
     "CANONICAL_TILING", "tiled_apply", "tiling_protocol",
 ]

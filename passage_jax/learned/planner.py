@@ -276,8 +276,9 @@ class LearnedPlanner:
         cost_field = request_cost_field(request)
         if field is None:
             field = octile_field(request, cost_field=cost_field)
-        field = bellman_backups(field, request, backups=self.backups, cost_field=cost_field)
         t_head = time.perf_counter()
+        field = bellman_backups(field, request, backups=self.backups, cost_field=cost_field)
+        head_ms = (time.perf_counter() - t_head) * 1000.0
         stage_work: dict = {}
         messages: list = []
         skipped = False
@@ -317,7 +318,7 @@ class LearnedPlanner:
             messages.append(f"{stage}: {out.message}")
         peaks = {"forward_ms": (t1 - t0) * 1000.0, "decode_ms": (t2 - t1) * 1000.0}
         if self.backups:
-            peaks.update(backups_ms=(t_head - t1) * 1000.0,
+            peaks.update(backups_ms=head_ms,
                          backup_cell_updates=float(self.backups * field.size))
         return PlanResult(path=out.path if ok else None, status=out.status,
                           work=accumulate_stages(stage_work), stage_work=stage_work,
@@ -325,11 +326,9 @@ class LearnedPlanner:
                           message=None if ok else "; ".join(messages), route_stage=stage if ok else None)
 
     def __repr__(self):
-        return (f"LearnedPlanner({self.guide!r}, decoder={self.decoder!r}, "
-                f"max_expansions={self.max_expansions}, start_from={self.start_from!r}, "
-                f"guide_weight={self.guide_weight}, accept_ratio={self.accept_ratio}, "
-                f"refine_radius={self.refine_radius}, max_escapes={self.max_escapes}, "
-                f"backups={self.backups})")
+        settings = ", ".join(f"{f.name}={getattr(self.options, f.name)!r}"
+                             for f in dataclasses.fields(self.options))
+        return f"LearnedPlanner({self.guide!r}, {settings})"
 
 
 def make_planner(**inference_kwargs) -> LearnedPlanner:
