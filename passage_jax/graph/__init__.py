@@ -19,6 +19,7 @@ from passage_jax.graph.costs import (
     step_cost,
 )
 from passage_jax.graph.grid import (
+    TIE_RTOL,
     bellman_backup,
     cell_mask,
     descent_policy,
@@ -41,6 +42,7 @@ __all__ = [
     "MOVES", "DIAGONAL", "STEP_PIXELS", "move_index",
     # grid operators
     "shift", "neighbours", "cell_mask", "move_values", "bellman_backup", "descent_policy",
+    "TIE_RTOL",
     # graph spec and objectives
     "GraphSpec", "OBJECTIVES", "VARIANTS", "OBJECTIVE_COLUMN",
     # cost models and edge-cost fields

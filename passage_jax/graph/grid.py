@@ -12,8 +12,9 @@ NumPy for host code) and are pure and jittable under ``jax.numpy``.
   Dijkstra's order (step cost plus the successor's cost-to-go);
 * :func:`bellman_backup` — ``min_k Q[k, u]`` (the Bellman operator without the goal
   condition);
-* :func:`descent_policy` — the first ``k`` in ``MOVES`` order among the exact
-  minima of ``Q`` (the fixed tie-break), with the backed-up value.
+* :func:`descent_policy` — the first ``k`` in ``MOVES`` order among the moves whose
+  ``Q`` is within :data:`TIE_RTOL` of the minimum (the route tie rule), with the
+  backed-up value.
 
 Users: the edge-cost fields (``passage_jax.graph.costs``), the reference value
 iteration (``passage_jax.reference.vi``) and the field diagnostics
@@ -25,7 +26,16 @@ import jax.numpy as jnp
 
 from passage_jax.graph.moves import MOVES
 
-__all__ = ["shift", "neighbours", "cell_mask", "move_values", "bellman_backup", "descent_policy"]
+__all__ = ["shift", "neighbours", "cell_mask", "move_values", "bellman_backup", "descent_policy",
+           "TIE_RTOL"]
+
+#: The route tie rule's tolerance (``docs/reference.md`` § Route extraction): a move whose
+#: total ``C[k, u] + V(u + MOVES[k])`` is within ``TIE_RTOL * |best|`` of the cell's best
+#: total is tied with it, and a tie goes to the earliest move in ``MOVES`` order. Float
+#: noise in a converged float64 or double-float field is below 1e-12 relative at every
+#: shipped resolution; a route that takes a tied move at each of its n steps costs at
+#: most ``n * TIE_RTOL`` relative above c* (4e-7 at n = 4,096).
+TIE_RTOL = 1e-10
 
 
 def shift(a, d_row: int, d_col: int, fill, xp=jnp):
@@ -75,16 +85,23 @@ def bellman_backup(values, edge_costs, xp=jnp):
     return best
 
 
-def descent_policy(values, edge_costs, xp=jnp):
-    """Greedy descent on ``V``: ``(move, backup)`` per cell, ``move`` (int32) the first
-    index into ``MOVES`` among the exact minima of ``C[k, u] + V(u + MOVES[k])`` (ties go
-    to the earlier move; a NaN counts as the minimum, as in ``argmin``) and ``backup``
-    that minimum (:func:`bellman_backup`)."""
-    best = _move_value(values, edge_costs, 0, xp)
+def descent_policy(values, edge_costs, xp=jnp, rtol: float = TIE_RTOL):
+    """Greedy descent on ``V``: ``(move, backup)`` per cell. ``backup`` is the minimum
+    ``best`` of ``Q[k, u] = C[k, u] + V(u + MOVES[k])`` (:func:`bellman_backup`); ``move``
+    (int32) is the first index into ``MOVES`` whose ``Q`` lies within ``rtol * |best|``
+    of it (the route tie rule, ``docs/reference.md``): moves whose totals differ by
+    float noise alone are tied, and the tie goes to the earlier move whatever the order
+    of the additions, the backend or the precision path. A NaN counts as the minimum
+    (the first NaN move, as in ``argmin``); a cell without a legal move backs up +inf
+    and takes move 0."""
+    qs = [_move_value(values, edge_costs, k, xp) for k in range(len(MOVES))]
+    best = qs[0]
+    for q in qs[1:]:
+        best = xp.minimum(best, q)  # NaN propagates
+    bound = best + rtol * xp.abs(best)
+    nan = xp.isnan(best)
     move = xp.zeros(best.shape, xp.int32)
-    for k in range(1, len(MOVES)):
-        q = _move_value(values, edge_costs, k, xp)
-        better = (q < best) | (xp.isnan(q) & ~xp.isnan(best))  # strict: earlier k wins ties
-        best = xp.where(better, q, best)
-        move = xp.where(better, xp.int32(k), move)
+    for k in range(len(MOVES) - 1, -1, -1):  # the earliest tied move is set last
+        tied = (qs[k] <= bound) | (nan & xp.isnan(qs[k]))
+        move = xp.where(tied, xp.int32(k), move)
     return move, best

@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from passage_jax.graph.grid import shift
+from passage_jax.graph.grid import TIE_RTOL, shift
 from passage_jax.graph.moves import MOVES
 
 __all__ = [
@@ -209,14 +209,20 @@ def df_bellman_backup(values: DFloat, edge_costs: DFloat) -> DFloat:
     return best
 
 
-def df_descent_policy(values: DFloat, edge_costs: DFloat):
-    """``(move, backup)``: the first ``k`` in ``MOVES`` order among the exact minima of
-    ``C[k, u] + V(u + MOVES[k])`` (int32) and that minimum (a pair)."""
-    best = _move_value(values, edge_costs, 0)
-    move = jnp.zeros(best.shape, jnp.int32)
-    for k in range(1, len(MOVES)):
-        q = _move_value(values, edge_costs, k)
-        better = df_less(q, best)  # strict: earlier k wins ties
-        best = df_where(better, q, best)
-        move = jnp.where(better, jnp.int32(k), move)
+def df_descent_policy(values: DFloat, edge_costs: DFloat, rtol: float = TIE_RTOL):
+    """``(move, backup)``: the first ``k`` in ``MOVES`` order whose ``C[k, u] + V(u +
+    MOVES[k])`` is within ``rtol * |best|`` of the minimum ``best`` (the route tie rule of
+    :func:`passage_jax.graph.descent_policy`, the difference taken in pair arithmetic)
+    (int32), and that minimum (a pair)."""
+    qs = [_move_value(values, edge_costs, k) for k in range(len(MOVES))]
+    best = qs[0]
+    for q in qs[1:]:
+        best = df_minimum(best, q)
+    tol = jnp.float32(rtol) * jnp.abs(best.hi)
+    neg_best = DFloat(-best.hi, -best.lo)
+    move = jnp.zeros(best.hi.shape, jnp.int32)
+    for k in range(len(MOVES) - 1, -1, -1):  # the earliest tied move is set last
+        gap = df_add(qs[k], neg_best)  # +inf for an illegal move beside a finite best
+        tied = ~df_not_equal(qs[k], best) | (gap.hi + gap.lo <= tol)
+        move = jnp.where(tied, jnp.int32(k), move)
     return move, best
