@@ -131,7 +131,7 @@ def jax_summary() -> dict:
 
 def collect(version_of=None) -> dict:
     """Everything ``doctor`` reports, as one JSON-ready dict."""
-    from passage_jax.compilation import cache_usage  # noqa: PLC0415 (CLI start-up)
+    from passage_jax.compilation import cache_problems, cache_usage  # noqa: PLC0415 (CLI start-up)
     from passage_jax.protocol.records import package_versions  # noqa: PLC0415 (CLI start-up)
 
     checks = requirement_checks(version_of=version_of)
@@ -144,8 +144,8 @@ def collect(version_of=None) -> dict:
                      **{r["name"]: r["installed"] for r in checks if r["extra"] is None}},
         "requirements": checks,
         "jax": jax_summary(),
-        "compilation_cache": cache_usage(),
-        "ok": all(r["ok"] for r in checks),
+        "compilation_cache": {**cache_usage(), "problems": cache_problems()},
+        "ok": all(r["ok"] for r in checks) and not cache_problems(),
     }
 
 
@@ -181,8 +181,10 @@ def _text(report: dict) -> str:
         "switched off (PASSAGE_JAX_NO_COMPILE_CACHE)" if c["switched_off"] else
         f"{c['entries']} entries, {c['bytes'] / 2**20:.1f} MiB" if c["exists"] else
         "empty (made by the first command that compiles)"))
-    lines.append("" if report["ok"] else "\nsome runtime dependencies are missing or out of range "
-                 "(pip install -c constraints.txt -e . installs the tested versions)")
+    lines += [f"  PROBLEM: {p}" for p in c.get("problems", [])]
+    lines.append("" if report["ok"] else "\nsome runtime dependencies are missing or out of range, or the "
+                 "compilation cache cannot be used (pip install -c constraints.txt -e . installs the "
+                 "tested versions)")
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -8,8 +8,11 @@ switches it on (:func:`enable_persistent_cache`) in a per-user folder,
 The library itself never changes JAX's global configuration on import: a script or
 a notebook opts in with one call, ``passage_jax.compilation.enable_persistent_cache()``.
 The cache is bounded (:data:`MAX_CACHE_BYTES`, least recently used entries evicted),
-and with a bound JAX guards the folder with a file lock, so the processes of a
-multi-process launch (and concurrent commands) share one folder safely.
+and with a bound JAX guards the folder with a file lock (the ``filelock`` package, a
+runtime dependency), so the processes of a multi-process launch (and concurrent
+commands) share one folder safely. Where ``filelock`` is missing anyway (an install
+with ``--no-deps``) the cache is switched on unbounded rather than left unreadable, and
+:func:`cache_problems` (shown by ``doctor``) says so.
 
 **Counting.** :func:`compile_stats` reads JAX's own monitoring events: every
 executable JAX builds or fetches from the cache (``backend_compile``), the cache hits
@@ -21,12 +24,14 @@ in the outputs.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import os
 import threading
 from pathlib import Path
 
 __all__ = ["CACHE_DIR_ENV", "NO_CACHE_ENV", "MAX_CACHE_BYTES", "MIN_COMPILE_SECS",
            "default_cache_dir", "enable_persistent_cache", "persistent_cache_dir", "cache_usage",
+           "cache_problems",
            "CompileStats", "CompileCounter", "compile_stats"]
 
 CACHE_DIR_ENV = "PASSAGE_JAX_CACHE_DIR"
@@ -79,6 +84,8 @@ def enable_persistent_cache(path=None, *, max_bytes: int = MAX_CACHE_BYTES,
             return None
     except OSError:
         return None
+    if not _has_filelock():
+        max_bytes = -1  # JAX reads no entry of a bounded cache without filelock: unbounded
     jax.config.update("jax_compilation_cache_dir", str(folder))
     jax.config.update("jax_compilation_cache_max_size", int(max_bytes))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_secs))
@@ -90,6 +97,29 @@ def enable_persistent_cache(path=None, *, max_bytes: int = MAX_CACHE_BYTES,
                            "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"})
     _listen()
     return folder
+
+
+def _has_filelock() -> bool:
+    return importlib.util.find_spec("filelock") is not None
+
+
+def cache_problems(path=None) -> list[str]:
+    """Why the persistent cache would not work in this environment (an empty list when
+    it would, or when it is switched off on purpose): ``filelock`` missing (JAX then
+    cannot read the entries of a bounded cache; this module falls back to an unbounded
+    one), or a folder that cannot be made or written."""
+    if _switched_off():
+        return []
+    folder = Path(path).expanduser() if path is not None else default_cache_dir()
+    problems = []
+    if not _has_filelock():
+        problems.append("the filelock package is not installed: the cache runs unbounded "
+                        "(pip install 'filelock>=3.12' bounds it)")
+    existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
+    if existing is None or not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        problems.append(f"{folder} cannot be written: every command compiles anew "
+                        f"(set {CACHE_DIR_ENV} to a writable folder)")
+    return problems
 
 
 def persistent_cache_dir() -> Path | None:

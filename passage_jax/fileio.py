@@ -37,7 +37,7 @@ __all__ = [
 
 def utc_now() -> str:
     """The current UTC time, ISO 8601 to the second (``2026-12-01T09:30:00+00:00``)."""
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
 def sha256_file(path, chunk: int = 1 << 20) -> str:

@@ -44,7 +44,7 @@ def default_output(spec, now=None) -> Path:
     """A fresh folder ``<results_root>/<method_name>-<UTC timestamp>`` (``-2``, ``-3`` ...
     when taken), as an absolute path (``results_root`` is resolved from the working
     directory; ``method_name`` is a plain name, checked when the spec was loaded)."""
-    now = now or _dt.datetime.now(_dt.timezone.utc)
+    now = now or _dt.datetime.now(_dt.UTC)
     root = Path(os.path.abspath(spec.results_root))
     base = root / f"{spec.method_name}-{now.strftime('%Y%m%dT%H%M%SZ')}"
     if base.parent != root or str(spec.method_name).startswith("."):
