@@ -4,24 +4,34 @@ Each command lives in its own module ``cli/<name>.py`` exposing
 ``register(parser)`` (add arguments) and ``main(args) -> int`` (exit status).
 Modules are imported only when their command runs, so ``--help`` is instant.
 
+Before anything loads JAX, a command module's optional ``check(args)`` runs: the named
+input files and folders exist, a spec parses and passes its schema, its planner module
+can be found (:mod:`cli.inputs`); only then is JAX's compilation cache set up and
+``main(args)`` run. An unknown flag is refused with the command's closest option
+(``run: unrecognized arguments: --specc (did you mean --spec?)``).
+
 Every command runs inside one error boundary (:func:`failure_line`): whatever escapes
 it, a full disk, a folder that is a file, a malformed input the command did not
 expect, becomes one line ``<command>: <what failed>`` on standard error and a
-non-zero exit, never a traceback (``--debug`` or ``PASSAGE_JAX_DEBUG=1`` shows it).
+non-zero exit, never a traceback (``--debug`` or ``PASSAGE_JAX_DEBUG=1`` shows it). The
+line shows every control character escaped (``\\n``, ``\\x1b``: :func:`cli.console.printable`),
+so a path or a name holding one cannot forge a second line or drive the terminal.
 """
 from __future__ import annotations
 
 import argparse
+import difflib
 import errno
 import importlib
 import os
 import re
 import sys
 
+from cli.console import printable
 from passage_jax import __version__
 
-__all__ = ["COMMANDS", "build_parser", "main", "failure_line", "EXIT_ERROR", "EXIT_INTERNAL",
-           "DEBUG_ENV"]
+__all__ = ["COMMANDS", "build_parser", "main", "failure_line", "flag_hint", "EXIT_ERROR",
+           "EXIT_INTERNAL", "DEBUG_ENV"]
 
 #: command -> (module, one-line help). Order is the order of --help.
 COMMANDS = {
@@ -73,11 +83,55 @@ def plain(text: str | None) -> str | None:
 
 class _Parser(argparse.ArgumentParser):
     """argparse whose usage errors are one line ``<command>: <what>`` (exit 2), as every
-    other failure of a command is."""
+    other failure of a command is; a flag it does not know gets the closest of the
+    command's own options (:func:`flag_hint`)."""
+
+    #: the command line being parsed (:func:`build_parser`), read for the did-you-mean
+    argv: tuple = ()
+    #: on the top-level parser: the loaded command's parser, which owns its flags
+    command_parser = None
 
     def error(self, message):
+        owner = self.command_parser
+        if owner is not None and message.startswith("unrecognized arguments"):
+            owner.error(message)  # the command's flags: name the command, and its --help
         name = self.prog.split()[-1] if self.prog != "python -m cli" else "python -m cli"
-        self.exit(EXIT_ERROR, f"{name}: {message} (see {self.prog} --help)\n")
+        hint = flag_hint(owner or self, self.argv, message)
+        self.exit(EXIT_ERROR, printable(f"{name}: {message}{hint} (see {self.prog} --help)") + "\n")
+
+
+def _known_flag(flag: str, options) -> bool:
+    """Whether argparse takes ``flag``: an option string, or (``--`` long options) the
+    unambiguous start of one."""
+    if flag in options:
+        return True
+    return flag.startswith("--") and sum(o.startswith(flag) for o in options) == 1
+
+
+def flag_hint(parser, argv, message: str = "") -> str:
+    """``" (did you mean --spec?)"`` for the flags of ``argv`` that ``parser`` does not
+    know and that are close to one of its options (difflib, as the spec's unknown keys),
+    each named unless ``message`` names it already; empty when none is."""
+    options = [o for o in parser._option_string_actions if o.startswith("--")]
+    unknown = []
+    for token in argv:
+        if token == "--":
+            break
+        flag = token.split("=", 1)[0]
+        if flag.startswith("--") and len(flag) > 2 and not _known_flag(flag, options):
+            unknown.append(flag)
+    hints = []
+    for flag in dict.fromkeys(unknown):
+        close = difflib.get_close_matches(flag, options, n=1, cutoff=0.6)
+        if close:
+            hints.append((flag, close[0]))
+    if not hints:
+        return ""
+    named = re.findall(r"--[\w-]+", message)
+    if len(hints) == 1 and hints[0][0] in named:
+        return f" (did you mean {hints[0][1]}?)"
+    return " (" + "; ".join(f"{f}" + ("" if f in named else " is not an option")
+                            + f": did you mean {c}?" for f, c in hints) + ")"
 
 
 def _plain_help(p: argparse.ArgumentParser) -> None:
@@ -86,8 +140,11 @@ def _plain_help(p: argparse.ArgumentParser) -> None:
             action.help = plain(action.help)
 
 
-def build_parser(load: str | None = None) -> argparse.ArgumentParser:
+def build_parser(load: str | None = None, argv=()) -> argparse.ArgumentParser:
+    """The parser of every command, with the arguments of command ``load`` registered;
+    ``argv``, the command line it is for, lets a usage error suggest a flag."""
     parser = _Parser(prog="python -m cli", description=plain(__doc__.splitlines()[0]))
+    parser.argv = tuple(argv)
     parser.add_argument("--version", action="version", version=f"passage_jax {__version__}")
     _debug_flag(parser)
     sub = parser.add_subparsers(dest="command", metavar="<command>")
@@ -95,10 +152,12 @@ def build_parser(load: str | None = None) -> argparse.ArgumentParser:
     for name, (module, help_) in COMMANDS.items():
         p = sub.add_parser(name, help=plain(help_), description=plain(help_))
         _debug_flag(p)
+        p.argv = parser.argv
         if name == load:
             importlib.import_module(module).register(p)
             p.description = plain(p.description)
             _plain_help(p)
+            parser.command_parser = p
     return parser
 
 
@@ -124,7 +183,10 @@ def _is_library_error(e: BaseException) -> bool:
 
 
 def _one_line(text: str) -> str:
-    text = " ".join(str(text).split())
+    """``text`` as one line: control characters shown escaped (:func:`cli.console.printable`,
+    so a name holding a newline or an ANSI escape cannot forge a line or colour the
+    terminal), runs of spaces as one, cut to :data:`_MAX_LINE` characters."""
+    text = " ".join(printable(text).split())
     return text if len(text) <= _MAX_LINE else text[:_MAX_LINE - 3] + "..."
 
 
@@ -158,13 +220,16 @@ def failure_line(command: str, e: BaseException) -> tuple[str, int]:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in argv if not a.startswith("-")), None)
-    parser = build_parser(command if command in COMMANDS else None)
+    parser = build_parser(command if command in COMMANDS else None, argv)
     args = parser.parse_args(argv)
     debug = getattr(args, "debug", False) or os.environ.get(DEBUG_ENV, "") not in ("", "0")
     try:
+        module = importlib.import_module(COMMANDS[args.command][0])
+        check = getattr(module, "check", None)
+        if check is not None:
+            check(args)  # named inputs and the spec, before anything loads JAX
         if args.command not in NO_COMPILE:
             _persistent_cache()
-        module = importlib.import_module(COMMANDS[args.command][0])
         return int(module.main(args) or 0)
     except KeyboardInterrupt:
         return 130

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import sys
 
+from cli.console import say
+
 __all__ = ["register", "main"]
 
 
@@ -28,14 +30,18 @@ def register(p):
                         "with a git checkout it must be HEAD")
 
 
-def main(args) -> int:
+def check(args) -> None:
+    """Before JAX loads: the spec file exists (no receipt is written otherwise)."""
     from pathlib import Path  # noqa: PLC0415 (CLI start-up)
 
-    from passage_jax.run.test_gate import admit_test  # noqa: PLC0415 (CLI start-up)
+    from cli.inputs import InputError  # noqa: PLC0415 (CLI start-up)
 
     if not Path(args.spec).is_file():
-        print(f"admit-test: spec {args.spec}: file not found (no receipt written)", file=sys.stderr)
-        return 2
+        raise InputError(f"spec {args.spec}: file not found (no receipt written)")
+
+
+def main(args) -> int:
+    from passage_jax.run.test_gate import admit_test  # noqa: PLC0415 (CLI start-up)
 
     result = admit_test(args.spec, args.output, receipt=args.receipt,
                         calibration_sha256=args.calibration_sha256,
@@ -43,10 +49,10 @@ def main(args) -> int:
     width = max(len(r["condition"]) for r in result.receipt["conditions"])
     for row in result.receipt["conditions"]:
         mark = "met  " if row["met"] else "UNMET"
-        print(f"{mark}  {row['condition']:<{width}}  {row['detail']}")
-    print(f"receipt: {result.path} ({'green' if result.green else 'not green'})")
-    print(f"note: {result.receipt['statement']}")
+        say(f"{mark}  {row['condition']:<{width}}  {row['detail']}")
+    say(f"receipt: {result.path} ({'green' if result.green else 'not green'})")
+    say(f"note: {result.receipt['statement']}")
     if result.green:
         return 0
-    print(f"admit-test: refused: unmet condition(s): {', '.join(result.unmet)}", file=sys.stderr)
+    say(f"admit-test: refused: unmet condition(s): {', '.join(result.unmet)}", sys.stderr)
     return 1

@@ -17,16 +17,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from cli.console import say
+from cli.inputs import require_dataset
 from cli.launch import positive_int
-from passage_jax.evaluate.analyze import (
-    AnalyzeError,
-    MissingDependency,
-    StagingExists,
-    StagingRefused,
-    analyze_notebooks,
-)
 
-__all__ = ["register", "main"]
+__all__ = ["register", "check", "main"]
 
 
 def register(parser) -> None:
@@ -53,9 +48,23 @@ def register(parser) -> None:
                              "silently)")
 
 
+def check(args) -> None:
+    """Before JAX loads: a ``--dataset-path`` folder exists (``shipped`` names none)."""
+    require_dataset(args.dataset_path)
+
+
 def main(args) -> int:
+    # command start-up: the library (and JAX) loads only when the command runs
+    from passage_jax.evaluate.analyze import (  # noqa: PLC0415 (CLI start-up)
+        AnalyzeError,
+        MissingDependency,
+        StagingExists,
+        StagingRefused,
+        analyze_notebooks,
+    )
+
     def progress(message: str) -> None:
-        print(message, file=sys.stderr, flush=True)
+        say(message, sys.stderr)
 
     try:
         manifest = analyze_notebooks(args.dataset_path, args.resolution, args.staging_root,
@@ -63,33 +72,33 @@ def main(args) -> int:
                                      classical_budget=args.classical_budget, split=args.split,
                                      force=args.force, copy=args.copy, progress=progress)
     except MissingDependency as e:
-        print(f"analyze: {e}\nInstall the notebook packages with: pip install -e '.[analyze]'",
-              file=sys.stderr)
+        say(f"analyze: {e}", sys.stderr)
+        say("Install the notebook packages with: pip install -e '.[analyze]'", sys.stderr)
         return 2
     except StagingExists as e:
-        print(f"analyze: {e}; choose a new --staging-root or pass --force", file=sys.stderr)
+        say(f"analyze: {e}; choose a new --staging-root or pass --force", sys.stderr)
         return 2
     except StagingRefused as e:
-        print(f"analyze: staging refused: {e}", file=sys.stderr)
+        say(f"analyze: staging refused: {e}", sys.stderr)
         return 2
     except AnalyzeError as e:
-        print(f"analyze: {e}", file=sys.stderr)
+        say(f"analyze: {e}", sys.stderr)
         return 2
     root = Path(manifest["staging_root"])
     for entry in manifest["notebooks"]:
         took = "" if entry["seconds"] is None else f" ({entry['seconds']:.1f} s)"
-        print(f"{entry['status']:>13}  {root / entry['path']}{took}")
+        say(f"{entry['status']:>13}  {root / entry['path']}{took}")
     states = manifest["states"]
     staging = manifest["parquet_staging"]
-    print(f"notebooks: {states['notebooks']['state']}; parquet staging: {staging['method']} "
-          f"({staging['n_files']} shard(s), read-only); publication: "
-          f"{states['publication']['state']}")
+    say(f"notebooks: {states['notebooks']['state']}; parquet staging: {staging['method']} "
+        f"({staging['n_files']} shard(s), read-only); publication: "
+        f"{states['publication']['state']}")
     for why in states["publication"]["reasons"]:
-        print(f"  not admitted for publication: {why}")
-    print(f"manifest: {root / 'analysis_manifest.json'}")
+        say(f"  not admitted for publication: {why}")
+    say(f"manifest: {root / 'analysis_manifest.json'}")
     for f in manifest["failed"]:
-        print(f"notebook {root / f['path']} failed at cell {f['cell_index']} "
-              f"({f['source_head']!r}): {f['ename']}: {f['evalue']}", file=sys.stderr)
+        say(f"notebook {root / f['path']} failed at cell {f['cell_index']} "
+            f"({f['source_head']!r}): {f['ename']}: {f['evalue']}", sys.stderr)
     return 1 if manifest["failed"] else 0
 
 

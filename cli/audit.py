@@ -6,22 +6,19 @@ every scene validates and qualifies, 1 when any scene fails either, 2 when the
 layout itself is wrong (missing root, resolution or split folder) or the
 ``--json`` file already exists (it is replaced only with ``--force``). A
 reference task censored at its solve budget is reported (table, stderr, JSON)
-but fails nothing.
+but fails nothing. What the dataset's files hold (paths, scene ids, errors) is printed
+as text, never as rich markup, with control characters escaped (:mod:`cli.console`).
 """
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
 
-from cli import launch
-from passage_jax import cluster
-from passage_jax.data import DataError, audit_dataset
-from passage_jax.data.audit import DEFAULT_EXPANSIONS_PER_CELL
-from passage_jax.fileio import atomic_write_json
-from passage_jax.graph import OBJECTIVES, VARIANTS
+from cli import inputs, launch
+from cli.console import make_console, say, text
+from passage_jax.contract import OBJECTIVES, VARIANTS
 
 
 def register(parser) -> None:
@@ -40,8 +37,8 @@ def register(parser) -> None:
     budget = parser.add_mutually_exclusive_group()
     budget.add_argument("--max-expansions", type=launch.positive_int, default=None, metavar="K",
                         help="expansion budget per task of the A* cross-check (default: "
-                             f"{DEFAULT_EXPANSIONS_PER_CELL} x N*N at resolution N); a task "
-                             "whose solve runs out is censored, not failed")
+                             "DEFAULT_EXPANSIONS_PER_CELL of passage_jax.data.audit x N*N at "
+                             "resolution N); a task whose solve runs out is censored, not failed")
     budget.add_argument("--unbounded", action="store_true",
                         help="no expansion budget: every A* cross-check runs to the end")
     launch.add_flags(parser)
@@ -57,7 +54,7 @@ def _fmt3(s, digits=3, pct=False):
 def print_report(report: dict, console) -> None:
     """The audit's tables: scenes per split, route lengths, failing scenes."""
     res = report["summary"]["resolutions"]
-    t = Table(title=f"scenes in {report['summary']['dataset_path']}",
+    t = Table(title=text(f"scenes in {report['summary']['dataset_path']}"),
               caption="qualified: reference tasks qualified / tasks (contract §3); censored: tasks "
                       "whose exact solve ran out of its budget; "
                       "coverage: obstacle share (min/med/max); blocks: count (largest share) "
@@ -73,38 +70,37 @@ def print_report(report: dict, console) -> None:
                 share = "-" if c["largest_share"] is None else f"{100 * c['largest_share']:.0f}%"
                 blocks.append(f"{c['n_blocks']} ({share})")
             q = s.get("qualification")
-            qual = "-" if q is None else f"{q['n_qualified']}/{q['n_tasks']}"
-            cens = "-" if q is None else str(q["n_censored"])
-            if q is not None and q["n_qualified"] + q["n_censored"] < q["n_tasks"]:
-                qual = f"[red]{qual}[/red]"
-            if q is not None and q["n_censored"]:
-                cens = f"[yellow]{cens}[/yellow]"
-            t.add_row(n, split, str(s["n_scenes"]), str(s["n_valid"]),
-                      f"[red]{s['n_invalid']}[/red]" if s["n_invalid"] else "0", qual, cens,
-                      _fmt3(s["obstacle_coverage"], pct=True), *blocks)
+            qual = text("-") if q is None else text(
+                f"{q['n_qualified']}/{q['n_tasks']}",
+                "red" if q["n_qualified"] + q["n_censored"] < q["n_tasks"] else None)
+            cens = text("-") if q is None else text(q["n_censored"],
+                                                    "yellow" if q["n_censored"] else None)
+            t.add_row(text(n), text(split), text(s["n_scenes"]), text(s["n_valid"]),
+                      text(s["n_invalid"], "red" if s["n_invalid"] else None), qual, cens,
+                      text(_fmt3(s["obstacle_coverage"], pct=True)), *map(text, blocks))
     console.print(t)
     b = report["summary"].get("reference_budget")
     if b is not None and report["summary"]["reference_qualification"] == "checked":
         per = ", ".join(f"{n}: {'unbounded' if k is None else k}"
                         for n, k in b["max_expansions"].items())
-        console.print(f"A* cross-check budget ({b['mode']}, expansions per task by resolution): "
-                      f"{per}; value iteration: {b['max_sweeps']} sweeps")
+        console.print(text(f"A* cross-check budget ({b['mode']}, expansions per task by "
+                           f"resolution): {per}; value iteration: {b['max_sweeps']} sweeps"))
     t = Table(title="released route length in cells (min/median/max)")
     for col in ("res", "split", "variant", *OBJECTIVES):
         t.add_column(col, justify="right" if col == "res" else "left", no_wrap=True)
     for n, r in res.items():
         for split, s in r["splits"].items():
             for v in VARIANTS:
-                t.add_row(n, split, v, *[_fmt3(s["route_cells"][f"{o}/{v}"], digits=6)
-                                         for o in OBJECTIVES])
+                t.add_row(text(n), text(split), text(v),
+                          *[text(_fmt3(s["route_cells"][f"{o}/{v}"], digits=6)) for o in OBJECTIVES])
     console.print(t)
     failing = report["summary"]["failing"]
     if failing:
-        f = Table(title=f"[red]{len(failing)} scene(s) fail validation[/red]")
+        f = Table(title=text(f"{len(failing)} scene(s) fail validation", "red"))
         for col in ("id", "res", "split", "first error"):
             f.add_column(col, overflow="fold")
         for e in failing:
-            f.add_row(str(e["id"]), str(e["resolution"]), e["split"], e["error"])
+            f.add_row(text(e["id"]), text(e["resolution"]), text(e["split"]), text(e["error"]))
         console.print(f)
 
 
@@ -120,11 +116,21 @@ def _json_problem(path: Path | None, force: bool) -> str | None:
     return None
 
 
+def check(args) -> None:
+    """Before JAX loads: the dataset root exists."""
+    inputs.require_folder(args.dataset_path, "dataset root")
+
+
 def main(args) -> int:
-    console = Console(width=None if sys.stdout.isatty() else 120)
+    # command start-up: the library (and JAX) loads only when the command runs
+    from passage_jax import cluster  # noqa: PLC0415 (CLI start-up)
+    from passage_jax.data import DataError, audit_dataset  # noqa: PLC0415 (CLI start-up)
+    from passage_jax.fileio import atomic_write_json  # noqa: PLC0415 (CLI start-up)
+
+    console = make_console(width=None if sys.stdout.isatty() else 120)
     taken = _json_problem(args.json, args.force)
     if taken:
-        print(taken, file=sys.stderr)
+        say(taken, sys.stderr)
         return 2
     code = launch.join(args, "audit")
     if code is not None:
@@ -135,29 +141,29 @@ def main(args) -> int:
         report = audit_dataset(args.dataset_path, args.resolution, args.split, workers=args.workers,
                                qualify=args.qualify, budget=budget)
     except DataError as e:
-        print(f"audit: {e}", file=sys.stderr)
+        say(f"audit: {e}", sys.stderr)
         return 2
     except cluster.ClusterError as e:
         return launch.fail("audit", e)
     failing = report["summary"]["failing"]
     unqualified = report["summary"]["unqualified"]
     if not cluster.is_writer():  # every process holds the whole report; process 0 prints it
-        print(f"audit: process {cluster.process_index()} of {cluster.process_count()}: share "
-              f"delivered; process 0 reports", file=sys.stderr)
+        say(f"audit: process {cluster.process_index()} of {cluster.process_count()}: share "
+            f"delivered; process 0 reports", sys.stderr)
         return 1 if failing or unqualified else 0
     print_report(report, console)
     if args.json is not None:
         taken = _json_problem(args.json, args.force)  # the file may have appeared meanwhile
         if taken:
-            print(taken, file=sys.stderr)
+            say(taken, sys.stderr)
             return 2
         atomic_write_json(args.json, report)
-        console.print(f"wrote {args.json}")
+        console.print(text(f"wrote {args.json}"))
     for e in failing:
-        print(f"invalid scene {e['id']} ({e['resolution']}x{e['resolution']} {e['split']}): "
-              f"{e['error']}", file=sys.stderr)
+        say(f"invalid scene {e['id']} ({e['resolution']}x{e['resolution']} {e['split']}): "
+            f"{e['error']}", sys.stderr)
     for e in unqualified:
-        print(f"unqualified reference: {e['reason']}", file=sys.stderr)
+        say(f"unqualified reference: {e['reason']}", sys.stderr)
     n_censored = report["summary"]["n_censored"]
     if n_censored:
         print(f"{n_censored} reference task(s) censored at their solve budget (neither qualified "

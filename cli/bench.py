@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import sys
 
+from cli import inputs
+from cli.console import say
+
 
 def register(p):
     p.add_argument("--spec", required=True, help="run spec (YAML or JSON)")
@@ -29,23 +32,39 @@ def register(p):
     p.add_argument("--bootstrap-resamples", type=int, default=10000,
                    help="paired block-bootstrap draws of the comparison (with --against)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    inputs.add_planner_path(p)
 
 
-def bench(spec, output=None, container_digest=None, progress=None, log=None) -> dict:
+def check(args) -> None:
+    """Before JAX loads: the spec (and the baseline spec) parse and pass their schema, and
+    their planner modules can be found (each spec's own folder, then ``--planner-path``)."""
+    inputs.check_spec(args.spec, args)
+    if args.against is not None:
+        inputs.check_spec(args.against, args, what="baseline spec")
+
+
+def bench(spec, output=None, container_digest=None, progress=None, log=None, *,
+          planner_path=()) -> dict:
     """Run + score ``spec`` (a path or a RunSpec) and write ``sidecar.json``. ``progress``:
     a callback for the run's progress events, or whether to draw progress bars (None:
-    when stderr is a terminal; :func:`cli.run.run_progress`)."""
+    when stderr is a terminal; :func:`cli.run.run_progress`). The planner module is looked
+    for in the spec's folder, then each of ``planner_path``, then the usual import path."""
     # command start-up: the library loads only when the command runs (--help stays instant)
     from cli.run import run_progress  # noqa: PLC0415 (CLI start-up)
     from passage_jax.evaluate import default_output, score_run, sidecar  # noqa: PLC0415 (CLI start-up)
     from passage_jax.fileio import atomic_write_json  # noqa: PLC0415 (CLI start-up)
     from passage_jax.run import RunSpec, load_spec, run_spec  # noqa: PLC0415 (CLI start-up)
     from passage_jax.run.folder import output_folder  # noqa: PLC0415 (CLI start-up)
+    from passage_jax.run.planner_path import (  # noqa: PLC0415 (CLI start-up)
+        planner_folders,
+        planner_import_path,
+    )
 
     if not isinstance(spec, RunSpec):
         spec = load_spec(spec)
     output = output_folder(output if output is not None else default_output(spec))
-    with run_progress(progress) as bars:
+    with run_progress(progress) as bars, \
+            planner_import_path(planner_folders(spec.source, planner_path)):
         run_spec(spec, output, progress=bars, log=log)
     scores = score_run(output, log=log)
     side = sidecar(output, spec, scores, container_digest)
@@ -54,7 +73,7 @@ def bench(spec, output=None, container_digest=None, progress=None, log=None) -> 
 
 
 def against(spec, baseline, output=None, container_digest=None, progress=None, log=None,
-            n_resamples: int = 10000) -> dict:
+            n_resamples: int = 10000, *, planner_path=()) -> dict:
     """Bench ``spec`` and ``baseline`` into ``<output>/<method_name>``, compare them into
     ``<output>/compare.json`` and write ``<output>/report/report.md`` (figures, and the
     component-attribution table when a run declares ``component_control``)."""
@@ -69,8 +88,10 @@ def against(spec, baseline, output=None, container_digest=None, progress=None, l
     why = holds_run(output)
     if why:
         raise OutputFolderTaken(why)
-    a = bench(spec, output / spec.method_name, container_digest, progress, log)
-    b = bench(baseline, output / baseline.method_name, container_digest, progress, log)
+    a = bench(spec, output / spec.method_name, container_digest, progress, log,
+              planner_path=planner_path)
+    b = bench(baseline, output / baseline.method_name, container_digest, progress, log,
+              planner_path=planner_path)
     cmp = compare_runs(a["output"], b["output"], output / "compare.json", n_resamples=n_resamples)
     report = write_report(output / "compare.json", output / "report" / "report.md")
     return {"output": output, "runs": (a, b), "compare": cmp, "report": report}
@@ -94,28 +115,28 @@ def main(args) -> int:
     from passage_jax.run import AdmissionError, RunError, SpecError  # noqa: PLC0415 (CLI start-up)
 
     progress = False if args.no_progress else None
-    log = lambda m: print(m, file=sys.stderr)  # noqa: E731
+    log = lambda m: say(m, sys.stderr)  # noqa: E731
     try:
         if args.against:
             res = against(args.spec, args.against, args.output, args.container_digest, progress, log,
-                          n_resamples=args.bootstrap_resamples)
+                          n_resamples=args.bootstrap_resamples, planner_path=args.planner_path)
         else:
             res = bench(args.spec, args.output, container_digest=args.container_digest,
-                        progress=progress, log=log)
+                        progress=progress, log=log, planner_path=args.planner_path)
     except (SpecError, AdmissionError, RunError, ScoreError, ReportError, ValueError) as e:
-        print(f"bench: {e}", file=sys.stderr)
+        say(f"bench: {e}", sys.stderr)
         return 2
     except CompareError as e:
-        print(f"bench: {e}{hint(e)}", file=sys.stderr)
+        say(f"bench: {e}{hint(e)}", sys.stderr)
         return 2
     if not args.against:
         _print_bench(res)
-        print(f"results in {res['output']} (sidecar.json, seed-*/metrics.json, per_sample.npz)")
+        say(f"results in {res['output']} (sidecar.json, seed-*/metrics.json, per_sample.npz)")
         return 0
     for r in res["runs"]:
         _print_bench(r)
     print_contrasts(res["compare"])
     out = res["output"]
-    print(f"results in {out}: one folder per method (sidecar.json, seed-*/metrics.json, "
-          f"per_sample.npz), compare.json, report/report.md")
+    say(f"results in {out}: one folder per method (sidecar.json, seed-*/metrics.json, "
+        f"per_sample.npz), compare.json, report/report.md")
     return 0

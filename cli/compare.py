@@ -4,6 +4,9 @@ from __future__ import annotations
 import json
 import sys
 
+from cli import inputs
+from cli.console import make_console, say, text
+
 
 def register(p):
     p.add_argument("--score", action="append", required=True, metavar="RUN",
@@ -37,6 +40,15 @@ def register(p):
     p.add_argument("--randomization-draws", type=int, default=9999,
                    help="random swap patterns when the blocks are too many to enumerate "
                         "(default 9999; drawn from --bootstrap-seed)")
+
+
+def check(args) -> None:
+    """Before JAX loads: each ``--score`` run and each named input file exists."""
+    for run in args.score:
+        inputs.require_folder(run, "scored run")
+    inputs.require_file(args.roster, "--roster")
+    inputs.require_file(args.odd_spec, "--odd-spec")
+    inputs.require_file(args.test_evidence, "--test-evidence")
 
 
 def _num(x) -> str:
@@ -97,12 +109,12 @@ def main(args) -> int:
     try:
         res = compare_runs(args.score[0], args.score[1], args.output, options=options(args))
     except CompareError as e:
-        print(f"compare: {e}{hint(e)}", file=sys.stderr)
+        say(f"compare: {e}{hint(e)}", sys.stderr)
         return 2
     print_contrasts(res)
     print_confirmatory(res)
     print_limits(res)
-    print(f"comparison written to {args.output}")
+    say(f"comparison written to {args.output}")
     return 0
 
 
@@ -119,28 +131,27 @@ def print_limits(res: dict) -> None:
         return
     values = "; ".join(f"{k}: A {_limit_text(lim['A'].get(k))} vs B {_limit_text(lim['B'].get(k))}"
                        for k in lim["differ"])
-    print(f"warning: procedure limits differ: {', '.join(lim['differ'])} ({values}); the runs "
-          f"were not measured under the same procedure (--require-identical-limits refuses "
-          f"such a pair)")
+    say(f"warning: procedure limits differ: {', '.join(lim['differ'])} ({values}); the runs "
+        f"were not measured under the same procedure (--require-identical-limits refuses "
+        f"such a pair)")
     if "timing_boundary" in lim["differ"]:
-        print(f"timing boundaries differ (A {lim['A']['timing_boundary']}, B "
-              f"{lim['B']['timing_boundary']}): the latency contrast is not like-for-like")
+        say(f"timing boundaries differ (A {lim['A']['timing_boundary']}, B "
+            f"{lim['B']['timing_boundary']}): the latency contrast is not like-for-like")
 
 
 def print_contrasts(res: dict) -> None:
     """The six primary contrasts of a comparison, as a table on the console."""
-    from rich.console import Console  # noqa: PLC0415 (CLI start-up)
     from rich.table import Table  # noqa: PLC0415 (CLI start-up)
 
     a, b = res["runs"]["A"]["method_name"], res["runs"]["B"]["method_name"]
-    t = Table(title=f"{a} (A) − {b} (B), uncertainty {res['blocks']['uncertainty_status']}")
+    t = Table(title=text(f"{a} (A) − {b} (B), uncertainty {res['blocks']['uncertainty_status']}"))
     head = ("seed-mean Δ" if res["seed_mean"] else
             "Δ" if len(res["pairs"]) == 1 else "mean Δ over pairs")
     for c in ("metric", head, "low", "high"):
         t.add_column(c, justify="left" if c == "metric" else "right")
     for k, c in res["contrasts"].items():
-        t.add_row(k, _num(c["delta"]), _num(c.get("ci_low")), _num(c.get("ci_high")))
-    console = Console()
+        t.add_row(*map(text, (k, _num(c["delta"]), _num(c.get("ci_low")), _num(c.get("ci_high")))))
+    console = make_console()
     console.print(t)
     from cli.console import contrast_footnotes, print_footnotes  # noqa: PLC0415 (CLI start-up)
 
@@ -152,17 +163,16 @@ def print_confirmatory(res: dict) -> None:
     c = res.get("confirmatory")
     if not c:
         return
-    from rich.console import Console  # noqa: PLC0415 (CLI start-up)
     from rich.table import Table  # noqa: PLC0415 (CLI start-up)
 
     src = ("block randomization" if c["source"] == "randomization"
            else f"evidence file {c['evidence_file']['path']}")
-    t = Table(title=f"confirmatory test ({src}), Holm at family-wise {c['family_alpha']:g}")
+    t = Table(title=text(f"confirmatory test ({src}), Holm at family-wise {c['family_alpha']:g}"))
     for col in ("metric", "p", "Holm-adjusted p", "reject", "vote"):
         t.add_column(col, justify="left" if col == "metric" else "right")
     for m, h in (c["holm"] or {}).items():
-        t.add_row(m, _num(h["p_value"]), _num(h["adjusted"]), "yes" if h["reject"] else "no",
-                  c["votes"].get(m) or "-")
-    Console().print(t)
-    print(f"decision: {c['decision']}" + (f", winner {c['winner']}" if c.get("winner") else "")
-          + f" (test: {c['paired_test']}; assumptions recorded, not verified)")
+        t.add_row(*map(text, (m, _num(h["p_value"]), _num(h["adjusted"]),
+                              "yes" if h["reject"] else "no", c["votes"].get(m) or "-")))
+    make_console().print(t)
+    say(f"decision: {c['decision']}" + (f", winner {c['winner']}" if c.get("winner") else "")
+        + f" (test: {c['paired_test']}; assumptions recorded, not verified)")

@@ -4,6 +4,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from cli.console import say
+
 
 def register(p):
     p.add_argument("--out", required=True, help="where to write the YAML spec (must not exist)")
@@ -16,12 +18,12 @@ def main(args) -> int:
 
     out = Path(args.out)
     if out.exists() or out.is_symlink():
-        print(f"init-spec: {out} already exists; refusing to overwrite it", file=sys.stderr)
+        say(f"init-spec: {out} already exists; refusing to overwrite it", sys.stderr)
         return 2
     try:
         atomic_write_text(out, STARTER_SPEC)
     except OSError as e:
-        print(f"init-spec: cannot write {out}: {e.strerror or e}", file=sys.stderr)
+        say(f"init-spec: cannot write {out}: {e.strerror or e}", sys.stderr)
         return 2
-    print(f"wrote {out}")
+    say(f"wrote {out}")
     return 0

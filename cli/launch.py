@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from cli.console import say
+
 __all__ = ["add_flags", "join", "fail", "positive_int"]
 
 
@@ -52,7 +54,7 @@ def join(args, prog: str) -> int | None:
     try:
         init_from_args(args)
     except ClusterError as e:
-        print(f"{prog}: {e}", file=sys.stderr)
+        say(f"{prog}: {e}", sys.stderr)
         return 2
     return None
 
@@ -62,7 +64,7 @@ def fail(prog: str, e: Exception, code: int = 2) -> int:
     the others) leaves the runtime unable to shut down in order: end this process now."""
     from passage_jax.cluster import PeerLost, abandon  # noqa: PLC0415 (CLI start-up)
 
-    print(f"{prog}: {e}", file=sys.stderr)
+    say(f"{prog}: {e}", sys.stderr)
     if isinstance(e, PeerLost):
         abandon(code)
     return code

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import sys
 
+from cli import inputs
+from cli.console import say
+
 
 def register(p):
     p.add_argument("inputs", nargs="+", metavar="COMPARE_OR_SCORE",
@@ -23,6 +26,12 @@ def register(p):
                    help="replace the leaderboard already in the output folder")
 
 
+def check(args) -> None:
+    """Before JAX loads: every comparison or scored run named exists."""
+    for p in args.inputs:
+        inputs.require_path(p, "input")
+
+
 def main(args) -> int:
     # command start-up: the library loads only when the command runs (--help stays instant)
     from passage_jax.evaluate.leaderboard import (  # noqa: PLC0415 (CLI start-up)
@@ -32,15 +41,15 @@ def main(args) -> int:
     )
 
     if args.bootstrap_resamples < 1:
-        print(f"leaderboard: --bootstrap-resamples must be at least 1, got "
-              f"{args.bootstrap_resamples}", file=sys.stderr)
+        say(f"leaderboard: --bootstrap-resamples must be at least 1, got "
+            f"{args.bootstrap_resamples}", sys.stderr)
         return 2
     try:
         out = write_leaderboard(args.inputs, args.output, baseline=args.baseline,
                                 force=args.force, n_resamples=args.bootstrap_resamples)
     except LeaderboardError as e:
         flag = " (or pass --force to replace it)" if isinstance(e, LeaderboardExists) else ""
-        print(f"leaderboard: {e}{flag}", file=sys.stderr)
+        say(f"leaderboard: {e}{flag}", sys.stderr)
         return 2
-    print(out["index"])
+    say(out["index"])
     return 0

@@ -24,6 +24,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from cli.console import say
 from passage_jax.data.cohort import (
     GEO_SPLIT_ROOTS,
     SHIPPED_ROOT,
@@ -70,7 +71,7 @@ class _Err:
     """Messages to stderr, one plain line each (never wrapped, no markup)."""
 
     def print(self, message: str) -> None:
-        print(message, file=sys.stderr)
+        say(message, sys.stderr)
 
 
 class _Bars:
@@ -144,7 +145,7 @@ def _shipped(args, err: _Err) -> int:
         err.print(f"make-cohort: {e}")
         return 2
     for s in manifest["splits"]:
-        print(f"{s['resolution']}x{s['resolution']} {s['split']}: {s['n_scenes']} scenes {s['rasters']}")
+        say(f"{s['resolution']}x{s['resolution']} {s['split']}: {s['n_scenes']} scenes {s['rasters']}")
     return 0
 
 
@@ -159,10 +160,10 @@ def _geo(args, err: _Err, t0: float) -> int:
         err.print(f"make-cohort: {e}")
         return 2
     for name, sm in res["splits"].items():
-        print(f"{name}: {sm['n_scenes']} scenes in {sm['root']} from "
-              + ", ".join(f"{k} {v}" for k, v in sorted(sm["rasters"].items())))
-    print(f"done in {time.perf_counter() - t0:.1f} s; run and score the planner on both roots, then "
-          f"python -m cli trust --holdout RUN --random-split RUN")
+        say(f"{name}: {sm['n_scenes']} scenes in {sm['root']} from "
+            + ", ".join(f"{k} {v}" for k, v in sorted(sm["rasters"].items())))
+    say(f"done in {time.perf_counter() - t0:.1f} s; run and score the planner on both roots, then "
+        f"python -m cli trust --holdout RUN --random-split RUN")
     return 0
 
 
@@ -195,7 +196,7 @@ def main(args) -> int:
         err.print(f"make-cohort: {e}")
         return 2
     n = summary["resolution"]
-    print(f"wrote {summary['n_scenes']} scenes to {Path(args.out) / f'{n}x{n}' / summary['split']} "
-          f"in {time.perf_counter() - t0:.1f} s; rasters: "
-          + ", ".join(f"{k} {v}" for k, v in sorted(summary["rasters"].items())))
+    say(f"wrote {summary['n_scenes']} scenes to {Path(args.out) / f'{n}x{n}' / summary['split']} "
+        f"in {time.perf_counter() - t0:.1f} s; rasters: "
+        + ", ".join(f"{k} {v}" for k, v in sorted(summary["rasters"].items())))
     return 0

@@ -4,10 +4,15 @@
 table of any number of scored runs (``passage_jax.evaluate.attribution``).
 
 ``--html`` also writes the same content as one self-contained page beside the Markdown
-(``<name>.html``: figures inline, every table sortable by a click on its header)."""
+(``<name>.html``: figures inline, every table sortable by a click on its header).
+``--output`` always names the Markdown file: a name ending ``.html`` or ``.htm`` is refused,
+with or without ``--html``, before anything is written (exit 2)."""
 from __future__ import annotations
 
 import sys
+
+from cli import inputs
+from cli.console import say
 
 
 def register(p):
@@ -23,6 +28,13 @@ def register(p):
     p.add_argument("--force", action="store_true", help="replace existing report files")
 
 
+def check(args) -> None:
+    """Before JAX loads: the comparison file or the scored runs named exist."""
+    inputs.require_file(args.compare, "comparison file")
+    for run in args.attribution or ():
+        inputs.require_folder(run, "--attribution run")
+
+
 def main(args) -> int:
     # command start-up: the library loads only when the command runs (--help stays instant)
     from passage_jax.evaluate import ReportError, ReportExists, write_report  # noqa: PLC0415 (CLI start-up)
@@ -31,14 +43,19 @@ def main(args) -> int:
         AttributionExists,
         write_attribution_report,
     )
-    from passage_jax.evaluate.report import html_path_of  # noqa: PLC0415 (CLI start-up)
+    from passage_jax.evaluate.report import check_report_name, html_path_of  # noqa: PLC0415 (CLI start-up)
     from passage_jax.evaluate.report_html import (  # noqa: PLC0415 (CLI start-up)
         ReportHtmlError,
         write_report_html,
     )
 
     if (args.compare is None) == (args.attribution is None):
-        print("report: give either --compare F or --attribution RUN [RUN ...]", file=sys.stderr)
+        say("report: give either --compare F or --attribution RUN [RUN ...]", sys.stderr)
+        return 2
+    try:
+        check_report_name(args.output)  # an .html name would hold Markdown: refused, nothing written
+    except ReportError as e:
+        say(f"report: {e}", sys.stderr)
         return 2
     if args.attribution:
         try:
@@ -51,19 +68,19 @@ def main(args) -> int:
         except (AttributionError, ReportError, ReportHtmlError) as e:
             exists = isinstance(e, (AttributionExists, ReportExists))
             flag = " (or pass --force to replace it)" if exists else ""
-            print(f"report: {e}{flag}", file=sys.stderr)
+            say(f"report: {e}{flag}", sys.stderr)
             return 2
-        print(args.output)
+        say(args.output)
         if page is not None:
-            print(page)
+            say(page)
         return 0
     try:
         out = write_report(args.compare, args.output, n_route_tasks=args.route_tasks,
                            force=args.force, html=args.html)
     except ReportError as e:
         flag = " (or pass --force to replace it)" if isinstance(e, ReportExists) else ""
-        print(f"report: {e}{flag}", file=sys.stderr)
+        say(f"report: {e}{flag}", sys.stderr)
         return 2
     for v in out.values():
-        print(v)
+        say(v)
     return 0

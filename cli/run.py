@@ -1,6 +1,9 @@
 """``python -m cli run --spec S --output D [--resume | --dry-run]``: run a planner on frozen tasks.
 
-Every launch writes ``resolved_protocol.json`` into ``--output``; ``--dry-run`` admits the
+The spec's planner module is looked for in the spec file's folder, then each
+``--planner-path DIR``, then the usual import path (:mod:`passage_jax.run.planner_path`);
+:func:`check` refuses a missing spec, a bad spec or a planner module that cannot be found
+before JAX loads. Every launch writes ``resolved_protocol.json`` into ``--output``; ``--dry-run`` admits the
 spec and writes that record only (no request runs, no seed folder is made). Progress
 bars (one per seed, when stderr is a terminal and ``--no-progress`` is not given) draw
 the :class:`~passage_jax.run.ProgressEvent` values the run reports (:func:`run_progress`,
@@ -11,7 +14,8 @@ import contextlib
 import os
 import sys
 
-from cli import launch
+from cli import inputs, launch
+from cli.console import say
 
 
 def register(p):
@@ -30,11 +34,21 @@ def register(p):
     p.add_argument("--without-admission", action="store_true",
                    help="split_role: test: run without a green admission receipt (recorded in each "
                         "seed manifest under provenance.test_admission)")
+    inputs.add_planner_path(p)
     p.add_argument("--chunk", type=launch.positive_int, default=None, metavar="K",
                    help="scenes read and qualified together at admission (default: a budget of "
                         "grid cells, 1,024 scenes at 64x64, 64 at 256x256); a multi-process launch "
                         "shares out whole chunks")
     launch.add_flags(p)
+
+
+def check(args) -> None:
+    """Before JAX loads: the flags fit together, the spec parses and passes its schema, and
+    its planner module can be found (the spec's folder, then ``--planner-path``, then the
+    usual import path)."""
+    if args.dry_run and args.resume:
+        raise inputs.InputError("--dry-run checks a new run; it cannot be combined with --resume")
+    inputs.check_spec(args.spec, args)
 
 
 def main(args) -> int:
@@ -47,46 +61,34 @@ def main(args) -> int:
         RunError,
         SpecError,
         load_spec,
-        run_spec,
     )
+    from passage_jax.run.planner_path import planner_import_path  # noqa: PLC0415 (CLI start-up)
 
-    if args.dry_run and args.resume:
-        print("run: --dry-run checks a new run; it cannot be combined with --resume", file=sys.stderr)
-        return 2
     code = launch.join(args, "run")
     if code is not None:
         return code
     try:
         spec = load_spec(args.spec)
-        gate = _test_admission(spec, args)
-        admitted = None
-        if cluster.process_count() > 1 or args.chunk is not None:
-            # every process qualifies its share of the references; process 0 alone runs the
-            # planner requests (they are timed one at a time), except under a session timing
-            # profile, where each process runs its own session on its share of each seed
-            admitted = _admit_across_processes(spec, args)
-            if admitted is None:
-                return 0
-        with run_progress(False if args.no_progress else None) as progress, gate:
-            summary = run_spec(spec, args.output, progress=progress,
-                               log=lambda m: print(m, file=sys.stderr), resume=args.resume,
-                               dry_run=args.dry_run, admitted=admitted)
+        with planner_import_path(inputs.planner_folders_of(spec, args)):
+            summary = _run(spec, args)
+        if summary is None:
+            return 0
     except cluster.ClusterError as e:
         return launch.fail("run", e)
     except OutputFolderTaken as e:
         hint = ("; to continue an interrupted run there, pass --resume"
                 if "holds a run" in str(e) else "")
-        print(f"run: {e}{hint}", file=sys.stderr)
+        say(f"run: {e}{hint}", sys.stderr)
         return 2
     except ResumeError as e:
         if args.resume:
-            print(f"run --resume: {e}; to start over, run without --resume into a new --output "
-                  f"folder", file=sys.stderr)
+            say(f"run --resume: {e}; to start over, run without --resume into a new --output "
+                f"folder", sys.stderr)
         else:
-            print(f"run: {e}", file=sys.stderr)
+            say(f"run: {e}", sys.stderr)
         return 2
     except (SpecError, AdmissionError, RunError) as e:
-        print(f"run: {e}", file=sys.stderr)
+        say(f"run: {e}", sys.stderr)
         return 2
     if summary.get("follower"):
         print(f"run: process {summary['process_index']} of {cluster.process_count()}: its shares "
@@ -95,6 +97,27 @@ def main(args) -> int:
         return 0
     _print_summary(summary, args.output)
     return 0
+
+
+def _run(spec, args) -> dict | None:
+    """Admit and run ``spec`` (the test admission gate first); None on a process of a
+    multi-process launch whose share is delivered."""
+    from passage_jax import cluster  # noqa: PLC0415 (CLI start-up)
+    from passage_jax.run import run_spec  # noqa: PLC0415 (CLI start-up)
+
+    gate = _test_admission(spec, args)
+    admitted = None
+    if cluster.process_count() > 1 or args.chunk is not None:
+        # every process qualifies its share of the references; process 0 alone runs the
+        # planner requests (they are timed one at a time), except under a session timing
+        # profile, where each process runs its own session on its share of each seed
+        admitted = _admit_across_processes(spec, args)
+        if admitted is None:
+            return None
+    with run_progress(False if args.no_progress else None) as progress, gate:
+        return run_spec(spec, args.output, progress=progress,
+                        log=lambda m: say(m, sys.stderr), resume=args.resume,
+                        dry_run=args.dry_run, admitted=admitted)
 
 
 def _test_admission(spec, args):
@@ -118,18 +141,18 @@ def _test_admission(spec, args):
 def _print_summary(summary: dict, output) -> None:
     if summary.get("dry_run"):
         proto = summary["inference_protocol"]
-        print(f"dry run: admitted {summary['n_tasks']} tasks; inference protocol {proto['name']!r} "
-              f"({'canonical' if proto['canonical'] else 'noncanonical'}); nothing was run; "
-              f"record written to {summary['resolved_protocol']}")
+        say(f"dry run: admitted {summary['n_tasks']} tasks; inference protocol {proto['name']!r} "
+            f"({'canonical' if proto['canonical'] else 'noncanonical'}); nothing was run; "
+            f"record written to {summary['resolved_protocol']}")
         return
     for seed, s in summary["per_seed"].items():
         counts = ", ".join(f"{series}: " + " ".join(f"{k}={v}" for k, v in sorted(c.items()))
                            for series, c in s["status_counts"].items())
-        print(f"seed {seed}: {s['n_records']} records ({counts})")
+        say(f"seed {seed}: {s['n_records']} records ({counts})")
     if summary.get("complete"):
-        print(f"run in {output} was already complete; nothing was run")
+        say(f"run in {output} was already complete; nothing was run")
     else:
-        print(f"run written to {output}")
+        say(f"run written to {output}")
 
 
 def _admit_across_processes(spec, args):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from cli import launch
+from cli import inputs, launch
 
 
 def register(p):
@@ -29,6 +29,12 @@ def register(p):
     launch.add_flags(p)
 
 
+def check(args) -> None:
+    """Before JAX loads: the run folder and a ``--dataset-path`` folder exist."""
+    inputs.require_folder(args.run, "run folder")
+    inputs.require_dataset(args.dataset_path)
+
+
 def hint(e) -> str:
     """The command-line flag that answers a library error, if one does."""
     # command start-up: the library loads only when the command runs (--help stays instant)
@@ -44,7 +50,7 @@ def hint(e) -> str:
 
 
 def main(args) -> int:
-    from cli.console import print_metrics_table  # noqa: PLC0415 (CLI start-up)
+    from cli.console import print_metrics_table, say  # noqa: PLC0415 (CLI start-up)
     from passage_jax import cluster  # noqa: PLC0415 (CLI start-up)
     from passage_jax.evaluate import ScoreError, score_run  # noqa: PLC0415 (CLI start-up)
 
@@ -54,16 +60,16 @@ def main(args) -> int:
     writer = cluster.is_writer()
     try:
         res = score_run(args.run, force=args.force, dataset_path=args.dataset_path,
-                        log=(lambda m: print(m, file=sys.stderr)) if writer else None,
+                        log=(lambda m: say(m, sys.stderr)) if writer else None,
                         chunk=args.chunk, check="hash" if args.hash_inputs else None)
     except ScoreError as e:
-        print(f"score: {e}{hint(e)}", file=sys.stderr)
+        say(f"score: {e}{hint(e)}", sys.stderr)
         return 2
     except cluster.ClusterError as e:
         return launch.fail("score", e)
     if not writer:
-        print(f"score: process {cluster.process_index()} of {cluster.process_count()}: shares "
-              f"delivered; process 0 wrote the files", file=sys.stderr)
+        say(f"score: process {cluster.process_index()} of {cluster.process_count()}: shares "
+            f"delivered; process 0 wrote the files", sys.stderr)
         return 0
     print_metrics_table(res, title=f"score {args.run}", folders=seed_folders_of(args.run, res))
     return 0

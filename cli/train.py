@@ -15,9 +15,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from cli.console import say
+from cli.inputs import require_file
 from passage_jax.fileio import read_document
-from passage_jax.learned.checkpoint import check_checkpoint_target
-from passage_jax.learned.train import CONFIG_MAX_BYTES, TrainConfig, init_checkpoint, train, write_checkpoint
 
 
 def register(parser) -> None:
@@ -32,10 +32,25 @@ def register(parser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def _config(args) -> TrainConfig:
-    """The config file's :class:`TrainConfig` (read bounded: at most
-    :data:`~passage_jax.learned.train.CONFIG_MAX_BYTES`, no YAML aliases), with
+def check(args) -> None:
+    """Before JAX loads: the config file exists."""
+    require_file(args.config, "train config")
+
+
+def train(config, progress=None):
+    """:func:`passage_jax.learned.train.train` (the library, and JAX, load when the command
+    runs)."""
+    from passage_jax.learned.train import train as run  # noqa: PLC0415 (CLI start-up)
+
+    return run(config, progress=progress)
+
+
+def _config(args):
+    """The config file's :class:`~passage_jax.learned.train.TrainConfig` (read bounded: at
+    most :data:`~passage_jax.learned.train.CONFIG_MAX_BYTES`, no YAML aliases), with
     ``--seed`` applied; an empty document means every default."""
+    from passage_jax.learned.train import CONFIG_MAX_BYTES, TrainConfig  # noqa: PLC0415 (CLI start-up)
+
     doc = read_document(args.config, label="train config", yaml_allowed=True,
                         max_bytes=CONFIG_MAX_BYTES)
     config = TrainConfig.from_dict({} if doc is None else doc, source=args.config)
@@ -67,13 +82,16 @@ def _progress_bar(console, disable: bool):
 
 
 def main(args) -> int:
+    from passage_jax.learned.checkpoint import check_checkpoint_target  # noqa: PLC0415 (CLI start-up)
+    from passage_jax.learned.train import init_checkpoint, write_checkpoint  # noqa: PLC0415 (CLI start-up)
+
     console = Console(stderr=True)
     try:
         config = _config(args)
         check_checkpoint_target(args.out, overwrite=args.force)
         init_checkpoint(config)  # a bad 'init' is refused before any material is made
     except (OSError, ValueError) as e:
-        print(f"train: {e}", file=sys.stderr)
+        say(f"train: {e}", sys.stderr)
         return 2
     bar, progress = _progress_bar(console, args.no_progress)
     with bar:
@@ -85,5 +103,5 @@ def main(args) -> int:
                       f"regret median {h['regret_median']:.4g}  p90 {h['regret_p90']:.4g}")
     console.print(f"data {result.seconds['data']} s, training {result.seconds['train']} s, "
                   f"{result.metrics['param_count']} parameters")
-    print(path)
+    say(path)
     return 0

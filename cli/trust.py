@@ -6,6 +6,9 @@ import json
 import sys
 from pathlib import Path
 
+from cli import inputs
+from cli.console import make_console, say, text
+
 __all__ = ["register", "main", "print_table"]
 
 FIELDS = ("regret", "assd", "h95", "success", "obstacle_violation")
@@ -30,6 +33,14 @@ def register(p):
     p.add_argument("--force", action="store_true", help="replace an existing --output file")
 
 
+def check(args) -> None:
+    """Before JAX loads: every scored run named exists."""
+    for flag, runs in (("--score", args.score), ("--oracle", [args.oracle]),
+                       ("--holdout", [args.holdout]), ("--random-split", [args.random_split])):
+        for run in runs:
+            inputs.require_folder(run, f"{flag} run")
+
+
 def _num(x) -> str:
     return "n/a" if x is None else f"{x:.4g}"
 
@@ -47,12 +58,12 @@ def main(args) -> int:
         print("trust: give --score at least once, or --holdout with --random-split", file=sys.stderr)
         return 2
     if args.output is not None and Path(args.output).is_dir():
-        print(f"trust: {args.output} is a folder; --output names the JSON file to write (a folder "
-              f"is never replaced, with or without --force)", file=sys.stderr)
+        say(f"trust: {args.output} is a folder; --output names the JSON file to write (a folder "
+            f"is never replaced, with or without --force)", sys.stderr)
         return 2
     if args.output is not None and Path(args.output).exists() and not args.force:
-        print(f"trust: {args.output} exists; choose a new file (or pass --force to replace it)",
-              file=sys.stderr)
+        say(f"trust: {args.output} exists; choose a new file (or pass --force to replace it)",
+            sys.stderr)
         return 2
     try:
         runs = [load_side(p) for p in args.score]
@@ -62,7 +73,7 @@ def main(args) -> int:
         table = trust_table(runs, oracle=oracle, holdout=hold, random_split=rand,
                             field_name=args.field, top_quantile=args.top_quantile)
     except (CompareError, TrustError) as e:
-        print(f"trust: {e}", file=sys.stderr)
+        say(f"trust: {e}", sys.stderr)
         return 2
     if args.output is not None:
         atomic_write_json(Path(args.output), table)
@@ -71,17 +82,16 @@ def main(args) -> int:
     else:
         print_table(table)
         if args.output is not None:
-            print(f"trust table written to {args.output}")
+            say(f"trust table written to {args.output}")
     return 0
 
 
 def print_table(table: dict) -> None:
     """The trust rows as a table on the console."""
-    from rich.console import Console  # noqa: PLC0415 (CLI start-up)
     from rich.table import Table  # noqa: PLC0415 (CLI start-up)
 
     o = table["options"]
-    t = Table(title=f"trust axes (field {o['field']}, top quantile {o['top_quantile']:g})")
+    t = Table(title=text(f"trust axes (field {o['field']}, top quantile {o['top_quantile']:g})"))
     for c in ("run", "axis", "value", "threshold", "fires"):
         t.add_column(c, justify="left" if c in ("run", "axis") else "right", no_wrap=True)
     notes = []
@@ -91,9 +101,10 @@ def print_table(table: dict) -> None:
         else:
             notes.append(f"{r['method_name']} {r['label']}: {r['details'].get('reason')}")
             fires = f"unavailable [{len(notes)}]"
-        t.add_row(str(r["method_name"]), r["label"], _num(r["value"]), _num(r["threshold"]), fires)
-    console = Console()
+        t.add_row(*map(text, (r["method_name"], r["label"], _num(r["value"]), _num(r["threshold"]),
+                              fires)))
+    console = make_console()
     console.width = max(console.width, 110)
     console.print(t)
     for i, n in enumerate(notes, 1):
-        console.print(f"[{i}] {n}", markup=False)
+        console.print(text(f"[{i}] {n}"))

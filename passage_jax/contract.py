@@ -1,8 +1,10 @@
-"""The contract's constants, in one place (contract §5–7).
+"""The contract's constants, in one place (contract §2, §5–7).
 
 Every module that names a primary metric, its direction, the censoring of failed
-routes, the default training seeds, the block of a task without a tile or a timing
-profile imports it from here.
+routes, the default training seeds, the block of a task without a tile, a timing
+profile, an objective or task variant, or a planner's input format imports it from
+here. This module imports nothing, so the run spec's check (``passage_jax.run.spec``)
+loads without JAX.
 """
 from __future__ import annotations
 
@@ -13,8 +15,17 @@ __all__ = [
     "CENSORED_LATENCY_FORMAT", "CENSORED_STATUSES", "COMPLETE_REQUEST_PROFILE",
     "NATIVE_SESSION_PROFILE", "SUPERVISED_SERVICE_PROFILE", "SUPERVISED_SERVICE_REWARM_PROFILE",
     "TIMING_PROFILES", "SESSION_PROFILES", "PROFILE_EXECUTION", "DEFAULT_SESSION_WARMUP",
-    "timing_boundary",
+    "timing_boundary", "OBJECTIVES", "VARIANTS", "OBJECTIVE_COLUMN", "INFERENCE_FORMATS",
 ]
+
+OBJECTIVES = ("elevation", "slope_uphill", "energy")
+"""The three objectives of PASSAGE v1.0 (contract §2 names)."""
+#: The task variants (contract §2): without and with the obstacle mask.
+VARIANTS = ("free", "obstacles")
+#: Column-name stem of each objective in released shards (`slope` for `slope_uphill`).
+OBJECTIVE_COLUMN = {"elevation": "elevation", "slope_uphill": "slope", "energy": "energy"}
+#: Input shapes a planner may take (the spec's ``inference_format``, contract §6).
+INFERENCE_FORMATS = ("request", "scene", "tensor")
 
 #: The six primary metrics, in reporting order.
 PRIMARY_METRICS = ("regret_median", "regret_p90", "assd_mean", "h95_mean", "success_rate",

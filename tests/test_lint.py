@@ -48,7 +48,7 @@ ALLOWED = {
     "trust": {"metrics", "stats"},
 }
 LEAVES = {"contract", "fileio", "reduce", "testing", "memory", "cluster", "precision", "shapes", "checks",
-          "compilation", "placement", "exports"}
+          "compilation", "placement", "exports", "budget"}
 
 
 def test_stage_imports_point_down():

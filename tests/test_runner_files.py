@@ -22,7 +22,7 @@ def test_snapshot_classifies_without_casting():
     f, r, raw, _ = snapshot_route([[0, 0], [1, 1]])
     assert f == code["int"] and r.dtype == np.int32 and raw is None
     f, r, raw, desc = snapshot_route(np.array([[0.0, 0.0], [1.0, 1.0]]))
-    assert f == code["float"] and r is None and raw.tolist() == [0, 0, 1, 1] and desc.startswith("<f8")
+    assert f == code["float"] and r is None and raw.tolist() == [0, 0, 1, 1] and desc == ("<f8", "2x2")
     f, r, raw, _ = snapshot_route(np.array([[0.5, 0.0], [1.0, 1.0]], np.float32))
     assert f == code["float"] and raw[0] == 0.5
     assert snapshot_route(None)[0] == code["none"]

@@ -1,4 +1,5 @@
-"""GraphSpec: the graph a scene is planned on, and the objective names (contract §2).
+"""GraphSpec: the graph a scene is planned on (contract §2); the objective names are
+re-exported from :mod:`passage_jax.contract`.
 
 The move table lives in :mod:`passage_jax.graph.moves`, the cost-model registry in
 :mod:`passage_jax.graph.costs`.
@@ -10,16 +11,13 @@ import math
 
 import numpy as np
 
+from passage_jax.contract import OBJECTIVE_COLUMN, OBJECTIVES, VARIANTS
 from passage_jax.graph.costs import COST_MODELS
 from passage_jax.graph.moves import STEP_PIXELS
 
+# OBJECTIVES, VARIANTS and OBJECTIVE_COLUMN live in passage_jax.contract (their one home,
+# importable without JAX); they stay importable from here
 __all__ = ["GraphSpec", "OBJECTIVES", "VARIANTS", "OBJECTIVE_COLUMN"]
-
-OBJECTIVES = ("elevation", "slope_uphill", "energy")
-"""The three objectives of PASSAGE v1.0 (contract §2 names)."""
-VARIANTS = ("free", "obstacles")
-#: Column-name stem of each objective in released shards (`slope` for `slope_uphill`).
-OBJECTIVE_COLUMN = {"elevation": "elevation", "slope_uphill": "slope", "energy": "energy"}
 
 
 

@@ -23,6 +23,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from passage_jax.contract import INFERENCE_FORMATS
 from passage_jax.protocol.contracts import PlanRequest, PlanResult, normalise_result
 
 __all__ = [
@@ -30,8 +31,8 @@ __all__ = [
     "planner_factory", "load_planner",
 ]
 
-#: Input shapes a planner may take (the spec's ``inference_format``).
-INFERENCE_FORMATS = ("request", "scene", "tensor")
+# INFERENCE_FORMATS (the input shapes a planner may take, the spec's ``inference_format``)
+# lives in passage_jax.contract; it stays importable from here
 
 
 class Planner:

@@ -16,7 +16,11 @@ from typing import Any
 
 import numpy as np
 
+from passage_jax.budget import LIMIT_COUNTER, BudgetSpec, ProtocolError
 from passage_jax.graph.spec import GraphSpec
+
+# BudgetSpec, ProtocolError and LIMIT_COUNTER live in passage_jax.budget (a leaf module, so
+# that the run spec's check loads without JAX); they stay importable from here
 
 __all__ = [
     "STATUSES", "WORK_KEYS", "STAGES", "LIMIT_COUNTER", "SUMMED_COUNTERS", "METADATA_ALLOWLIST",
@@ -32,12 +36,6 @@ STATUSES = ("ok", "no_path", "invalid_path", "budget_exhausted", "timeout", "oom
 WORK_KEYS = ("expansions", "queue_operations", "live_states")
 #: Stages a planner may break its work into (``PlanResult.stage_work`` keys).
 STAGES = ("primary", "repair", "fallback")
-#: BudgetSpec limit -> the work counter it requires.
-LIMIT_COUNTER = {
-    "max_expansions": "expansions",
-    "max_queue_operations": "queue_operations",
-    "max_live_states": "live_states",
-}
 #: Counters that accumulate over stages by summation; the others (``live_states``,
 #: the number of states alive at once) by maximum.
 SUMMED_COUNTERS = ("expansions", "queue_operations")
@@ -54,10 +52,6 @@ METADATA_ALLOWLIST = ("resolution", "split", "calibration", "markers", "tile", "
 REQUEST_FIELDS = ("sample_id", "elevation", "obstacles", "start", "goal", "cost_model",
                   "cost_weight", "graph", "budget", "metadata", "input_tensor",
                   "deadline_monotonic")
-
-
-class ProtocolError(ValueError):
-    """A planner result (or a request/budget) violates the protocol."""
 
 
 def _frozen_array(a, dtype, name: str, ndim: int | None = None) -> np.ndarray:
@@ -91,50 +85,6 @@ def filter_metadata(metadata: Mapping | None) -> types.MappingProxyType:
     """The allowlisted part of a scene's metadata, deep-copied and read-only."""
     metadata = metadata or {}
     return _deep_freeze({k: metadata[k] for k in METADATA_ALLOWLIST if k in metadata})
-
-
-def _opt_positive_int(name, v):
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or int(v) <= 0:
-        raise ProtocolError(f"BudgetSpec.{name}={v!r} must be a positive integer or null")
-    return int(v)
-
-
-@dataclasses.dataclass(frozen=True)
-class BudgetSpec:
-    """Declared limits of one request; ``None`` means no limit."""
-
-    wall_time_ms: float | None = None
-    max_expansions: int | None = None
-    max_queue_operations: int | None = None
-    max_live_states: int | None = None
-
-    def __post_init__(self):
-        w = self.wall_time_ms
-        if w is not None:
-            if isinstance(w, bool) or not isinstance(w, (int, float, np.number)) \
-                    or not math.isfinite(float(w)) or float(w) <= 0:
-                raise ProtocolError(f"BudgetSpec.wall_time_ms={w!r} must be a positive number or null")
-            object.__setattr__(self, "wall_time_ms", float(w))
-        for name in LIMIT_COUNTER:
-            object.__setattr__(self, name, _opt_positive_int(name, getattr(self, name)))
-
-    @classmethod
-    def from_dict(cls, d: Mapping | None) -> BudgetSpec:
-        d = dict(d or {})
-        unknown = sorted(set(d) - {f.name for f in dataclasses.fields(cls)})
-        if unknown:
-            raise ProtocolError(f"budget: unknown key(s) {unknown}; known: "
-                                f"{[f.name for f in dataclasses.fields(cls)]}")
-        return cls(**d)
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    def limits(self) -> dict:
-        """The configured work limits, {limit name: value}."""
-        return {k: getattr(self, k) for k in LIMIT_COUNTER if getattr(self, k) is not None}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,35 +7,39 @@ a journal as it completes, and ``run_spec(..., resume=True)`` continues a killed
 run; ``progress=`` takes a callable that receives :class:`ProgressEvent` values);
 :mod:`passage_jax.evaluate` scores those folders offline and never imports this package.
 """
-from passage_jax.run.admission import AdmissionError, Admitted, References, admit
-from passage_jax.run.conform import conform
-from passage_jax.run.loop import (
-    OutputFolderTaken,
-    ResumeError,
-    RunError,
-    holds_run,
-    passes,
-    run_seed,
-    run_spec,
-)
-from passage_jax.run.progress import ProgressEvent
-from passage_jax.run.spec import (
-    DEFAULTS,
-    KNOWN,
-    REQUIRED,
-    STARTER_SPEC,
-    RunSpec,
-    SpecError,
-    load_spec,
-    parse_spec,
-)
-from passage_jax.run.timing import block_until_ready, execute
+import sys
+import types
 
-# Public names. The shape of this block (an import list, then __all__) recurs in every
-# module that re-exports names; only the names differ.
-__all__ = [
-    "RunSpec", "SpecError", "load_spec", "parse_spec", "DEFAULTS", "KNOWN", "REQUIRED",
-    "STARTER_SPEC", "Admitted", "AdmissionError", "References", "admit", "execute",
-    "block_until_ready", "RunError", "OutputFolderTaken", "ResumeError", "holds_run", "passes",
-    "run_seed", "run_spec", "conform", "ProgressEvent",
-]
+from passage_jax.exports import lazy_exports
+
+# re-exports, by module: each module is imported when one of its names is first used, so
+# ``passage_jax.run.spec`` (the spec check, which the CLI runs before anything loads JAX)
+# imports no executor, kernel or JAX
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "passage_jax.run.spec": (
+        "RunSpec", "SpecError", "load_spec", "parse_spec", "DEFAULTS", "KNOWN", "REQUIRED",
+        "STARTER_SPEC",
+    ),
+    "passage_jax.run.admission": ("Admitted", "AdmissionError", "References", "admit"),
+    "passage_jax.run.timing": ("execute", "block_until_ready"),
+    "passage_jax.run.loop": (
+        "RunError", "OutputFolderTaken", "ResumeError", "holds_run", "passes", "run_seed",
+        "run_spec",
+    ),
+    "passage_jax.run.conform": ("conform",),
+    "passage_jax.run.progress": ("ProgressEvent",),
+})
+
+
+class _Package(types.ModuleType):
+    """This package, whose ``conform`` stays the function when its module of the same name,
+    :mod:`passage_jax.run.conform`, is imported (the import binds a submodule on its
+    package; the function is what the name meant when every name was imported up front)."""
+
+    def __setattr__(self, name, value):
+        if name == "conform" and isinstance(value, types.ModuleType):
+            value = value.conform
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

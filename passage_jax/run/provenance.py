@@ -14,6 +14,10 @@ and the evaluator's source commit.
   derived roster, its parent.
 * ``evaluator_commit``: ``git rev-parse HEAD`` of the source checkout the package
   runs from, with a ``dirty`` flag; ``null`` when the package is not a git checkout.
+* ``planner_path`` (when the command put folders first on the import path for the
+  planner: ``run``, ``conform``, ``bench``): ``searched``, those folders (the spec's
+  own, then each ``--planner-path``), and ``module_folder``, the one that held the
+  planner's module (``null``: the rest of the import path did).
 
 Both files are read bounded: the calibration decisions at most
 :data:`passage_jax.run.spec.SPEC_MAX_BYTES` (no YAML aliases), a roster at most
@@ -30,6 +34,7 @@ import subprocess
 from pathlib import Path
 
 from passage_jax.fileio import read_document
+from passage_jax.run.planner_path import planner_path_record
 from passage_jax.run.spec import SPEC_MAX_BYTES
 from passage_jax.stats.roster import RosterError, read_roster
 
@@ -127,7 +132,9 @@ def evaluator_commit(root=None) -> dict | None:
 
 def provenance(spec, sample_ids) -> dict:
     """The provenance block of a run's manifest (ProvenanceError when an input is bad);
-    ``test_admission`` only when the launch recorded one (:func:`test_admission_recorded`)."""
+    ``test_admission`` only when the launch recorded one (:func:`test_admission_recorded`);
+    ``planner_path`` only when the launch put folders first on the import path for the
+    planner (:func:`passage_jax.run.planner_path.planner_path_record`)."""
     out = {
         "split_role": spec.split_role or UNDECLARED,
         "split": spec.split,
@@ -139,4 +146,7 @@ def provenance(spec, sample_ids) -> dict:
     }
     if _TEST_ADMISSION.get() is not None:
         out["test_admission"] = _TEST_ADMISSION.get()
+    searched = planner_path_record(spec.inference)
+    if searched is not None:
+        out["planner_path"] = searched
     return out

@@ -18,9 +18,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from passage_jax.budget import BudgetSpec
 from passage_jax.contract import COMPLETE_REQUEST_PROFILE, DEFAULT_SEEDS, SESSION_PROFILES
 from passage_jax.fileio import one_line, read_document, sha256_bytes
-from passage_jax.protocol.contracts import BudgetSpec
 from passage_jax.run.spec_schema import (
     COMPONENT_GUIDES,
     COMPONENT_KEYS,
@@ -221,7 +221,8 @@ family: classical                   # free text: classical, learned, ...
 architecture: astar                 # free text
 # The planner: 'package.module:attr'. A class, or a function named make_*, is a
 # factory called once with inference_kwargs; any other function is called per
-# request as fn(request, **inference_kwargs).
+# request as fn(request, **inference_kwargs). A module next to this spec file is found
+# (its folder goes first on the import path; --planner-path DIR adds more; docs/runner.md).
 inference: passage_jax.planners.bounded:make_planner
 inference_format: request           # request | scene (legacy predict_path) | tensor
 inference_kwargs: {max_expansions: 20000}   # the planner's own search limit (configs/bounded.yaml)
