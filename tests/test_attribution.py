@@ -443,3 +443,11 @@ def test_learned_search_pairing_exclusions_and_missing_counters():
     md = "\n".join(_search_lines(attribution_rows([learned, astar], search=True)))
     assert "learned: expansion ratio n/a: 1 of 4 rows report no expansions" in md
     assert "learned: 1 task(s) without a plain A* row" in md
+
+
+def test_attribution_cell_shows_a_failure_as_a_failure():
+    from passage_jax.contract import FAILURE_REGRET
+    from passage_jax.evaluate.attribution import format_number
+
+    assert format_number(FAILURE_REGRET) == "failed (failure code)"
+    assert format_number(0.25) == "0.2500" and format_number(2.5e5) == "2.500e+05"

@@ -1,16 +1,20 @@
 """report --html: one self-contained page with the content of report.md (tables read back
 against the Markdown's, figures inline and identical to the PNGs beside it, nothing
 external), and a real headless browser loading it and the leaderboard page: no console
-errors, every figure decoded, a click on a header sorting the table."""
+errors, every figure decoded, a click on a header sorting the table, and at a 1,280 px
+window no table wider than the viewport (many methods, long names, a failing method).
+Failure-coded regrets are shown as failures on every page, never as the code itself."""
 from __future__ import annotations
 
 import base64
+import json
 import re
 import shutil
 from argparse import ArgumentParser
 from html.parser import HTMLParser
 from pathlib import Path
 
+import numpy as np
 import pytest
 from test_score_support import runs
 
@@ -232,12 +236,147 @@ def test_browser_renders_and_sorts(report_pages, tmp_path):
         # the leaderboard: reversing the rank order by the regret column
         imgs, before, asc, desc = _check_page(driver, Path(lb["index"]).as_uri(), 0,
                                               "regret median")
-        want = sorted(before, key=_key)
-        assert asc == want and desc == want[::-1] != before and len(before) == 3
+        # greedy's median is failure-coded: shown as a failure, sorted last both ways
+        nums = sorted((v for v in before if _key(v) is not None), key=_key)
+        failed = [v for v in before if _key(v) is None]
+        assert failed and all(v.startswith("failed") for v in failed)
+        assert asc == nums + failed and desc == nums[::-1] + failed and len(before) == 3
         ranks = [r["method_name"] for r in lb["board"]["rows"]]
         driver.get(Path(lb["index"]).as_uri())
         table = driver.find_elements("css selector", "table")[0]
         shown = [t.split(" (baseline)")[0] for t in _column(driver, table, 1)]
         assert shown == ranks
+    finally:
+        driver.quit()
+
+
+# --------------------------------------------------------------------------- #
+# wide material: many methods, long names, a method whose regret is failure-coded
+# --------------------------------------------------------------------------- #
+
+LONG = "learned_value_field_unet_with_bounded_repair_and_exact_fallback_variant"
+
+
+@pytest.fixture(scope="module")
+def wide_pages(tmp_path_factory):
+    """greedy (4 of its 6 tasks failed: regret median and p90 are the failure regret) against
+    bfs, with a long name; its report (Markdown and page); and a leaderboard of it, exact
+    and six more long-named methods paired with bfs."""
+    R = runs()
+    tmp = tmp_path_factory.mktemp("wide")
+    bench = tmp / "bench"
+    bench.mkdir()
+    compare_runs(R["greedy"], R["bfs"], bench / "compare.json", n_resamples=200)
+    doc = json.loads((bench / "compare.json").read_text())
+    for side, name in (("A", f"greedy_{LONG}"), ("B", "bfs")):
+        doc["runs"][side]["method_name"] = doc["methods"][side]["method_name"] = name
+    (bench / "compare.json").write_text(json.dumps(doc))
+    rep = write_report(bench / "compare.json", bench / "report" / "report.md", n_route_tasks=2,
+                       html=True)
+    inputs = [bench, R["exact"]]
+    for i in range(6):
+        d = json.loads(json.dumps(doc))
+        name = f"{LONG}_{i}"
+        d["runs"]["A"]["method_name"] = d["methods"]["A"]["method_name"] = name
+        d["runs"]["A"]["path"] = str(tmp / f"run_{i}")
+        inputs.append(tmp / f"cmp_{i}.json")
+        inputs[-1].write_text(json.dumps(d))
+    from passage_jax.evaluate.leaderboard import write_leaderboard
+
+    lb = write_leaderboard(inputs, tmp / "lb", n_resamples=50)
+    return {"report": Path(rep["report"]), "html": Path(rep["html"]), "index": Path(lb["index"]),
+            "board": lb["board"], "doc": doc}
+
+
+def _text(path: Path) -> str:
+    """A page's text without its inline images (base64 data could hold any digits)."""
+    return re.sub(r"data:image/[a-z+]+;base64,[A-Za-z0-9+/=]+", "", path.read_text())
+
+
+def test_failure_coded_values_shown_as_failures(wide_pages):
+    """No page prints the failure regret (999999) or a Δ or interval made of it (1.000e+06,
+    5.000e+05): a regret figure that reaches a failed task reads "failed", its Δ "—" with the
+    side that failed, an interval endpoint made of it "failure-coded"."""
+    for key in ("index", "html", "report"):
+        text = _text(wide_pages[key])
+        for code in ("999999", "999,999", "1.000e+06", "e+05", "1e+06"):
+            assert code not in text, (key, code)
+    # the leaderboard: greedy's seed-mean regret median is the failure regret
+    page = parse_page(wide_pages["index"].read_text())
+    header = page.tables[0]["header"]
+    rows = {r[1]: dict(zip(header, r)) for r in page.tables[0]["rows"]}
+    greedy = rows[f"greedy_{LONG}"]
+    assert greedy["regret median"] == "failed (67% of tasks)"
+    assert greedy["Δ regret median [interval]"] == "— (method failed)"
+    assert greedy["success rate"] == "0.3333"
+    assert rows["exact"]["regret median"] == "0.0000"
+    assert rows["exact"]["Δ regret median [interval]"].startswith("-0.2634 [")
+    assert [r["method_name"] for r in wide_pages["board"]["rows"]][:2] == ["exact", "bfs"]
+    # the report: metric values, the contrasts and their intervals, the components table
+    md_page = parse_page(wide_pages["html"].read_text())
+    metrics, contrasts = md_page.tables[0], md_page.tables[1]
+    a = dict(zip(metrics["header"], metrics["rows"][0]))
+    assert a["regret_median"] == a["regret_p90"] == "failed (4/6 tasks)"
+    assert a["valid / tasks"] == "2 / 6"
+    b = dict(zip(metrics["header"], metrics["rows"][1]))
+    assert b["regret_median"] == "0.2634"
+    by_metric = {r[0]: dict(zip(contrasts["header"], r)) for r in contrasts["rows"]}
+    for k in ("regret_median", "regret_p90"):
+        assert by_metric[k]["Δ"] == "— (A failed)" and by_metric[k]["Δ seed 1234"] == "— (A failed)"
+        assert by_metric[k]["interval"] == "— (failure-coded)"
+    assert by_metric["success_rate"]["Δ"] == "-0.6667"
+    comp = next(t for t in md_page.tables if "no stage" in t["header"])
+    c = dict(zip(comp["header"], comp["rows"][0]))
+    assert c["regret median"] == c["regret p90"] == "failed (4/6 tasks)"
+    assert md_tables(wide_pages["report"].read_text())[0]["rows"][0][2] == "failed (4/6 tasks)"
+
+
+def test_failure_rule_against_numpy():
+    """A regret quantile is failure-coded exactly when NumPy's quantile of the per-task
+    regrets (failures at the failure regret) lies above every legal route's regret."""
+    from passage_jax.contract import FAILURE_REGRET
+    from passage_jax.evaluate.report_markdown import reaches_failures
+
+    rng = np.random.default_rng(0)
+    seen = set()
+    for _ in range(400):
+        n = int(rng.integers(1, 40))
+        f = int(rng.integers(0, n + 1))
+        reg = np.concatenate([rng.gamma(1.0, 0.2, n - f), np.full(f, FAILURE_REGRET)])
+        top = reg[: n - f].max() if f < n else -np.inf
+        for q in (0.5, 0.9):
+            want = bool(np.quantile(reg, q) > top + 1e-9 * max(1.0, abs(top) if f < n else 1.0))
+            assert reaches_failures(q, n, f) == want, (n, f, q)
+            seen.add(want)
+    assert seen == {True, False}
+    # by hand: 6 tasks, 4 failed (the median is the failure regret); 4 tasks, 2 failed (the
+    # median interpolates half way to it); 5 tasks, 2 failed (the median is a legal route's)
+    assert reaches_failures(0.5, 6, 4) and reaches_failures(0.5, 4, 2)
+    assert not reaches_failures(0.5, 5, 2) and not reaches_failures(0.9, 10, 0)
+    assert reaches_failures(0.9, 10, 1) and not reaches_failures(0.9, 11, 1)
+
+
+def test_tables_fit_a_1280_px_window(wide_pages):
+    """At a 1,280 px window the page does not scroll sideways and every table's right edge
+    lies within the viewport: the leaderboard of many long-named methods and the report with
+    its 14-column components table."""
+    driver = _browser()
+    try:
+        driver.set_window_size(1280, 900)
+        for key in ("index", "html"):
+            driver.get(wide_pages[key].as_uri())
+            got = driver.execute_script(
+                "return {inner: window.innerWidth, scroll: document.documentElement.scrollWidth,"
+                " tables: Array.from(document.querySelectorAll('table')).map(t => ({"
+                "  right: t.getBoundingClientRect().right, scroll: t.scrollWidth,"
+                "  wrap: t.parentElement.scrollWidth - t.parentElement.clientWidth,"
+                "  head: t.tHead.rows[0].cells[0].textContent.trim()}))};")
+            assert 1200 <= got["inner"] <= 1280, got["inner"]
+            assert got["scroll"] <= got["inner"], (key, got)
+            assert len(got["tables"]) >= (1 if key == "index" else 8)
+            for t in got["tables"]:
+                assert t["right"] <= got["inner"] and t["wrap"] <= 0, (key, t, got["inner"])
+            errors = [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
+            assert not errors, errors
     finally:
         driver.quit()

@@ -49,6 +49,7 @@ from passage_jax.evaluate.attribution_search import (
     search_inputs,
 )
 from passage_jax.evaluate.score import ScoreError, load_score, seed_folders
+from passage_jax.evaluate.text_safety import md_cell, md_code, md_text
 from passage_jax.fileio import atomic_write_text, jsonable, utc_now
 from passage_jax.protocol.contracts import STAGES, WORK_KEYS
 
@@ -307,7 +308,8 @@ def attribution_table(score_dirs, names=None) -> dict:
 
 
 def format_number(x, digits=4) -> str:
-    """A table cell: None/NaN -> "n/a", booleans yes/no, the failure regret as 999999,
+    """A table cell: None/NaN -> "n/a", booleans yes/no, the failure regret as
+    ``failed (failure code)`` (never the code's number: docs/scoring.md),
     ulp-level values as 0, very large or small values in e-notation."""
     if x is None:
         return "n/a"
@@ -319,7 +321,7 @@ def format_number(x, digits=4) -> str:
     if not math.isfinite(x):
         return "n/a"
     if x == FAILURE_REGRET:
-        return "999999"
+        return "failed (failure code)"
     if abs(x) < 1e-12:  # ulp-level differences (e.g. an exact route's recomputed cost)
         return f"{0.0:.{digits}f}"
     if x != 0 and (abs(x) >= 1e5 or abs(x) < 1e-3):
@@ -328,9 +330,12 @@ def format_number(x, digits=4) -> str:
 
 
 def markdown_table(header, rows) -> str:
-    """A Markdown table: a header row, the rule, one row per item (cells via str)."""
-    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    """A Markdown table: a header row, the rule, one row per item. Cells are Markdown (a
+    name or other data in them already through :func:`~passage_jax.evaluate.text_safety.md_text`
+    or ``md_code``); every ``|`` in them is escaped here (``md_cell``)."""
+    out = ["| " + " | ".join(md_cell(c) for c in header) + " |",
+           "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(md_cell(c) for c in r) + " |" for r in rows]
     return "\n".join(out)
 
 
@@ -344,8 +349,8 @@ def _control_hint(flag: str) -> str:
         return ""
     variant = flag.split(": ", 1)[1]
     spec = CONTROL_SPECS.get(variant)
-    how = (f"a run spec declaring `component_control.variant: {variant}` with the same "
-           f"machinery_id and budget")
+    how = (f"a run spec declaring {md_code(f'component_control.variant: {variant}')} with the "
+           f"same machinery_id and budget")
     if spec is None:
         return f" (run and score {how}, then add it to the table)"
     return (f" (run and score {how}, e.g. the shipped `{spec}`: `python -m cli run --spec {spec} "
@@ -358,7 +363,7 @@ def _search_lines(table: dict) -> list:
     """The learned-search table against plain A* (only for tables built with it)."""
     if "search_reference" not in table:
         return []
-    ref = table["search_reference"]
+    ref = table["search_reference"]  # a name: md_code below
     if ref is None:
         return ["Learned search against plain A*: n/a (no scored run is plain A*: a run spec "
                 "declaring `family: classical` and `architecture: astar`, e.g. `configs/bounded.yaml` "
@@ -370,25 +375,27 @@ def _search_lines(table: dict) -> list:
     for r in table["rows"]:
         sr = r.get("search") or {}
         if sr.get("ratio_note"):
-            notes.append(f"- {r['name']}: expansion ratio {sr['ratio_note']}")
+            notes.append(f"- {md_text(r['name'])}: expansion ratio {md_text(sr['ratio_note'])}")
         if sr.get("n_unpaired"):
-            notes.append(f"- {r['name']}: {sr['n_unpaired']} task(s) without a plain A* row, left out")
+            notes.append(f"- {md_text(r['name'])}: {md_text(sr['n_unpaired'])} task(s) without "
+                         f"a plain A* row, left out")
         for sub in ("all", "hard"):
             x = sr.get(sub)
             if x is None:
                 continue
             excl = ("n/a" if x["n_excluded_astar_zero"] is None else
-                    f"{x['n_excluded_astar_zero']} / {x['n_excluded_astar_failed']}")
-            rows.append([r["name"] if sub == "all" else "", sub, x["n_tasks"],
-                         "n/a" if x["n_ratio"] is None else x["n_ratio"], excl,
+                    f"{md_text(x['n_excluded_astar_zero'])} / "
+                    f"{md_text(x['n_excluded_astar_failed'])}")
+            rows.append([md_text(r["name"]) if sub == "all" else "", sub, md_text(x["n_tasks"]),
+                         "n/a" if x["n_ratio"] is None else md_text(x["n_ratio"]), excl,
                          format_number(x["ratio_median"], 3), format_number(x["ratio_mean"], 3),
                          format_number(x["ratio_geomean"], 3), format_number(x["exp_reduction_pct"], 1),
                          format_number(x["success_rate"], 3), format_number(x["cost_excess_mean"]),
                          format_number(x["optimal_rate"], 3), format_number(x["wall_ms_median"], 2),
                          format_number(x["astar_wall_ms_median"], 2)])
     first = next((r.get("search") for r in table["rows"] if r.get("search")), {}) or {}
-    out = [f"Learned search against plain A* (`{ref}`; TransPath / Neural A*; hard: "
-           f"{first.get('hard_rule')}):", "", markdown_table(header, rows), "",
+    out = [f"Learned search against plain A* ({md_code(ref)}; TransPath / Neural A*; hard: "
+           f"{md_text(first.get('hard_rule'))}):", "", markdown_table(header, rows), "",
            "Every seed's tasks pooled, each paired by sample_id with plain A*'s row of the same seed "
            "(or its first seed). Ratio = the run's total expansions (all stages) / plain A*'s, per "
            "task; tasks where A* expanded 0 (or reported none) or failed are left out of it and "
@@ -414,15 +421,18 @@ def render_attribution_markdown(table: dict, heading: str = "## Component attrib
         f = r["figures"]
         rep = r["reporting"]
         n = rep["n_rows"]
-        work = [f"{format_number(f[f'{c}_median'], 1)} ({rep['work_reported'][c]}/{n})" for c in WORK_KEYS]
-        rows.append([r["name"], r["variant"] or "undeclared", r["guide"] or "",
-                     r["checkpoint_id"] or "", r["machinery_id"] or "",
-                     ", ".join(map(str, r["seeds"])), format_number(f["legal_route_rate"], 3),
+        work = [f"{format_number(f[f'{c}_median'], 1)} ({md_text(rep['work_reported'][c])}/"
+                f"{md_text(n)})" for c in WORK_KEYS]
+        rows.append([md_text(r["name"]), md_text(r["variant"] or "undeclared"),
+                     md_text(r["guide"] or ""), md_text(r["checkpoint_id"] or ""),
+                     md_text(r["machinery_id"] or ""),
+                     md_text(", ".join(map(str, r["seeds"]))),
+                     format_number(f["legal_route_rate"], 3),
                      format_number(f["regret_median"]), format_number(f["regret_p90"]), *work,
                      _rate(f["direct_success_rate"]), _rate(f["repair_rate"]),
                      _rate(f["fallback_rate"]), _rate(f["fallback_frequency"]),
                      format_number(f["latency_p50_ms"], 2), format_number(f["latency_p95_ms"], 2),
-                     "; ".join(r["flags"]) or "—"])
+                     md_text("; ".join(r["flags"])) or "—"])
     lines += [markdown_table(header, rows), ""]
     lines += ["Figures are seed means of each run's per-seed values (n/a when a seed lacks "
               "one). Legal-route rate = success rate over all tasks; regret over all tasks "
@@ -437,7 +447,7 @@ def render_attribution_markdown(table: dict, heading: str = "## Component attrib
             sw = r["stage_work"][st]
             if not sw["n_rows_ran"]:
                 continue
-            st_rows.append([r["name"], st, sw["n_rows_ran"]]
+            st_rows.append([md_text(r["name"]), md_text(st), md_text(sw["n_rows_ran"])]
                            + [format_number(sw[f"{c}_median"], 1) for c in WORK_KEYS])
     if st_rows:
         lines += ["Per-stage work (each seed's median over the rows where the stage ran and "
@@ -450,7 +460,7 @@ def render_attribution_markdown(table: dict, heading: str = "## Component attrib
                   "a sum of stage medians would not reconstruct total latency anyway).", ""]
     lines += _search_lines(table)
     if table["flags"]:
-        lines += ["Flags:", ""] + [f"- {f}{_control_hint(f)}" for f in table["flags"]] + [""]
+        lines += ["Flags:", ""] + [f"- {md_text(f)}{_control_hint(f)}" for f in table["flags"]] + [""]
     elif table["complete"]:
         lines += ["No flags: every declared variant has its controls, with the same machinery "
                   "and budget.", ""]
@@ -468,7 +478,7 @@ def write_attribution_report(score_dirs, output, names=None, force: bool = False
         raise AttributionExists(f"{output} exists; choose a new report name")
     table = attribution_table(score_dirs, names)
     md = (f"# Component attribution\n\nCreated {utc_now()}; runs: "
-          + ", ".join(f"`{r['path']}`" for r in table["rows"]) + "\n\n"
+          + ", ".join(md_code(r["path"]) for r in table["rows"]) + "\n\n"
           + render_attribution_markdown(table, heading="## Table"))
     output.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(output, md)

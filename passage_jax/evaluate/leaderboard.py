@@ -13,15 +13,28 @@ run when no comparison is given.
 
 Each row shows the method's seed means of all-task regret median, success rate and warm
 latency p50 (quality repeat), its contrasts against the baseline (method − baseline) with
-their paired block-bootstrap intervals, the planner-reported precision, the timing profile
-and a relative link to the comparison's report where one exists (``report.html`` or
-``report.md`` beside the comparison file or in its ``report/`` folder). A contrast comes
-from a comparison file that pairs the method with the baseline (reoriented when the
-baseline is its run A); otherwise the two scored runs are compared in memory
-(``compare_runs``, ``n_resamples`` draws), and when neither is possible the row says why.
+their paired block-bootstrap intervals, the planner-reported precision and a relative link
+to the comparison's report where one exists (``report.html`` or ``report.md`` beside the
+comparison file or in its ``report/`` folder). A contrast comes from a comparison file that
+pairs the method with the baseline (reoriented when the baseline is its run A); otherwise
+the two scored runs are compared in memory (``compare_runs``, ``n_resamples`` draws), and
+when neither is possible the row says why.
+The setting (resolution, cost model, split, variant, task set, timing profile), the same for
+every row, is stated once above the table.
 
 Rows are ranked by seed-mean regret median (lower first), then success rate (higher
 first), then latency p50 (lower first).
+
+A regret median that reaches a failed task in any seed (``failure_coded`` in the row) is shown
+as ``failed (x% of tasks)``, its Δ as ``— (method failed)`` (``baseline``, ``both``), and an
+interval endpoint made of the failure regret as ``failure-coded``: never the code itself
+(:mod:`~passage_jax.evaluate.report_markdown`; docs/scoring.md).
+
+Every name, path, precision string and reason on the page goes through
+:mod:`~passage_jax.evaluate.text_safety` (a report link's destination percent-encoded), and
+the page is rendered with raw HTML disabled and no image from outside its folder
+(docs/scoring.md, "Text on the pages"). ``index.html`` and ``leaderboard.json`` are written
+together or not at all.
 
 Incomparable entries are **refused**, never mixed and never split into separate tables: all
 methods must share resolution, cost model, split, task variant, the task set
@@ -40,9 +53,11 @@ from passage_jax.contract import FAILURE_REGRET
 from passage_jax.evaluate.attribution import format_number as _fmt
 from passage_jax.evaluate.attribution import markdown_table
 from passage_jax.evaluate.compare import COMPARE_FORMAT, compare_runs
-from passage_jax.evaluate.report_html import html_page, markdown_body
+from passage_jax.evaluate.report_html import ReportHtmlError, html_page, markdown_body
 from passage_jax.evaluate.report_input import ReportError, read_comparison
+from passage_jax.evaluate.report_markdown import endpoint, failed_delta, regret_failed
 from passage_jax.evaluate.score import ScoreError, load_score, read_json, seed_folders
+from passage_jax.evaluate.text_safety import md_code, md_text, md_url
 from passage_jax.fileio import atomic_write_json, atomic_write_text, jsonable, utc_now
 
 __all__ = ["leaderboard", "write_leaderboard", "LeaderboardError", "LeaderboardExists",
@@ -57,11 +72,14 @@ COMPARABLE_FIELDS = {"resolution": "resolution", "cost_model": "cost model", "sp
 #: the page's table columns, in order
 LEADERBOARD_COLUMNS = ("rank", "method", "seeds", "regret median", "Δ regret median [interval]",
                        "success rate", "Δ success [interval]", "latency p50 ms",
-                       "Δ latency p50 ms [interval]", "precision", "timing profile", "report")
+                       "Δ latency p50 ms [interval]", "precision", "report")
 
 
-#: the page's own style (on top of the report page's): the table's cells on one line, full width
-_PAGE_CSS = "td{white-space:nowrap}body{max-width:none}"
+#: the page's own style (on top of the report page's): the full window's width; the method
+#: (at least 14em wide) and precision cells may break inside a long name (the other cells
+#: wrap between words only: a Δ above its interval, a number never split)
+_PAGE_CSS = ("body{max-width:none}td:nth-child(2),td:nth-child(10){overflow-wrap:anywhere}"
+             "td:nth-child(2){min-width:14em}")
 
 
 class LeaderboardError(RuntimeError):
@@ -121,9 +139,11 @@ def _precision(folders) -> str | None:
 def _method(name, path, seeds, per_seed: dict, identity, folders, source) -> dict:
     figs = {k: _mean([_seed_figures(m)[k] for m in per_seed.values()])
             for k in ("regret_median", "success_rate", "latency_p50_ms")}
+    coded = {"regret_median": any(regret_failed("regret_median", m) for m in per_seed.values())}
     return {"method_name": name, "path": str(path), "seeds": [int(s) for s in seeds],
-            "figures": figs, "identity": identity, "folders": [str(f) for f in folders],
-            "precision": _precision(folders), "source": str(source)}
+            "figures": figs, "failure_coded": coded, "identity": identity,
+            "folders": [str(f) for f in folders], "precision": _precision(folders),
+            "source": str(source)}
 
 
 def _report_of(compare_file: Path) -> Path | None:
@@ -321,68 +341,94 @@ def leaderboard(inputs, baseline: str | None = None, output_dir=None,
                      "rows": rows})
 
 
-def _interval(c: dict | None) -> str:
+def _interval(c: dict | None, metric: str = "") -> str:
+    """``[low, high]`` (held together by a no-break space: the cell wraps before it, never
+    inside it), or why there is none."""
     if not c or c.get("delta") is None:
         return "(no interval)"
     if c.get("ci_available"):
-        return f"[{_fmt(c['ci_low'])}, {_fmt(c['ci_high'])}]"
+        return f"[{endpoint(metric, c['ci_low'])},\u00a0{endpoint(metric, c['ci_high'])}]"
     return "(interval unavailable)"
 
 
+def _regret_figure(r: dict) -> str:
+    """The seed-mean regret median, or the failure it is made of with the share of tasks
+    failed (1 − seed-mean success rate)."""
+    f = r["figures"]
+    if not (r.get("failure_coded") or {}).get("regret_median"):
+        return _fmt(f["regret_median"])
+    if f["success_rate"] is None:
+        return "failed"
+    share = 1.0 - f["success_rate"]
+    return "failed (all tasks)" if share >= 1 - 1e-9 else f"failed ({share:.0%} of tasks)"
+
+
 def _link(rel: str | None) -> str:
-    return f"[report]({rel.replace(' ', '%20')})" if rel else "—"
-
-
-def _cell(text) -> str:
-    return str(text).replace("|", "\\|")
+    return f"[report]({md_url(rel)})" if rel else "—"
 
 
 def table_rows(board: dict) -> list[list[str]]:
-    """The leaderboard's rows as text cells under :data:`LEADERBOARD_COLUMNS`."""
+    """The leaderboard's rows as Markdown cells under :data:`LEADERBOARD_COLUMNS` (names,
+    seeds and precision escaped with ``md_text``; :func:`markdown_table` escapes ``|``)."""
     out = []
+    base_row = next((r for r in board["rows"] if r["baseline"]), {})
+    base_failed = bool((base_row.get("failure_coded") or {}).get("regret_median"))
     for r in board["rows"]:
         f, c = r["figures"], r["contrasts"] or {}
-        name = r["method_name"] + (" (baseline)" if r["baseline"] else "")
+        name = md_text(r["method_name"]) + (" (baseline)" if r["baseline"] else "")
         base = "baseline" if r["baseline"] else "n/a"
-        cells = [r["rank"], name, ", ".join(map(str, r["seeds"])), _fmt(f["regret_median"])]
+        failed = (bool((r.get("failure_coded") or {}).get("regret_median")), base_failed)
+        cells = [md_text(r["rank"]), name, md_text(", ".join(map(str, r["seeds"]))),
+                 _regret_figure(r)]
         for k, digits in (("regret_median", 4), ("success_rate", 4), ("latency_p50_ms", 2)):
             if k != "regret_median":
                 cells.append(_fmt(f[k], digits))
-            d = (c.get(k) or {}).get("delta")
-            cells.append(base if r["baseline"] else
-                         "n/a" if d is None else f"{_fmt(d, digits)} {_interval(c.get(k))}")
-        cells += [r["precision"] or "not reported", r["identity"]["timing_profile"],
+            ck = c.get(k) or {}
+            d = ck.get("delta")
+            coded = failed_delta(k, ck, failed, ("method", "baseline"))
+            cells.append(base if r["baseline"] else "n/a" if d is None else
+                         coded or f"{_fmt(d, digits)} {_interval(ck, k)}")
+        cells += [md_text(r["precision"]) if r["precision"] else "not reported",
                   _link(r["report"])]
-        out.append([_cell(x) for x in cells])
+        out.append([str(x) for x in cells])
     return out
 
 
 def render_leaderboard_markdown(board: dict) -> str:
     """The leaderboard as Markdown (the page's content)."""
     ident, base = board["identity"], board["baseline"]
+    res = md_text(ident["resolution"])
     lines = ["# Leaderboard", "",
-             f"- Setting: {ident['resolution']}x{ident['resolution']} {ident['split']}, cost model "
-             f"`{ident['cost_model']}`, variant `{ident['task_variant']}`, tasks sha256 "
-             f"`{str(ident['tasks_sha256'])[:16]}…`, timing profile `{ident['timing_profile']}`",
-             f"- Baseline: **{base['method_name']}** (`{base['path']}`, chosen by "
-             f"{base['chosen_by']})",
+             f"- Setting: {res}x{res} {md_text(ident['split'])}, cost model "
+             f"{md_code(ident['cost_model'])}, variant {md_code(ident['task_variant'])}, tasks "
+             f"sha256 {md_code(str(ident['tasks_sha256'])[:16] + '…')}, timing profile "
+             f"{md_code(ident['timing_profile'])}",
+             f"- Baseline: **{md_text(base['method_name'])}** ({md_code(base['path'])}, chosen by "
+             f"{md_text(base['chosen_by'])})",
              f"- Ranked by {board['ranking']}; Δ = method − baseline with its paired "
              f"block-bootstrap interval.",
-             f"- Created {board['created_utc']} from {len(board['inputs'])} input(s).", "",
+             f"- Created {md_text(board['created_utc'])} from {len(board['inputs'])} input(s).", "",
              markdown_table(LEADERBOARD_COLUMNS, table_rows(board)), ""]
-    notes = [f"- {r['method_name']}: {r['reason']}" for r in board["rows"] if r.get("reason")]
+    notes = [f"- {md_text(r['method_name'])}: {md_text(r['reason'])}" for r in board["rows"]
+             if r.get("reason")]
     if notes:
         lines += ["Rows without a contrast:", "", *notes, ""]
-    lines += ["Regret is the relative regret over all tasks (a failure counts 999999); success "
-              "is the legal-route rate; latency p50 is the warm quality-repeat median in ms. "
-              "Local results, not official leaderboard entries.", ""]
+    lines += ["Regret is the relative regret over all tasks, a failed task counting the "
+              "contract's failure regret; a regret median that reaches a failed task (in any "
+              "seed) is shown as \"failed\" with the share of tasks failed, its Δ as \"— "
+              "(method failed)\" (baseline, both), and an interval endpoint made of the failure "
+              "regret as \"failure-coded\", never as the code. Success is the legal-route rate; "
+              "latency p50 is the warm quality-repeat median in ms. Local results, not official "
+              "leaderboard entries.", ""]
     return "\n".join(lines)
 
 
 def write_leaderboard(inputs, output_dir, baseline: str | None = None, force: bool = False,
                       n_resamples: int = 2000) -> dict:
     """Write ``output_dir/index.html`` (self-contained) and ``output_dir/leaderboard.json``;
-    a folder already holding either is refused unless ``force``. Returns their paths."""
+    a folder already holding either is refused unless ``force``. Returns their paths. The page
+    is built before anything is written: a page that cannot be built (an image reference
+    outside the folder: :class:`LeaderboardError`) leaves neither file behind."""
     out = Path(output_dir)
     if out.exists() and not out.is_dir():
         raise LeaderboardError(f"{out}: exists and is not a folder; --output names a folder")
@@ -392,8 +438,12 @@ def write_leaderboard(inputs, output_dir, baseline: str | None = None, force: bo
         raise LeaderboardExists(f"{held[0]} exists (an earlier leaderboard); choose a new folder")
     board = leaderboard(inputs, baseline, out, n_resamples)
     md = render_leaderboard_markdown(board)
+    title = f"Leaderboard against {board['baseline']['method_name']}"  # html_page escapes it
+    try:
+        text = html_page(title, markdown_body(md, out), css=_PAGE_CSS)
+    except ReportHtmlError as e:
+        raise LeaderboardError(str(e)) from None
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(data, board)
-    title = f"Leaderboard against {board['baseline']['method_name']}"
-    atomic_write_text(page, html_page(title, markdown_body(md, out), css=_PAGE_CSS))
+    atomic_write_text(page, text)
     return {"index": str(page), "data": str(data), "board": board}

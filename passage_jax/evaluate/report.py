@@ -18,6 +18,13 @@ scenes' terrain, hash-checked, for the route figure) and writes:
 * ``<stem>.html`` (with ``html=True``, ``report --html``): the same content as one
   self-contained page, figures inline and tables sortable by a click on a header.
 
+All or nothing: every file is first written into a hidden staging folder beside the report
+(``.<stem>.*.partial``) and moved into place only when all of them were built; a report that
+fails leaves no file of its own behind (nor a folder it created), so the rerun needs no
+``--force``. Every text from the comparison file is escaped on its way into the Markdown
+(:mod:`~passage_jax.evaluate.text_safety`), and the page embeds images only from the
+report's own folder (:mod:`~passage_jax.evaluate.report_html`).
+
 Also :func:`metrics_rows` and :data:`METRICS_COLUMNS`: the six-metric table of
 ``score`` and ``bench`` as data (``cli/console.py`` draws it).
 
@@ -28,6 +35,9 @@ The pieces: the comparison file is read and checked by
 """
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -42,7 +52,7 @@ from passage_jax.evaluate.score import ScoreError
 from passage_jax.fileio import atomic_write_text
 from passage_jax.protocol.records import RecordFileError
 
-__all__ = ["write_report", "html_path_of", "write_report_html", "render_markdown",
+__all__ = ["write_report", "html_path_of", "check_report_name", "write_report_html", "render_markdown",
            "METRICS_COLUMNS", "metrics_rows",
            "components_section", "read_comparison",
            "route_figure", "regret_figure", "ReportError", "ReportExists", "COMPARE_FIELDS"]
@@ -84,14 +94,45 @@ def _refuse_folders(paths) -> None:
                           f"files (a folder is never replaced, with or without --force)")
 
 
+#: the names a Markdown report may not take: ``--output`` always names the Markdown file
+#: (``--html`` writes the page beside it), so an HTML name would hold Markdown
+HTML_SUFFIXES = (".html", ".htm")
+
+
+def check_report_name(output) -> Path:
+    """``output`` as a Path when it can name the Markdown report; :class:`ReportError` (before
+    anything is written) when its name ends ``.html`` or ``.htm``, with or without ``--html``."""
+    output = Path(output)
+    if output.suffix.lower() in HTML_SUFFIXES:
+        md = output.with_suffix(".md").name
+        raise ReportError(f"{output}: --output names the Markdown report, not the page: give a "
+                          f"Markdown name (e.g. --output {md}) and pass --html to also write the "
+                          f"page beside it as {output.with_suffix('.html').name}")
+    return output
+
+
 def html_path_of(output) -> Path:
     """Where ``report --html`` writes the page of the report ``output``: the same name with
-    ``.html`` (refused when ``output`` is itself an ``.html`` file)."""
-    output = Path(output)
-    if output.suffix.lower() in (".html", ".htm"):
-        raise ReportError(f"{output}: --output names the Markdown report (e.g. report.md); with "
-                          f"--html the page is written beside it as <name>.html")
-    return output.with_suffix(".html")
+    ``.html`` (refused when ``output`` is itself an ``.html`` file: :func:`check_report_name`)."""
+    return check_report_name(output).with_suffix(".html")
+
+
+def _missing_folders(folder: Path) -> list[Path]:
+    """``folder`` and its ancestors that do not exist yet, deepest first."""
+    out = []
+    while not folder.exists() and folder != folder.parent:
+        out.append(folder)
+        folder = folder.parent
+    return out
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    """Remove the folders this call created (deepest first), where they are still empty."""
+    for f in folders:
+        try:
+            f.rmdir()
+        except OSError:
+            return
 
 
 def write_report(compare_json, output, n_route_tasks: int = 4, force: bool = False,
@@ -101,8 +142,10 @@ def write_report(compare_json, output, n_route_tasks: int = 4, force: bool = Fal
     object, a field missing or of the wrong type) raises :class:`ReportError` naming the file
     and the field; existing outputs are replaced only with ``force`` (never a folder).
     ``html``: also write the self-contained page (:func:`html_path_of`; figures inline,
-    sortable tables; :mod:`~passage_jax.evaluate.report_html`)."""
-    compare_json, output = Path(compare_json), Path(output)
+    sortable tables; :mod:`~passage_jax.evaluate.report_html`). All or nothing: the files are
+    built in a staging folder beside ``output`` and moved into place only once every one of
+    them is built; on any failure nothing this call wrote is left behind."""
+    compare_json, output = Path(compare_json), check_report_name(output)
     page = html_path_of(output) if html else None
     cmp = read_comparison(compare_json)
     trail = cmp._trail
@@ -114,22 +157,41 @@ def write_report(compare_json, output, n_route_tasks: int = 4, force: bool = Fal
     existing = [p for p in outputs if p.exists()]
     if existing and not force:
         raise ReportExists(f"{existing[0]} exists; choose a new report name")
+    created = _missing_folders(output.parent)
     output.parent.mkdir(parents=True, exist_ok=True)
     try:
+        stage = Path(tempfile.mkdtemp(prefix=f".{stem}.", suffix=".partial", dir=output.parent))
+        try:
+            _build(cmp, stage, output, page, figs, n_route_tasks, compare_json, trail)
+            for final in outputs:  # every file built: move them into place
+                os.replace(stage / final.name, final)
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
+    except BaseException:
+        _remove_empty(created)
+        raise
+    out = {"report": str(output), **{k: str(v) for k, v in figs.items()}}
+    if page is not None:
+        out["html"] = str(page)
+    return out
+
+
+def _build(cmp, stage: Path, output: Path, page, figs: dict, n_route_tasks: int,
+           compare_json: Path, trail) -> None:
+    """Write the report's files into the staging folder ``stage`` under their final names."""
+    try:
         md = render_markdown(cmp, {k: v.name for k, v in figs.items()})
-        route_figure(cmp, figs["routes"], n_route_tasks)
-        regret_figure(cmp, figs["regret"])
+        route_figure(cmp, stage / figs["routes"].name, n_route_tasks)
+        regret_figure(cmp, stage / figs["regret"].name)
     except (ScoreError, RecordFileError) as e:
         raise ReportError(str(e)) from None
     except (KeyError, TypeError, AttributeError, IndexError, ValueError) as e:
         near = f" near field {trail[0]!r}" if trail else ""
         raise ReportError(f"{compare_json}: malformed comparison file{near}: {type(e).__name__}: "
                           f"{e}") from None
-    atomic_write_text(output, md)
-    out = {"report": str(output), **{k: str(v) for k, v in figs.items()}}
+    atomic_write_text(stage / output.name, md)
     if page is not None:
         try:
-            out["html"] = str(write_report_html(output, page))
+            write_report_html(stage / output.name, stage / page.name)
         except ReportHtmlError as e:
             raise ReportError(str(e)) from None
-    return out

@@ -19,6 +19,7 @@ import numpy as np
 from passage_jax.contract import FAILURE_REGRET
 from passage_jax.evaluate.attribution import format_number as _fmt
 from passage_jax.evaluate.score import load_npz, load_score, open_run_tasks, read_json
+from passage_jax.evaluate.text_safety import figure_text
 from passage_jax.fileio import atomic_write_bytes
 from passage_jax.protocol.records import PathsReader, unpack_routes
 
@@ -160,14 +161,15 @@ def route_figure(cmp: dict, path: Path, n_tasks: int = 4) -> Path:
     ncol = min(len(chosen), 2)
     nrow = int(math.ceil(len(chosen) / ncol))
     fig, axes = plt.subplots(nrow, ncol, figsize=(6.8 * ncol, 5.6 * nrow), squeeze=False)
-    na, nb = cmp["runs"]["A"]["method_name"], cmp["runs"]["B"]["method_name"]
+    # names and labels as written: matplotlib's ``$`` math escaped (text_safety.figure_text)
+    na, nb = (figure_text(cmp["runs"][s]["method_name"]) for s in ("A", "B"))
     sides = ((da, ROUTE_STYLES["A"], f"A: {na}"), (db, ROUTE_STYLES["B"], f"B: {nb}"))
     for ax, i in zip(axes.ravel(), chosen):
         _draw_task(ax, tasks[i], ref_routes[i], i, sides)
     for ax in axes.ravel()[len(chosen):]:
         ax.axis("off")
-    fig.suptitle(f"Routes on terrain (seed pair {pair['label']}); black = obstacles; A wide solid "
-                 f"band, B dashed on top", fontsize=12)
+    fig.suptitle(f"Routes on terrain (seed pair {figure_text(pair['label'])}); black = obstacles; "
+                 f"A wide solid band, B dashed on top", fontsize=12)
     return _save_figure(fig, path)
 
 
@@ -189,7 +191,7 @@ def _pooled_regrets(cmp: dict, side: str) -> tuple[np.ndarray, int, int]:
 
 def _regret_label(side: str, name, v: np.ndarray, fails: int, n: int) -> str:
     undefined = n - fails - v.size
-    return (f"{side}: {name} ("
+    return (f"{side}: {figure_text(name)} ("
             + (f"{fails}/{n} failures at regret 999999, not drawn" if fails else
                f"0/{n} failures")
             + (f"; {undefined} undefined (c* <= 0)" if undefined else "") + ")")
