@@ -16,7 +16,8 @@ score, 4 a full disk (needs root and tmpfs; otherwise reported as skipped), 5 na
 escaping the results folder, 6 YAML alias bombs, 7 a planner that changes directory,
 8 planner children outliving their worker, 9 tracebacks for odd files and paths, 10
 shard decoding, 11 outputs inside the dataset root, 12 checkpoints overwritten, m the
-minor ones.
+minor ones; cap spec counts over their caps, tty console text read as markup or terminal
+control.
 """
 from __future__ import annotations
 
@@ -519,6 +520,346 @@ def p_planner_build_fails(m):
     return o1.named_refusal and o2.code == 0, f"first: {o1.line[:60]} / fixed spec: exit {o2.code}", o2
 
 
+# --------------------------------------------------------------------------- #
+# family 13: hostile text on the pages (report.md, report.html, the leaderboard's
+# index.html): a run folder, a method name, a compare folder or a planner-returned
+# precision string that closes a code span or a link to inject an image or raw HTML.
+# A probe passes when every command exits 0, no page holds a byte of the secret files
+# placed outside every named folder (their base64 or their marker), and report.md,
+# parsed with raw HTML enabled, holds no HTML token and no image but its own figures.
+# --------------------------------------------------------------------------- #
+
+PAGE_MARK = b"PASSAGE-HOSTILE-SECRET-9e107d9d"
+
+
+def _secrets(m) -> tuple[Path, Path]:
+    d = m.base / "probes" / "secret"
+    d.mkdir(parents=True, exist_ok=True)
+    png, svg = d / "secret.png", d / "secret.svg"
+    png.write_bytes(b"\x89PNG\r\n\x1a\n" + PAGE_MARK + b"\x00" * 64)
+    svg.write_bytes(b'<svg xmlns="http://www.w3.org/2000/svg"><text>' + PAGE_MARK + b"</text></svg>")
+    return png, svg
+
+
+def _page_leaks(path: Path, secrets) -> str | None:
+    """What a page holds of the secrets (None: nothing)."""
+    import base64  # noqa: PLC0415 (bench start-up)
+
+    text = path.read_text(encoding="utf-8")
+    for f in secrets:
+        if base64.b64encode(f.read_bytes()).decode() in text:
+            return f"{path.name} embeds {f.name}"
+    return f"{path.name} holds the secret's marker" if PAGE_MARK.decode() in text else None
+
+
+def _markdown_html(md: Path, figures) -> str | None:
+    """Raw HTML or a foreign image in a Markdown file, parsed with raw HTML enabled."""
+    from markdown_it import MarkdownIt  # noqa: PLC0415 (bench start-up)
+
+    for tok in MarkdownIt("commonmark", {"html": True}).enable("table").parse(md.read_text()):
+        for t in [tok, *(tok.children or ())]:
+            if t.type in ("html_block", "html_inline"):
+                return f"{md.name} holds raw HTML {t.content.strip()[:40]!r}"
+            if t.type == "image" and t.attrGet("src") not in figures:
+                return f"{md.name} links the image {t.attrGet('src')!r}"
+    return None
+
+
+def _page_probe(name, text_of):
+    """A run copied into a folder named by the hostile text (also A's method_name in the
+    compare file), compared, reported with --html, and put on a leaderboard."""
+    def probe(m):
+        png, svg = _secrets(m)
+        text = text_of(str(png), str(svg))
+        case = m.base / "probes" / "pages" / name
+        shutil.rmtree(case, ignore_errors=True)
+        run = Path(str(case / "runs") + "/" + text)
+        shutil.copytree(m.run, run)
+        cmp = case / "w" / "compare.json"
+        cmp.parent.mkdir(parents=True)
+        o = cli("compare", "--score", run, "--score", m.other, "--output", cmp,
+                "--bootstrap-resamples", "50")
+        if o.code != 0:
+            return False, f"compare exit {o.code}: {o.line}", o
+        doc = json.loads(cmp.read_text())
+        doc["runs"]["A"]["method_name"] = doc["methods"]["A"]["method_name"] = text
+        cmp.write_text(json.dumps(doc))
+        o = cli("report", "--compare", cmp, "--output", case / "w" / "report.md", "--html",
+                "--route-tasks", "1")
+        if o.code != 0:
+            return False, f"report exit {o.code}: {o.line}", o
+        o2 = cli("leaderboard", cmp.parent, "--output", case / "w" / "lb", "--bootstrap-resamples", "50")
+        if o2.code != 0:
+            return False, f"leaderboard exit {o2.code}: {o2.line}", o2
+        pages = [case / "w" / "report.html", case / "w" / "report.md", case / "w" / "lb" / "index.html"]
+        bad = [x for x in (*(_page_leaks(p, (png, svg)) for p in pages),
+                           _markdown_html(case / "w" / "report.md",
+                                          ("report_routes.png", "report_regret.png"))) if x]
+        return not bad, "; ".join(bad) or "exit 0; no secret byte, no raw HTML on the pages", o2
+    return probe
+
+
+def p_page_precision(m):
+    """A planner whose returned precision string is an image reference to the secret."""
+    png, _svg = _secrets(m)
+    mod = m.base / "precision_planner.py"
+    mod.write_text(textwrap.dedent(f"""\
+        from passage_jax.planners.bfs import make_planner as _bfs
+
+        def make_planner(**kw):
+            inner = _bfs()
+            class P:
+                def plan(self, request):
+                    res = inner.plan(request)
+                    res.precision = {f"![p]({png})<img src={png}>"!r}
+                    return res
+            return P()
+        """))
+    spec = write_spec(m.base / "precision.json", method_name="precise", seeds=[1234],
+                      inference="precision_planner:make_planner")
+    out = m.base / "probes" / "precision_run"
+    lb = m.base / "probes" / "precision_lb"
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.rmtree(lb, ignore_errors=True)
+    env = {"PYTHONPATH": os.pathsep.join([str(ROOT), str(m.base)])}
+    for args in (("run", "--spec", spec, "--output", out, "--no-progress"), ("score", "--run", out)):
+        o = cli(*args, env=env)
+        if o.code != 0:
+            return False, f"{args[0]} exit {o.code}: {o.line}", o
+    o = cli("leaderboard", m.run, out, "--output", lb, "--bootstrap-resamples", "50")
+    if o.code != 0:
+        return False, f"leaderboard exit {o.code}: {o.line}", o
+    bad = _page_leaks(lb / "index.html", (png,))
+    return bad is None, bad or "exit 0; the precision shown as text, no secret byte", o
+
+
+# --------------------------------------------------------------------------- #
+# round 2: 14 routes of every dtype and shape (bool and 1-byte dtypes once made paths.npz
+# unreadable), 15 a planner raising SystemExit, KeyboardInterrupt or GeneratorExit (from
+# plan() or its route's __array__, in process and in a worker), 16 a seed folder or run
+# file that is a symbolic link out of the run folder (score once wrote through it).
+# --------------------------------------------------------------------------- #
+
+ROUND2_PLANNERS = textwrap.dedent("""\
+    import numpy as np
+    from passage_jax.planners.bfs import make_planner as _bfs
+
+    VARIANTS = {
+        "bool": lambda r: r.astype(bool), "uint8": lambda r: r.astype(np.uint8),
+        "int8": lambda r: r.astype(np.int8), "float16": lambda r: r.astype(np.float16),
+        "big_int32": lambda r: r.astype(">i4"), "zero_d": lambda r: np.array(int(r[0, 0])),
+        "three_d": lambda r: r.reshape(1, -1, 2), "empty": lambda r: np.zeros((3, 0), np.int8),
+        "object": lambda r: r.astype(object), "ragged": lambda r: [list(r[0]), [1]],
+    }
+
+    class Raising:
+        def __init__(self, exc):
+            self.exc = exc
+        def __array__(self, *a, **k):
+            raise self.exc
+
+    def _exc(kind):
+        return {"SystemExit0": SystemExit(0), "SystemExit3": SystemExit(3),
+                "GeneratorExit": GeneratorExit(), "KeyboardInterrupt": KeyboardInterrupt()}[kind]
+
+    def make_variants(**kw):
+        inner, calls = _bfs(), [0]
+        names = sorted(VARIANTS)
+        def plan(request):
+            res = inner.plan(request)
+            res.path = VARIANTS[names[calls[0] % len(names)]](np.asarray(res.path))
+            calls[0] += 1
+            return res
+        return plan
+
+    def make_raising(**kw):
+        inner, calls = _bfs(), [0]
+        cycle = [(k, w) for k in ("SystemExit0", "SystemExit3", "GeneratorExit", "KeyboardInterrupt")
+                 for w in ("plan", "array")]
+        def plan(request):
+            kind, where = cycle[calls[0] % len(cycle)]
+            calls[0] += 1
+            if where == "plan":
+                raise _exc(kind)
+            res = inner.plan(request)
+            res.path = Raising(_exc(kind))
+            return res
+        return plan
+    """)
+
+
+def _round2_run(m, name: str, **over) -> tuple[Outcome, Outcome, Path]:
+    (m.base / "round2_planners.py").write_text(ROUND2_PLANNERS)
+    spec = write_spec(m.base / f"{name}.json", method_name=name, seeds=[1234], **over)
+    out = m.base / "probes" / name
+    shutil.rmtree(out, ignore_errors=True)
+    env = {"PYTHONPATH": os.pathsep.join([str(ROOT), str(m.base)])}
+    o = cli("run", "--spec", spec, "--output", out, "--no-progress", env=env)
+    s = cli("score", "--run", out) if o.code == 0 else Outcome(None, "", 0)
+    return o, s, out
+
+
+def _records(out: Path) -> list:
+    f = out / "seed-1234" / "requests.jsonl"
+    return [json.loads(x) for x in f.read_text().splitlines()] if f.is_file() else []
+
+
+def p_route_dtypes(m):
+    o, s, out = _round2_run(m, "route_dtypes", inference="round2_planners:make_variants",
+                            latency_repeats=3)
+    recs = _records(out)
+    bad = [r["record"] for r in recs if r["status"] not in ("ok", "invalid_path")
+           or (r["status"] == "invalid_path" and not r["problem"])]
+    ok = o.code == 0 and s.code == 0 and len(recs) == 12 and not bad and "Traceback" not in o.err + s.err
+    return ok, f"run exit {o.code}, score exit {s.code}; records without a reason: {bad or 'none'}", s
+
+
+def _planner_exits(execution):
+    def probe(m):
+        extra = {"budget": {"wall_time_ms": 60000}, "worker_warmup": 0} if execution == "supervised" else {}
+        o, s, out = _round2_run(m, f"planner_exits_{execution}", inference="round2_planners:make_raising",
+                                latency_repeats=2, execution=execution, **extra)
+        recs = _records(out)
+        named = [r for r in recs if r["status"] == "runtime_error" and r["error_type"] in
+                 ("SystemExit", "GeneratorExit", "KeyboardInterrupt")]
+        ok = (o.code == 0 and s.code == 0 and len(recs) == 9 and len(named) == 9
+              and "Traceback" not in o.err + s.err)
+        return ok, f"run exit {o.code}, score exit {s.code}; {len(named)} of {len(recs)} records name it", o
+    return probe
+
+
+def _linked_out(what):
+    def probe(m):
+        run = m.copy(f"linked_{what.replace('.', '_')}")
+        _unscore(run)
+        outside = m.base / "probes" / f"outside_{what}"
+        shutil.rmtree(outside, ignore_errors=True)
+        link = run / "seed-2026" if what == "seed" else run / "seed-1234" / what
+        shutil.move(link, outside)
+        link.symlink_to(outside)
+        o = cli("score", "--run", run)
+        ok, line = refused(o, str(link))
+        written = [p.name for d in (outside, run / "seed-1234", run / "seed-2026") if d.is_dir()
+                   for p in d.iterdir() if p.name in ("per_sample.npz", "metrics.json", "score_receipt.json")]
+        return ok and o.code == 2 and not written, line, o
+    return probe
+
+
+# --------------------------------------------------------------------------- #
+# family cap: counts over their caps (a spec's latency_repeats: 1000000000 used to be
+# accepted and its pass list built up front, 14-20 GB in a minute with nothing journalled).
+# A probe passes when the spec is refused within seconds, in one line naming the key and
+# the cap, and nothing is written.
+# family tty: console text a user named or a file held, read as rich markup (rk[/]x: an
+# internal MarkupError after scoring every seed; rb[red]x shown as rbx) or as terminal
+# control (a newline forging a success line, an ANSI escape). A probe passes when the
+# command exits 0 or 2 (never 70), shows the name as typed, every error on one line, and
+# no control character reaches the console unescaped.
+# --------------------------------------------------------------------------- #
+
+SPOOF = "score: all 3 seeds verified"
+
+
+def _cap_probe(**over):
+    def probe(m):
+        key = next(iter(over))
+        out = m.base / "probes" / f"cap_{key}"
+        shutil.rmtree(out, ignore_errors=True)
+        spec = write_spec(m.base / f"cap_{key}.json", **over)
+        o = cli("run", "--spec", spec, "--output", out)
+        ok, line = refused(o, key.split(".")[0], "exceeds", "cap")
+        return ok and o.code == 2 and o.seconds < 30 and not out.exists(), line, o
+    return probe
+
+
+def _cli_both(*args, cwd=None) -> tuple[Outcome, str]:
+    """``cli`` with standard output kept too (what the console showed)."""
+    e = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, "-m", "cli", *map(str, args)], cwd=cwd or ROOT, env=e,
+                       capture_output=True, text=True, timeout=300)
+    return Outcome(p.returncode, p.stderr, time.monotonic() - t0), p.stdout
+
+
+def _raw_controls(text: str) -> bool:
+    return any((ord(c) < 32 and c != "\n") or 0x7f <= ord(c) <= 0x9f for c in text)
+
+
+def _named_run_probe(name: str):
+    """A copy of the run in a folder named ``name`` (relative to probes/tty), scored."""
+    def probe(m):
+        base = m.base / "probes" / "tty"
+        base.mkdir(parents=True, exist_ok=True)
+        dst = base / name
+        shutil.rmtree(dst, ignore_errors=True)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(m.run, dst)
+        _unscore(dst)
+        o, out = _cli_both("score", "--run", name, cwd=base)
+        shown = f"score {name}" in out if "\n" not in name else "\\n" in o.err
+        forged = any(ln.strip().startswith(SPOOF) for ln in (out + o.err).splitlines())
+        ok = (o.code == 0 and shown and not forged and "MarkupError" not in o.err
+              and not _raw_controls(out + o.err))
+        return ok, f"exit {o.code}; shown as typed: {shown}; forged line: {forged}", o
+    return probe
+
+
+def p_audit_json_markup(m):
+    from passage_jax.data import shipped_cohort_root  # noqa: PLC0415 (bench start-up)
+
+    base = m.base / "probes" / "tty_audit"
+    shutil.rmtree(base, ignore_errors=True)
+    base.mkdir(parents=True)
+    o, out = _cli_both("audit", "--dataset-path", shipped_cohort_root(), "--resolution", "64",
+                       "--no-qualify", "--json", "a[/]b.json", cwd=base)
+    ok = o.code == 0 and "wrote a[/]b.json" in out and (base / "a[" / "]b.json").is_file()
+    return ok and "MarkupError" not in o.err, f"exit {o.code}; {o.line or 'wrote a[/]b.json'}", o
+
+
+def _error_line_probe(*args, shown: str):
+    def probe(m):
+        o, out = _cli_both(*args, cwd=m.base)
+        lines = [ln for ln in o.err.splitlines() if ln.strip()]
+        ok = o.code == 2 and len(lines) == 1 and shown in lines[0] and not _raw_controls(o.err + out)
+        return ok, lines[0] if lines else "", o
+    return probe
+
+
+def p_shard_named_newline(m):
+    from passage_jax.data import shipped_cohort_root  # noqa: PLC0415 (bench start-up)
+
+    root = m.base / "probes" / "root_newline_shard"
+    shutil.rmtree(root, ignore_errors=True)
+    shutil.copytree(Path(shipped_cohort_root()) / "64x64", root / "64x64")
+    shard = sorted((root / "64x64" / "test").glob("*.parquet"))[0]
+    _rewrite_first_row(shard, "metadata", lambda v: "{}")
+    shard.rename(shard.with_name(f"bad\n{SPOOF}\x1b[2J.parquet"))
+    o, out = _cli_both("audit", "--dataset-path", root, "--resolution", "64", "--no-qualify")
+    lines = [ln for ln in o.err.splitlines() if ln.strip()]
+    ok = (o.code == 1 and len(lines) == 1 and "\\n" in lines[0] and not _raw_controls(o.err + out)
+          and not any(ln.strip().startswith(SPOOF) for ln in (out + o.err).splitlines()))
+    return ok, o.line, o
+
+
+def _huge_weight(v):
+    md = json.loads(v)
+    md["solvers"]["energy"]["weight"] = 1.797e308
+    return json.dumps(md)
+
+
+def huge_weight(shard):
+    _rewrite_first_row(shard, "metadata", _huge_weight)
+
+
+def p_references_from_empty(m):
+    out = m.base / "probes" / "references_from_empty"
+    shutil.rmtree(out, ignore_errors=True)
+    spec = write_spec(m.base / "references_from_empty.json", references_from="")
+    o = cli("run", "--spec", spec, "--output", out)
+    ok, line = refused(o, "references_from", "empty")
+    return ok and not out.exists(), line, o
+
+
 PROBES = {
     "score: a seed's manifest missing": ("1", p_seed_manifest_missing),
     "score: a seed folder missing": ("1", p_seed_folder_missing),
@@ -555,6 +896,43 @@ PROBES = {
     "audit: dataset path a symlink loop": ("m", p_dataset_symlink_loop),
     "train: batch: sixteen": ("m", p_train_batch_string),
     "run: planner build fails, folder reusable": ("m", p_planner_build_fails),
+    "pages: folder name ![x](/abs) in backticks": ("13", _page_probe(
+        "inline", lambda p, v: f"r`![x]({p})`")),
+    "pages: reference image ![x][r] + [r]: /abs": ("13", _page_probe(
+        "reference", lambda p, v: f"r`![x][r]`\n\n[r]: {p}\n")),
+    "pages: <img src=/abs> and <script>": ("13", _page_probe(
+        "html", lambda p, v: f"r`<img src={p}><script>alert(1)</script>`")),
+    "pages: an svg": ("13", _page_probe("svg", lambda p, v: f"r`![x]({v})`")),
+    "pages: ../ out of the page's folder": ("13", _page_probe(
+        "relative", lambda p, v: "r`![x](../../../secret/secret.png)`")),
+    "pages: backtick runs 2 and 3": ("13", _page_probe(
+        "backticks", lambda p, v: f"r``![x]({p})```![y]({p})```")),
+    "pages: newline then an image": ("13", _page_probe("newline", lambda p, v: f"r\n![x]({p})\n")),
+    "pages: planner-returned precision": ("13", p_page_precision),
+    "run+score: routes of every dtype and shape": ("14", p_route_dtypes),
+    "run: planner raises SystemExit & co": ("15", _planner_exits("in_process")),
+    "run: planner raises SystemExit & co (worker)": ("15", _planner_exits("supervised")),
+    "score: a seed folder linked out of the run": ("16", _linked_out("seed")),
+    "score: paths.npz linked out of the run": ("16", _linked_out("paths.npz")),
+    "run: latency_repeats 1000000000": ("cap", _cap_probe(latency_repeats=1_000_000_000)),
+    "run: latency_warmup 1000000000": ("cap", _cap_probe(latency_warmup=1_000_000_000)),
+    "run: n_samples 10**12": ("cap", _cap_probe(n_samples=10**12)),
+    "run: a seed of 2**40": ("cap", _cap_probe(seeds=[2**40])),
+    "run: budget max_expansions 10**15": ("cap", _cap_probe(budget={"max_expansions": 10**15})),
+    "run: budget wall_time_ms 1e300": ("cap", _cap_probe(budget={"wall_time_ms": 1e300})),
+    "score: run folder rk[/]x": ("tty", _named_run_probe("rk[/]x")),
+    "score: run folder rb[red]x": ("tty", _named_run_probe("rb[red]x")),
+    "score: run folder named with a newline": ("tty", _named_run_probe(f"r\n{SPOOF}\x1b[2J")),
+    "audit: --json a[/]b.json": ("tty", p_audit_json_markup),
+    "score: --run nope\\n<spoofed success>": ("tty", _error_line_probe(
+        "score", "--run", f"nope\n{SPOOF}", shown="nope\\nscore: all 3 seeds verified")),
+    "score: --run with an ANSI escape": ("tty", _error_line_probe(
+        "score", "--run", "nope\x1b[31mred\x1b[0m", shown="nope\\x1b[31mred\\x1b[0m")),
+    "run: --spec named with a newline": ("tty", _error_line_probe(
+        "run", "--spec", f"s\n{SPOOF}.yaml", "--output", "o", shown=f"s\\n{SPOOF}.yaml")),
+    "audit: a shard named with a newline": ("tty", p_shard_named_newline),
+    "audit: weight 1.797e308": ("m", _shard_probe(huge_weight, "metadata.solvers.energy.weight")),
+    "run: references_from \"\"": ("m", p_references_from_empty),
 }
 
 

@@ -5,17 +5,69 @@ Every table is followed by its footnotes (:func:`metrics_footnotes`,
 :func:`contrast_footnotes`): the geometry columns are over each method's own valid routes
 (with n valid / n), why a value or an interval is not available, and, when a regret figure
 is the failure penalty, the success-conditional regret beside it.
+
+**Text a user named or a file held is shown, never interpreted.** Every string on the
+console that comes from a user (a path, a name) or from a file (a scene id, an error, a
+method name) goes through :func:`printable`: each control character (C0, DEL, C1, the
+Unicode line and paragraph separators and bidirectional overrides) is shown as its
+escape (``\\n``, ``\\x1b``), so such a string never starts a new line, moves the cursor
+or colours the terminal. On rich's console it is passed as text (:func:`text`, or
+``markup=False``), never as markup, so ``rk[/]x`` and ``[red]`` print as typed.
+:func:`say` prints one such line with plain ``print``. Importing this module does not
+import rich (the error boundary of ``cli/__main__.py`` uses :func:`printable`).
 """
 from __future__ import annotations
 
 import math
+import re
+import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.table import Table
+if TYPE_CHECKING:
+    from rich.table import Table
 
 __all__ = ["print_metrics_table", "metrics_footnotes", "contrast_footnotes", "interval_reason",
-           "success_regret", "quality_of", "print_footnotes", "pulled_up"]
+           "success_regret", "quality_of", "print_footnotes", "pulled_up", "printable", "say",
+           "text", "make_console"]
+
+#: the characters :func:`printable` escapes: C0 controls, DEL, C1 controls, the Unicode line
+#: and paragraph separators, and the bidirectional embeddings, overrides and isolates
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape(m: re.Match) -> str:
+    c = m.group()
+    return _NAMED.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
+
+
+def printable(value) -> str:
+    """``str(value)`` with every control character shown as its escape (``\\n``, ``\\t``,
+    ``\\x1b``, ``\\x85``, ``\\u2028``): one line that cannot move the cursor, colour the
+    terminal or forge a line of its own, whatever a user named or a file held."""
+    return _CONTROL.sub(_escape, str(value))
+
+
+def say(line, file=None) -> None:
+    """Print ``line`` as one :func:`printable` line (standard output, or ``file``)."""
+    print(printable(line), file=sys.stdout if file is None else file, flush=file is sys.stderr)
+
+
+def text(value, style: str | None = None):
+    """``value`` as rich text (:func:`printable`, never read as markup), for a table's
+    title or cell or ``console.print``."""
+    from rich.text import Text  # noqa: PLC0415 (the module loads without rich)
+
+    return Text(printable(value), style=style or "")
+
+
+def make_console(**kwargs):
+    """A rich console that reads no markup, emoji codes or highlights from the strings it is
+    given (what it prints of a user's or a file's text is :func:`text`)."""
+    from rich.console import Console  # noqa: PLC0415 (the module loads without rich)
+
+    return Console(markup=False, emoji=False, highlight=False, **kwargs)
 
 #: the regret metrics of the six: the ones a failure's penalty can dominate
 REGRET_METRICS = ("regret_median", "regret_p90")
@@ -27,15 +79,17 @@ def print_metrics_table(scores: dict, title: str = "six primary metrics", consol
     from :func:`passage_jax.evaluate.metrics_rows`, then its footnotes
     (:func:`metrics_footnotes`; ``folders`` maps a seed's name to its scored folder, for the
     success-conditional regret)."""
+    from rich.table import Table  # noqa: PLC0415 (CLI start-up)
+
     from passage_jax.evaluate import METRICS_COLUMNS, metrics_rows  # noqa: PLC0415 (CLI start-up)
 
-    t = Table(title=title)
+    t = Table(title=text(title))
     for c in METRICS_COLUMNS:
         t.add_column(c, justify="left" if c == "seed" else "right", no_wrap=True)
     for row in metrics_rows(scores):
-        t.add_row(*row)
+        t.add_row(*(text(x) for x in row))
     if console is None:
-        console = Console()
+        console = make_console()
         console.width = max(console.width, 120)
     console.print(t)
     print_footnotes(metrics_footnotes(scores, folders), console)
@@ -43,11 +97,12 @@ def print_metrics_table(scores: dict, title: str = "six primary metrics", consol
 
 
 def print_footnotes(lines: list, console=None) -> None:
-    """Footnote lines under a table, as plain text (no rich markup is read from them)."""
+    """Footnote lines under a table, as plain text (no rich markup is read from them, control
+    characters shown escaped: :func:`printable`)."""
     if console is None:
-        console = Console()
+        console = make_console()
     for line in lines:
-        console.print(line, markup=False, highlight=False, soft_wrap=True)
+        console.print(text(line), soft_wrap=True)
 
 
 def _fmt(x) -> str:

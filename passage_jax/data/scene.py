@@ -5,8 +5,8 @@ import dataclasses
 
 import numpy as np
 
+from passage_jax.contract import OBJECTIVE_COLUMN, OBJECTIVES, VARIANTS
 from passage_jax.fileio import planner_input_sha256
-from passage_jax.graph.spec import OBJECTIVE_COLUMN, OBJECTIVES, VARIANTS
 
 __all__ = [
     "SPLITS", "SPLIT_ALIASES", "PASSAGE_CALIBRATION", "DEFAULT_MARKERS", "ROUTE_COLUMNS",

@@ -12,9 +12,11 @@ Order of the checks (the first failing one is reported):
    most :data:`MAX_METADATA_DEPTH` deep (both checked before it is parsed), an
    object with ``index``, ``resolution`` (= N), ``split`` (= the split folder,
    aliases allowed), ``calibration {min, max}`` and
-   ``solvers {elevation|slope_uphill|energy: {weight, solver, heuristic}}``;
-   optional ``markers`` and ``tile`` are checked when present, and ``crop``,
-   ``obstacles`` and ``source`` must be objects when present;
+   ``solvers {elevation|slope_uphill|energy: {weight, solver, heuristic}}``, each
+   weight in [0, :data:`~passage_jax.checks.MAX_COST_WEIGHT`] and the scene's largest
+   edge cost at most :data:`MAX_EDGE_COST` (``slope_uphill``'s grows with the relief), so
+   that no edge or route cost overflows; optional ``markers`` and ``tile`` are checked
+   when present, and ``crop``, ``obstacles`` and ``source`` must be objects when present;
 3. ``tensor``: exactly one Zstandard frame of exactly N*N*3 float32 and nothing
    after it (declared and actual size, checked before decompressing), all values
    finite, ``e`` in [0, 1], obstacles in {0, 1};
@@ -43,7 +45,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from passage_jax.checks import is_int, is_number
+from passage_jax.checks import MAX_COST_WEIGHT, cap_text, is_int, is_number
 from passage_jax.data.codec import TensorError, decode_tensor
 from passage_jax.data.scene import (
     DEFAULT_MARKERS,
@@ -54,10 +56,12 @@ from passage_jax.data.scene import (
     keep_elevation_bounds,
 )
 from passage_jax.graph import OBJECTIVES, route_problem
+from passage_jax.graph.spec import GraphSpec
 
 __all__ = [
     "REQUIRED_COLUMNS", "REQUIRED_METADATA", "OBJECT_METADATA", "SOLVER_KEYS", "FLIPPED_MARKERS",
-    "MAX_METADATA_BYTES", "MAX_METADATA_DEPTH", "DataError", "RowRef", "check_id", "json_depth",
+    "MAX_METADATA_BYTES", "MAX_METADATA_DEPTH", "MAX_EDGE_COST", "DataError", "RowRef", "check_id",
+    "json_depth",
     "parse_metadata", "decode_checked", "decode_planes", "Planes", "marker_cells", "detect_marker_convention",
     "route_array", "validate_row", "SCENE_COLUMNS", "declares_markers", "duplicate_id_problem",
     "marker_convention", "convention_problem",
@@ -76,6 +80,11 @@ MAX_METADATA_BYTES = 1 << 20
 #: Deepest nesting of arrays and objects accepted in ``metadata`` (checked before parsing).
 MAX_METADATA_DEPTH = 64
 SOLVER_KEYS = ("weight", "solver", "heuristic")
+#: The largest edge cost a scene may have under any objective (``slope_uphill``'s steepest
+#: edge costs ``d + w * relief**2 / d`` at the 30 m orthogonal step): a route through every
+#: cell of an N x N grid then costs at most N**2 * 1e20, finite in float64 and in float32
+#: (3.4e38) up to N = 10**9, so no cost, reference or regret overflows to inf.
+MAX_EDGE_COST = 1e20
 FLIPPED_MARKERS = {"start": -1, "goal": 1}
 _ID_RE = re.compile(r"[0-9]{10}")
 _JSON_SPECIAL = re.compile(r'[\[\]{}"\\]')
@@ -214,6 +223,7 @@ def parse_metadata(raw, resolution: int, split: str, ref: RowRef) -> dict:
                          f"{split!r} split folder")
     _check_calibration(md["calibration"], ref)
     _check_solvers(md["solvers"], ref)
+    _check_edge_costs(md, ref)
     if "markers" in md:
         m = md["markers"]
         pair = (m.get("start"), m.get("goal")) if isinstance(m, dict) else None
@@ -250,9 +260,29 @@ def _check_solvers(solvers, ref: RowRef) -> None:
         if miss:
             raise _fail(ref, f"metadata.solvers.{obj} lacks key(s) {miss}")
         w = s["weight"]
-        if not _is_number(w) or w < 0:
-            raise _fail(ref, f"metadata.solvers.{obj}.weight must be a finite number >= 0, "
-                             f"got {_short(w)}")
+        if not _is_number(w) or not 0 <= w <= MAX_COST_WEIGHT:
+            raise _fail(ref, f"metadata.solvers.{obj}.weight must be a finite number in [0, "
+                             f"{cap_text(MAX_COST_WEIGHT)}] (a larger weight makes edge and route "
+                             f"costs overflow), got {_short(w)}")
+
+
+def _check_edge_costs(md: dict, ref: RowRef) -> None:
+    """The scene's largest edge cost under each objective is at most :data:`MAX_EDGE_COST`:
+    ``d + w`` for ``elevation`` and ``energy`` (their climb term is normalised by the
+    relief), ``d + w * relief**2 / d`` for ``slope_uphill`` at the shortest step ``d``."""
+    cal = md["calibration"]
+    relief = float(cal["max"]) - float(cal["min"])
+    d = GraphSpec().pixel_size_m
+    for obj in OBJECTIVES:
+        w = float(md["solvers"][obj]["weight"])
+        if w == 0.0:
+            continue
+        top = d * math.sqrt(2.0) + w if obj != "slope_uphill" else d + w * (relief / d) * (relief / d) * d
+        if not math.isfinite(top) or top > MAX_EDGE_COST:
+            raise _fail(ref, f"metadata.solvers.{obj}.weight {_short(md['solvers'][obj]['weight'])} "
+                             f"with the calibration relief {relief:g} m gives edge costs up to "
+                             f"{top:.3g}, over the bound {MAX_EDGE_COST:g} (route costs would "
+                             f"overflow); lower the weight or fix metadata.calibration")
 
 
 def _check_tile(tile, ref: RowRef) -> None:

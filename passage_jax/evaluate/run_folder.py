@@ -23,6 +23,7 @@ import numpy as np
 from passage_jax.data.strata import SCENE_STRATIFIERS
 from passage_jax.evaluate.run_records import RecordColumns
 from passage_jax.evaluate.score_format import (
+    OUTPUTS,
     RECEIPT,
     RUN_INPUTS,
     RUN_STARTED,
@@ -47,7 +48,11 @@ from passage_jax.protocol.records import (
 )
 
 __all__ = ["RunFolder", "SeedFolder", "SeedInputs", "References", "seed_folders", "check_seed_folder",
-           "is_scored", "read_doc", "read_json", "load_npz", "verify_run_files", "references_from_npz"]
+           "is_scored", "read_doc", "read_json", "load_npz", "verify_run_files", "references_from_npz",
+           "refuse_links_out", "SEED_FILES"]
+
+#: the files of a seed folder that scoring reads or writes
+SEED_FILES = ("manifest.json", *RUN_INPUTS, *OUTPUTS)
 
 
 # --------------------------------------------------------------------------- #
@@ -87,6 +92,26 @@ def load_npz(path) -> dict:
     except OSError as e:
         raise ScoreError(f"{path}: cannot read: {e}") from None
     return out
+
+
+def refuse_links_out(root, paths) -> None:
+    """Every one of ``paths`` must lie inside folder ``root`` once symbolic links are
+    resolved (``root`` itself resolved too: the folder the user named may be a link); a
+    path that leads out of it (a seed folder or a file that is a symbolic link elsewhere)
+    raises :class:`ScoreError` naming it and its target, before anything is read or
+    written through it."""
+    base = Path(root).resolve()
+    for p in paths:
+        p = Path(p)
+        real = p.resolve()
+        if real != base and not real.is_relative_to(base):
+            raise ScoreError(f"{p}: a symbolic link to {real}, outside the run folder {base}; "
+                             f"score reads and writes only inside the folder it is given")
+
+
+def _refuse_seed_links_out(root, folder: Path) -> None:
+    """The seed folder ``folder`` and its :data:`SEED_FILES` lie inside ``root``."""
+    refuse_links_out(root, [folder, *(folder / n for n in SEED_FILES)])
 
 
 def is_scored(folder) -> bool:
@@ -171,6 +196,7 @@ class RunFolder:
         missing otherwise."""
         path = Path(path)
         summary = path / RUN_SUMMARY
+        refuse_links_out(path, [summary, path / RUN_STARTED])
         if not summary.is_file():
             raise _unfinished(path)
         run = read_json(summary, RunIncomplete)
@@ -216,6 +242,7 @@ class RunFolder:
         folders = []
         for seed in seeds:
             folder = self.path / f"seed-{seed}"
+            _refuse_seed_links_out(self.path, folder)
             if not folder.is_dir():
                 raise RunIncomplete(f"{folder}: not found, but {self.where} declares seed {seed} "
                                     f"(seeds {seeds}){_partial_note(self.path, seed)}; rebuild it "
@@ -273,7 +300,8 @@ def seed_folders(path) -> list[Path]:
     path = Path(path)
     if not path.is_dir():
         raise ScoreError(f"{path}: not a folder")
-    if (path / "manifest.json").is_file():
+    if (path / "manifest.json").is_file() or (path / "manifest.json").is_symlink():
+        _refuse_seed_links_out(path, path)
         check_seed_folder(path)
         return [path]
     return [s.path for s in RunFolder.read(path).seed_folders()]
@@ -442,6 +470,7 @@ class SeedFolder:
     def read_inputs(self) -> SeedInputs:
         """The folder's :class:`SeedInputs`: the manifest, the run files checked against its
         hashes, then read and checked against each other."""
+        _refuse_seed_links_out(self.path, self.path)
         folder, manifest = self.path, self.manifest()
         hashes = {"manifest.json": sha256_file(folder / "manifest.json")}
         q_index, warmup = _manifest_timing(manifest, folder / "manifest.json")

@@ -18,7 +18,10 @@ only (numbers, bools, fixed-width unicode); they load with ``allow_pickle=False`
 * ``raw_values`` float64 (K,), ``raw_offsets`` int64 (R+1,), ``raw_shape``
   unicode (R,), ``raw_dtype`` unicode (R,): the flattened values of a malformed
   but numeric route (formats ``float``, ``shape``, ``int_range``) as returned,
-  never rounded or cast into ``coords``;
+  never rounded or cast into ``coords``; ``raw_dtype`` is the returned array's
+  ``dtype.str`` (``|b1``, ``|u1``, ``>i4``, ``<f2`` ...; for something no array holds,
+  its type name) and ``raw_shape`` its shape (``"3x2"``, ``""`` for 0-d), two fields
+  (a route snapshot carries them as the pair :func:`snapshot_route` returns);
 * ``format`` unicode scalar ``"passage-jax-paths-v1"``.
 """
 from __future__ import annotations
@@ -46,7 +49,7 @@ __all__ = [
     "ROUTE_FORMATS", "ROUTE_FORMAT_CODE", "snapshot_route", "PathsWriter", "PathsReader", "load_paths",
     "route_of", "pack_routes", "unpack_routes", "read_requests", "input_hash",
     "references_identity", "code_hash", "package_versions", "RecordFileError", "npz_errors",
-    "NPZ_READ_ERRORS", "open_npz",
+    "NPZ_READ_ERRORS", "open_npz", "route_description", "describe_route",
 ]
 
 PATHS_FORMAT = "passage-jax-paths-v1"
@@ -166,24 +169,34 @@ def read_requests(path) -> list[dict]:
 # route snapshots
 # --------------------------------------------------------------------------- #
 
-def snapshot_route(path) -> tuple[int, np.ndarray | None, np.ndarray | None, str | None]:
+def snapshot_route(path) -> tuple[int, np.ndarray | None, np.ndarray | None, tuple | None]:
     """Copy what a planner returned as its route, classifying it.
 
     Returns ``(format_code, int_route (L, 2) int32 or None, raw float64 values or
-    None, raw description)``. Nothing is rounded, clipped or cast: a float route
-    keeps its float values in ``raw`` and gets no integer route.
+    None, description)``; the description is the pair ``(dtype, shape)``: the returned
+    array's ``dtype.str`` (for something that is no array, its type name) and its shape
+    as text (``"3x2"``; ``""`` for 0-d), two fields with no delimiter between them, so
+    every NumPy dtype (``|b1``, ``|u1``, ``>i4`` ...) round-trips. Nothing is rounded,
+    clipped or cast: a float (or bool) route keeps its values in ``raw`` and gets no
+    integer route; an empty route is the empty integer route when its shape is ``(0,)``
+    or ``(0, 2)``, malformed (``shape``) otherwise. Converting ``path`` runs the planner's
+    code (``__array__``, ``__len__`` ...): what it raises, other than the ``ValueError`` or
+    ``TypeError`` of something no array holds (format ``object``), propagates to the
+    caller, which records it as the planner's failure.
     """
     if path is None:
         return ROUTE_FORMAT_CODE["none"], None, None, None
     try:
         a = np.array(path, copy=True)
     except (ValueError, TypeError):
-        return ROUTE_FORMAT_CODE["object"], None, None, f"{type(path).__name__}"
-    desc = f"{a.dtype.str}|{'x'.join(map(str, a.shape))}"
+        return ROUTE_FORMAT_CODE["object"], None, None, (type(path).__name__, "")
+    desc = (a.dtype.str, "x".join(map(str, a.shape)))
     if a.dtype.kind not in "iufb":
         return ROUTE_FORMAT_CODE["object"], None, None, desc
     if a.size == 0:
-        return ROUTE_FORMAT_CODE["int"], np.zeros((0, 2), np.int32), None, desc
+        if a.shape in ((0,), (0, 2)):
+            return ROUTE_FORMAT_CODE["int"], np.zeros((0, 2), np.int32), None, desc
+        return ROUTE_FORMAT_CODE["shape"], None, np.zeros(0, np.float64), desc
     raw = a.astype(np.float64).ravel()
     if a.dtype.kind not in "iu":
         return ROUTE_FORMAT_CODE["float"], None, raw, desc
@@ -192,6 +205,25 @@ def snapshot_route(path) -> tuple[int, np.ndarray | None, np.ndarray | None, str
     if int(a.max()) > _I32.max or (a.dtype.kind == "i" and int(a.min()) < _I32.min):
         return ROUTE_FORMAT_CODE["int_range"], None, raw, desc
     return ROUTE_FORMAT_CODE["int"], a.astype(np.int32), None, desc
+
+
+def route_description(desc) -> tuple[str, str]:
+    """A snapshot's description as ``(dtype, shape)`` text fields: the pair
+    :func:`snapshot_route` returns (a list once it went through JSON), ``("", "")`` for
+    None, and a string ``"<dtype>|<shape>"`` of a journal written before the pair
+    (split at its last ``|``: a shape has none, a dtype such as ``|b1`` may)."""
+    if desc is None:
+        return "", ""
+    if isinstance(desc, (tuple, list)) and len(desc) == 2:
+        return str(desc[0]), str(desc[1])
+    dtype, sep, shape = str(desc).rpartition("|")
+    return (dtype, shape) if sep else (shape, "")
+
+
+def describe_route(desc) -> str:
+    """A snapshot's description for a message: ``dtype |b1, shape 3x2``."""
+    dtype, shape = route_description(desc)
+    return f"dtype {dtype or '?'}, shape {shape or '()'}"
 
 
 class PathsWriter:
@@ -208,7 +240,7 @@ class PathsWriter:
         self.formats: list[int] = []
         self.lengths: list[int] = []
         self.raw_lengths: list[int] = []
-        self.raw_desc: list[str] = []
+        self.raw_desc: list[tuple[str, str]] = []
         self.coords: list[np.ndarray] = []
         self.raw: list[np.ndarray] = []
 
@@ -216,7 +248,7 @@ class PathsWriter:
         self.formats.append(int(fmt))
         self.lengths.append(int(n_cells))
         self.raw_lengths.append(int(n_raw))
-        self.raw_desc.append(desc or "")
+        self.raw_desc.append(route_description(desc))
         return len(self.formats) - 1
 
     def add(self, fmt: int, route, raw, desc) -> int:
@@ -232,8 +264,8 @@ class PathsWriter:
         offsets[1:] = np.cumsum(self.lengths)
         raw_offsets = np.zeros(n + 1, np.int64)
         raw_offsets[1:] = np.cumsum(self.raw_lengths)
-        dtypes = [d.split("|")[0] if d else "" for d in self.raw_desc]
-        shapes = [d.split("|")[1] if "|" in d else "" for d in self.raw_desc]
+        dtypes = [d[0] for d in self.raw_desc]
+        shapes = [d[1] for d in self.raw_desc]
         return {
             "format": np.array(PATHS_FORMAT),
             "record_index": np.arange(n, dtype=np.int64),
@@ -346,7 +378,12 @@ def _route(fmt_code: int, cells, raw, shape_text: str):
         return cells
     if fmt in ("none", "object"):
         return None
-    shape = tuple(int(s) for s in str(shape_text).split("x") if s)
+    parts = [s for s in str(shape_text).split("x") if s]
+    if not all(s.isdigit() for s in parts):  # written by an older evaluator: the flat values
+        return raw
+    shape = tuple(int(s) for s in parts)
+    if not shape:  # a 0-d value: a one-element array (a route always has a length)
+        return raw
     try:
         return raw.reshape(shape)
     except ValueError:
@@ -356,7 +393,8 @@ def _route(fmt_code: int, cells, raw, shape_text: str):
 def route_of(paths: dict, i: int):
     """The route of record ``i`` as the scorer should see it: the exact int32
     route for format ``int``, ``None`` for ``none``, and for a malformed route the
-    raw values reshaped to their recorded shape in float64 (never cast to int)."""
+    raw values reshaped to their recorded shape in float64 (never cast to int; a 0-d
+    value, or a shape an older file recorded unreadably, as the flat values)."""
     return _route(paths["route_format"][i], paths["coords"][paths["offsets"][i]:paths["offsets"][i + 1]],
                   paths["raw_values"][paths["raw_offsets"][i]:paths["raw_offsets"][i + 1]],
                   paths["raw_shape"][i])

@@ -19,7 +19,8 @@ File layout: the header line :data:`JOURNAL_HEADER`, then one entry per record::
               | route cells (int32 LE, row-major (L, 2)) | raw values (float64 LE)
 
 ``meta`` holds ``line`` (bytes of the line), ``fmt`` (route format code),
-``desc`` (the raw dtype/shape description, or null), ``route`` (rows of the
+``desc`` (the raw ``[dtype, shape]`` description, or null; a journal written before
+it was a pair holds one ``"dtype|shape"`` string), ``route`` (rows of the
 integer route, -1 for none) and ``raw`` (number of raw values, -1 for none): the
 route snapshot of :func:`passage_jax.protocol.records.snapshot_route` round-trips
 exactly, malformed float values and shapes included.
@@ -100,7 +101,8 @@ def decode_entry(payload: bytes) -> tuple[str, tuple]:
         pos += meta["raw"] * 8
     if pos != len(payload):
         raise JournalError(f"entry payload holds {len(payload) - pos} unexplained bytes")
-    return line, (int(meta["fmt"]), route, raw, meta["desc"])
+    desc = meta["desc"]  # the (dtype, shape) pair went through JSON as a list
+    return line, (int(meta["fmt"]), route, raw, tuple(desc) if isinstance(desc, list) else desc)
 
 
 @dataclasses.dataclass

@@ -47,6 +47,7 @@ from passage_jax.run.folder import (
     RUN_STARTED,
     RUN_STARTED_FORMAT,
     create_folder,
+    holds_records,
     holds_run,
     local_root,
     locked,
@@ -57,6 +58,7 @@ from passage_jax.run.folder import (
     spec_and_output,
     undo_launch,
 )
+from passage_jax.run.interrupts import RunInterrupted, stop_on_signals
 from passage_jax.run.journal import JOURNAL_NAME, Journal, fsync_dir
 from passage_jax.run.launch_record import write_resolved_protocol
 from passage_jax.run.manifest import run_identity
@@ -153,28 +155,42 @@ def _run_spec(spec: RunSpec, output, admitted: adm.Admitted | None, *, progress,
 def _launch(admitted, output: Path, stored: dict | None, *, progress, log, dry_run: bool) -> dict:
     """The identity checks and the run itself in ``output`` (absolute and checked; created
     here). A launch that fails is undone as far as :func:`~passage_jax.run.folder.undo_launch`
-    says."""
+    says. SIGINT and SIGTERM stop it (:mod:`passage_jax.run.interrupts`: whatever a planner
+    raises does not): what it made is undone likewise, ``log`` gets one line saying what is
+    kept, and :class:`~passage_jax.run.interrupts.RunInterrupted` (a ``KeyboardInterrupt``)
+    is raised."""
     created = create_folder(output)
     started = False  # a new run's run_started.json is being written
     try:
-        ctx = RunContext.for_launch(admitted, progress, log)
-        identity = run_identity(admitted, ctx.code, ctx.provenance)
-        if stored is not None:
-            refuse_differences(str(output / RUN_STARTED), "the run identity", stored["identity"],
-                               identity)
-        with locked(output):
-            early = _record_launch(ctx, output, stored, dry_run)
-            if early is not None:
-                return early
-            started = stored is None
+        with stop_on_signals():
+            ctx = RunContext.for_launch(admitted, progress, log)
+            identity = run_identity(admitted, ctx.code, ctx.provenance)
             if stored is not None:
-                remove_temporaries(output)
-            atomic_write_json(output / RUN_STARTED, _started_record(ctx.spec, identity, stored))
-            fsync_dir(output)
-            return _run_seeds(ctx, output)
-    except BaseException:
+                refuse_differences(str(output / RUN_STARTED), "the run identity", stored["identity"],
+                                   identity)
+            with locked(output):
+                early = _record_launch(ctx, output, stored, dry_run)
+                if early is not None:
+                    return early
+                started = stored is None
+                if stored is not None:
+                    remove_temporaries(output)
+                atomic_write_json(output / RUN_STARTED, _started_record(ctx.spec, identity, stored))
+                fsync_dir(output)
+                return _run_seeds(ctx, output)
+    except BaseException as e:
         undo_launch(output, created, started)
+        if isinstance(e, RunInterrupted) and log is not None:
+            log(_stopped_line(output, e))
         raise
+
+
+def _stopped_line(output: Path, e: RunInterrupted) -> str:
+    """The one line saying that the evaluator's signal stopped the run, and what is kept."""
+    if holds_records(output):
+        return (f"{output}: the run was stopped by {e.signal_name}; every record completed "
+                f"before it is durable, and resuming the run continues it")
+    return f"{output}: the run was stopped by {e.signal_name} before its first record; nothing is kept"
 
 
 def _record_launch(ctx: RunContext, output: Path, stored: dict | None, dry_run: bool) -> dict | None:

@@ -44,7 +44,11 @@ _POLICY_FIELDS = (("policy", "reference_policy"), ("cohort_id", "reference_cohor
 
 def earlier_seed_folder(path, error) -> Path:
     """The seed folder whose references are taken: ``path`` itself when it holds a
-    ``manifest.json`` and ``references.npz``, else the first seed its ``run.json`` lists."""
+    ``manifest.json`` and ``references.npz``, else the first seed its ``run.json`` lists. An
+    empty path names nothing: it is refused, never taken for the working directory."""
+    if not isinstance(path, (str, Path)) or not str(path).strip():
+        raise error(f"references_from: {path!r} names no folder; give a finished run folder or "
+                    f"one of its seed folders (or null to qualify the references here)")
     path = Path(path).expanduser()
     if (path / "manifest.json").is_file() and (path / "references.npz").is_file():
         return path

@@ -10,6 +10,11 @@ earlier in the table already checked and normalised, so a check may read them (a
 seed overlay reads ``seeds``, ``quality_repeat_index`` reads ``latency_repeats``). A
 key may appear twice: first its own type, later its agreement with other keys. The
 first failure is the error.
+
+Every count and limit has a cap (:data:`CAPS`): generous, but finite, and checked here,
+before anything is allocated or run, so that no value (``latency_repeats: 1000000000``)
+can make a run allocate or loop without end. A value over its cap is refused naming the
+key, the value and the cap (docs/runner.md, "Caps").
 """
 from __future__ import annotations
 
@@ -17,25 +22,26 @@ import math
 import re
 from typing import Any
 
-from passage_jax.checks import is_full_commit, is_int, is_number
+from passage_jax.budget import BudgetSpec, ProtocolError
+from passage_jax.checks import MAX_COST_WEIGHT, cap_problem, cap_text, is_full_commit, is_int, is_number
 from passage_jax.contract import (
     COMPLETE_REQUEST_PROFILE,
     DEFAULT_SEEDS,
     DEFAULT_SESSION_WARMUP,
+    INFERENCE_FORMATS,
+    OBJECTIVES,
     PROFILE_EXECUTION,
     SESSION_PROFILES,
     TIMING_PROFILES,
+    VARIANTS,
 )
 from passage_jax.data.scene import SPLIT_ALIASES, SPLITS, canonical_split
 from passage_jax.fileio import one_line
-from passage_jax.graph.spec import OBJECTIVES, VARIANTS
-from passage_jax.protocol.adapters import INFERENCE_FORMATS
-from passage_jax.protocol.contracts import BudgetSpec, ProtocolError
 
 __all__ = ["REQUIRED", "DEFAULTS", "KNOWN", "REFERENCE_POLICIES", "EXECUTIONS", "ECHO_LIMIT",
            "PLAIN_NAME", "MAX_NAME_LENGTH", "SPLIT_ROLES", "ROLE_SPLITS", "DETERMINISM_CLAIMS",
            "COMPONENT_VARIANTS", "COMPONENT_GUIDES", "COMPONENT_KEYS", "VALIDATORS", "Invalid", "Refused",
-           "shown", "plain_name_problem", "SESSION_SERIES", "session_defaults"]
+           "shown", "plain_name_problem", "SESSION_SERIES", "session_defaults", "CAPS"]
 
 #: the most characters of a value an error message echoes
 ECHO_LIMIT = 200
@@ -112,6 +118,27 @@ SESSION_SERIES = {
     "worker_warmup": (0, "its warm-up is session_warmup"),
 }
 _LIMITS = ("max_expansions", "max_queue_operations", "max_live_states", "wall_time_ms")
+#: The largest value of every count and limit of the spec (docs/runner.md, "Caps" says why
+#: each): a larger one is refused when the spec is loaded, naming the key, its value and the
+#: cap. ``seeds`` caps how many seeds there are, ``seed`` each seed's value (>= 0).
+CAPS: dict[str, int | float] = {
+    "resolution": 16_384,
+    "n_samples": 10_000_000,
+    "seeds": 1_000,
+    "seed": 2**32 - 1,
+    "latency_warmup": 1_000,
+    "latency_repeats": 1_000,
+    "session_warmup": 10_000,
+    "worker_warmup": 1_000,
+    "reference_max_expansions": 10**12,
+    "worker_memory_mb": 1 << 24,
+    "worker_grace_ms": 3_600_000,
+    "cost_weight": MAX_COST_WEIGHT,
+    "budget.max_expansions": 10**12,
+    "budget.max_queue_operations": 10**12,
+    "budget.max_live_states": 10**12,
+    "budget.wall_time_ms": 86_400_000,
+}
 
 
 class Invalid(ValueError):
@@ -166,13 +193,23 @@ def _one_of(choices, message: str):
     return check
 
 
-def _integer(low: int, message: str, optional: bool = False):
+def _capped(key: str, v):
+    """``v`` unless it is over ``key``'s cap (:data:`CAPS`): :class:`Refused` naming the key,
+    the value and the cap."""
+    problem = cap_problem(key, v, CAPS[key])
+    if problem:
+        raise Refused(f"{problem} (docs/runner.md, \"Caps\")")
+    return v
+
+
+def _integer(low: int, message: str, optional: bool = False, cap: str | None = None):
+    """An integer >= ``low`` (None too when ``optional``), at most the cap of key ``cap``."""
     def check(v, d):
         if optional and v is None:
             return None
         if not is_int(v) or v < low:
             raise Invalid(message)
-        return int(v)
+        return int(_capped(cap, v)) if cap else int(v)
     return check
 
 
@@ -180,6 +217,19 @@ def _optional_str(message: str = "must be a string or null"):
     def check(v, d):
         if v is not None and not isinstance(v, str):
             raise Invalid(message)
+        return v
+    return check
+
+
+def _optional_path(what: str):
+    """Null, or a non-empty path: an empty string (or only spaces) is not taken for null."""
+    def check(v, d):
+        if v is None:
+            return None
+        if not isinstance(v, str) or not v.strip() or "\0" in v:
+            why = ("; an empty string names no file or folder" if isinstance(v, str) and not v.strip()
+                   else "")
+            raise Invalid(f"must be {what} (a non-empty path, no NUL) or null{why}")
         return v
     return check
 
@@ -226,9 +276,10 @@ def _kwargs(v, d):
 def _cost_weight(v, d):
     if v is None:
         return None
-    if not is_number(v) or not math.isfinite(v):
-        raise Invalid("must be a finite number (it only confirms the released weight)")
-    return float(v)
+    if not is_number(v) or not math.isfinite(v) or v < 0:
+        raise Invalid(f"must be a finite number in [0, {cap_text(MAX_COST_WEIGHT)}] (it only "
+                      f"confirms the released weight)")
+    return float(_capped("cost_weight", v))
 
 
 def _split(v, d):
@@ -242,6 +293,16 @@ def _split(v, d):
 def _seeds(v, d):
     if not isinstance(v, (list, tuple)) or not v or not all(is_int(s) for s in v):
         raise Invalid("must be a non-empty list of integers")
+    if len(v) > CAPS["seeds"]:
+        raise Refused(f"seeds: {len(v):,} seeds exceed the cap {cap_text(CAPS['seeds'])} "
+                      f"(docs/runner.md, \"Caps\")")
+    for s in v:
+        if s < 0:
+            raise Invalid(f"must be integers in [0, {cap_text(CAPS['seed'])}] (seed {shown(s)} "
+                          f"is negative)")
+        if s > CAPS["seed"]:
+            raise Refused(f"seeds: seed {shown(s)} exceeds its cap {cap_text(CAPS['seed'])} "
+                          f"(docs/runner.md, \"Caps\")")
     if len(set(v)) != len(v):
         raise Invalid("must not repeat a seed")
     return tuple(int(s) for s in v)
@@ -297,9 +358,12 @@ def _quality_repeat_index(v, d):
 
 def _budget(v, d):
     try:
-        return BudgetSpec.from_dict(v or {})
+        budget = BudgetSpec.from_dict(v or {})
     except (ProtocolError, TypeError, ValueError) as e:
         raise Refused(f"budget: {one_line(e, 2 * ECHO_LIMIT)}") from None
+    for name in _LIMITS:
+        _capped(f"budget.{name}", getattr(budget, name))
+    return budget
 
 
 def _cohort_for_policy(v, d):
@@ -344,7 +408,8 @@ def _device_kind(v, d):
 
 
 def _worker_memory(v, d):
-    v = _integer(1, "must be a positive integer (MiB of worker resident memory) or null", True)(v, d)
+    v = _integer(1, "must be a positive integer (MiB of worker resident memory) or null", True,
+                 "worker_memory_mb")(v, d)
     if v is not None and d["execution"] != "supervised":
         raise Invalid("only applies to execution: supervised")
     return v
@@ -353,6 +418,7 @@ def _worker_memory(v, d):
 def _worker_grace(v, d):
     if not is_number(v) or not math.isfinite(v) or v < 0:
         raise Invalid("must be a finite number of milliseconds >= 0")
+    _capped("worker_grace_ms", v)
     return v if isinstance(v, (int, float)) else float(v)
 
 
@@ -386,7 +452,7 @@ def _session_warmup(v, d):
         return DEFAULT_SESSION_WARMUP
     if not is_int(v) or v < 0:
         raise Invalid("must be an integer >= 0 (untimed calls before the first timed request)")
-    return int(v)
+    return int(_capped("session_warmup", v))
 
 
 def _warmup_scene(v, d):
@@ -421,8 +487,7 @@ def _split_role(role, d):
 
 
 def _calibration_decisions(cal, d):
-    if cal is not None and not isinstance(cal, str):
-        raise Invalid("must be the path of the calibration-decisions file or null")
+    cal = _optional_path("the calibration-decisions file")(cal, d)
     if d["split_role"] == "test" and cal is None:
         raise Invalid("a test-role run needs the file of calibration decisions frozen before it (its "
                       "canonical-JSON sha256 is recorded in the manifest and the sidecar)")
@@ -458,38 +523,44 @@ def _within_budget(v, d):
     return v
 
 
-_STRINGS = ("family", "architecture", "dataset_path", "dataset_repo", "reference_cohort_id",
-            "references_from", "runtime_bundle_manifest", "device")
+_STRINGS = ("family", "architecture", "dataset_repo", "reference_cohort_id", "device")
+#: the keys that name a file or folder (null: none), with what they name
+_PATHS = (("dataset_path", "a dataset root or 'shipped'"),
+          ("references_from", "a finished run folder or one of its seed folders"),
+          ("runtime_bundle_manifest", "the runtime bundle's manifest file"))
 
 #: ``(key, check)`` in the order the checks run (see the module docstring).
 VALIDATORS = (
     ("method_name", _method_name),
     ("inference", _inference),
     *((key, _optional_str()) for key in _STRINGS),
+    *((key, _optional_path(what)) for key, what in _PATHS),
     ("results_root", _results_root),
     ("inference_format", _one_of(INFERENCE_FORMATS, f"must be one of {list(INFERENCE_FORMATS)}")),
     ("inference_kwargs", _kwargs),
-    ("resolution", _integer(1, "must be a positive integer")),
+    ("resolution", _integer(1, "must be a positive integer", cap="resolution")),
     ("cost_model", _one_of(OBJECTIVES, f"must be one of the released objectives {list(OBJECTIVES)}")),
     ("cost_weight", _cost_weight),
     ("split", _split),
     ("task_variant", _one_of(VARIANTS, f"must be one of {list(VARIANTS)}")),
-    ("n_samples", _integer(1, "must be a positive integer or null (whole split)", optional=True)),
+    ("n_samples", _integer(1, "must be a positive integer or null (whole split)", optional=True,
+                           cap="n_samples")),
     ("seeds", _seeds),
     ("inference_kwargs_by_seed", _kwargs_by_seed),
     ("dataset_path", _dataset_source),
     ("dataset_revision", _dataset_revision),
     ("dataset_repo", _dataset_repo),
     ("timing_profile", _one_of(TIMING_PROFILES, f"must be one of {list(TIMING_PROFILES)}")),
-    ("latency_warmup", _integer(0, "must be an integer >= 0")),
-    ("latency_repeats", _integer(1, "must be an integer >= 1")),
+    ("latency_warmup", _integer(0, "must be an integer >= 0", cap="latency_warmup")),
+    ("latency_repeats", _integer(1, "must be an integer >= 1", cap="latency_repeats")),
     ("quality_repeat_index", _quality_repeat_index),
     *((key, _session_series(key)) for key in ("latency_warmup", "latency_repeats",
                                                 "quality_repeat_index")),
     ("session_warmup", _session_warmup),
     ("warmup_scene", _warmup_scene),
     ("budget", _budget),
-    ("reference_max_expansions", _integer(1, "must be a positive integer or null", optional=True)),
+    ("reference_max_expansions", _integer(1, "must be a positive integer or null", optional=True,
+                                          cap="reference_max_expansions")),
     ("reference_policy", _one_of(REFERENCE_POLICIES, f"must be one of {list(REFERENCE_POLICIES)}")),
     ("reference_cohort_id", _cohort_for_policy),
     ("component_control", _component_control),
@@ -497,7 +568,8 @@ VALIDATORS = (
     ("execution", _one_of(EXECUTIONS, f"must be one of {list(EXECUTIONS)}")),
     ("worker_memory_mb", _worker_memory),
     ("worker_grace_ms", _worker_grace),
-    ("worker_warmup", _integer(0, "must be an integer >= 0 (untimed warm-up requests per fresh worker)")),
+    ("worker_warmup", _integer(0, "must be an integer >= 0 (untimed warm-up requests per fresh worker)",
+                               cap="worker_warmup")),
     ("execution", _supervised_deadline),
     ("worker_warmup", _session_series("worker_warmup")),
     ("timing_profile", _profile_execution),
@@ -506,7 +578,7 @@ VALIDATORS = (
     ("determinism", _one_of(DETERMINISM_CLAIMS, f"must be one of {list(DETERMINISM_CLAIMS)}")),
     ("container_digest", _optional_hex(r"sha256:[0-9a-f]{64}",
                                        "must look like 'sha256:<64 lowercase hex>' or be null")),
-    ("roster", _optional_str("must be the path of a roster file or null")),
+    ("roster", _optional_path("a roster file")),
     ("roster_sha256", _roster_sha256),
     ("inference_kwargs", _within_budget),
 )

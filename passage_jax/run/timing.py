@@ -16,7 +16,9 @@ snapshotted; the legality check and recosting follow outside ``latency_ms``. Eve
 record carries ``validation_recost_ms``, the time of its legality check and recosting
 (inside ``latency_ms`` under the default profile, outside it under a session profile).
 
-Status precedence: planner exception -> ``runtime_error`` (``oom`` for memory
+Status precedence: planner exception (any ``BaseException``, ``SystemExit`` and
+``KeyboardInterrupt`` included; only the evaluator's own SIGINT/SIGTERM stops the run:
+:mod:`passage_jax.run.interrupts`) -> ``runtime_error`` (``oom`` for memory
 exhaustion); malformed result -> ``runtime_error``; late -> ``timeout``;
 missing counter for a configured limit -> ``runtime_error``; counter above its
 limit -> ``budget_exhausted``; planner said ``ok`` but the route is malformed or
@@ -38,8 +40,9 @@ from passage_jax.protocol.contracts import (
     budget_problem,
     normalise_result,
 )
-from passage_jax.protocol.records import ROUTE_FORMAT_CODE, ROUTE_FORMATS, snapshot_route
+from passage_jax.protocol.records import ROUTE_FORMAT_CODE, ROUTE_FORMATS, describe_route, snapshot_route
 from passage_jax.protocol.requests import build_request, set_deadline
+from passage_jax.run import interrupts
 from passage_jax.run.device_sync import synchronize_torch
 
 __all__ = ["execute", "execute_session", "call_planner", "finish_record", "block_until_ready"]
@@ -59,7 +62,7 @@ def block_until_ready(tree) -> int:
 def _is_oom(e: BaseException) -> bool:
     if isinstance(e, MemoryError):
         return True
-    text = f"{type(e).__name__}: {e}"
+    text = f"{_name(e)}: {_text(e)}"
     return "RESOURCE_EXHAUSTED" in text or "Out of memory" in text or "out of memory" in text
 
 
@@ -71,27 +74,59 @@ def call_planner(planner, make_request) -> dict:
     Returns the outcome ``{"result": PlanResult or None, "snap": snapshot_route
     tuple, "sync_arrays": int, "torch_synchronized": bool, "status": None or the
     failure status, "error", "error_type"}``; a planner failure is recorded here, never
-    raised. A supervised worker runs exactly this and sends the outcome (with
-    ``result.path`` dropped) to the parent, which finishes it with :func:`finish_record`.
+    raised: any ``BaseException`` raised by the planner or by converting what it returned
+    (``SystemExit``, ``KeyboardInterrupt``, ``GeneratorExit`` included) is the request's
+    ``runtime_error`` naming the exception. Only the evaluator's own SIGINT or SIGTERM
+    received during the call (:mod:`passage_jax.run.interrupts`) is raised, as
+    :class:`~passage_jax.run.interrupts.RunInterrupted`. A supervised worker runs exactly
+    this and sends the outcome (with ``result.path`` dropped) to the parent, which
+    finishes it with :func:`finish_record`.
     """
     out = {"result": None, "snap": (ROUTE_FORMAT_CODE["none"], None, None, None),
            "sync_arrays": 0, "torch_synchronized": False, "status": None, "error": None,
            "error_type": None}
-    try:
-        request = make_request()
-        raw = planner.raw(request) if hasattr(planner, "raw") else planner(request)
-        out["sync_arrays"] = block_until_ready(raw.__dict__ if isinstance(raw, PlanResult) else raw)
-        out["torch_synchronized"] = synchronize_torch()
-        result = normalise_result(raw)
-        out["result"] = result
-        out["snap"] = snapshot_route(result.path)
-    except ProtocolError as e:
-        out.update(status="runtime_error", error=f"protocol: {e}", error_type="ProtocolError")
-    except Exception as e:  # noqa: BLE001  (a planner failure is recorded, never fatal)
-        tb = traceback.format_exception_only(type(e), e)
-        out.update(status="oom" if _is_oom(e) else "runtime_error",
-                   error="".join(tb).strip()[-2000:], error_type=type(e).__name__)
+    with interrupts.planner_call():
+        try:
+            request = make_request()
+            raw = planner.raw(request) if hasattr(planner, "raw") else planner(request)
+            out["sync_arrays"] = block_until_ready(raw.__dict__ if isinstance(raw, PlanResult) else raw)
+            out["torch_synchronized"] = synchronize_torch()
+            result = normalise_result(raw)
+            out["result"] = result
+            out["snap"] = snapshot_route(result.path)
+        except ProtocolError as e:
+            out.update(status="runtime_error", error=f"protocol: {_text(e)}", error_type="ProtocolError")
+        except BaseException as e:  # noqa: BLE001  (a planner failure is recorded, never fatal)
+            interrupts.raise_if_received()  # the evaluator's own signal stops the run
+            out.update(status="oom" if _is_oom(e) else "runtime_error", error=_failure(e),
+                       error_type=_name(e))
+        interrupts.raise_if_received()  # a signal the planner swallowed
     return out
+
+
+def _name(e: BaseException) -> str:
+    try:
+        return str(type(e).__name__)
+    except BaseException:  # noqa: BLE001  (a hostile metaclass)
+        return "BaseException"
+
+
+def _text(e: BaseException) -> str:
+    """``str(e)``, or nothing when the planner's exception cannot say itself."""
+    try:
+        return str(e)
+    except BaseException:  # noqa: BLE001  (its __str__ raised)
+        return ""
+
+
+def _failure(e: BaseException) -> str:
+    """The record's ``error`` for what the planner raised: ``Name: text`` (the last 2,000
+    characters), the name alone when the exception's text cannot be had."""
+    try:
+        text = "".join(traceback.format_exception_only(type(e), e)).strip()
+    except BaseException:  # noqa: BLE001  (its __str__ raised)
+        text = ""
+    return (text or _name(e))[-2000:]
 
 
 def _reported(rec: dict, result) -> None:
@@ -111,7 +146,7 @@ def _legality(rec: dict, task, snap: tuple) -> None:
         if rec["problem"] is None:
             rec["route_cost"] = route_cost(route, task.elevation_m, task.objective, task.weight)
     elif ROUTE_FORMATS[fmt] != "none":
-        rec["problem"] = f"malformed route ({ROUTE_FORMATS[fmt]}: {snap[3]})"
+        rec["problem"] = f"malformed route ({ROUTE_FORMATS[fmt]}: {describe_route(snap[3])})"
 
 
 def _status(rec: dict, result, budget: BudgetSpec, has_route: bool, late: bool) -> str:

@@ -7,7 +7,10 @@ child subreaper of everything it starts, ``PASSAGE_JAX_WORKER=<token>`` in its
 environment, a watchdog outside the session), builds the planner once, then answers
 ``("plan", id, payload, budget, deadline)`` messages with the outcome of
 :func:`~passage_jax.run.timing.call_planner` (the route travels as its snapshot; the
-parent finishes the record) until told to ``stop`` or its pipe closes.
+parent finishes the record) until told to ``stop`` or its pipe closes. Whatever the
+planner raises, ``SystemExit``, ``KeyboardInterrupt`` and ``GeneratorExit`` included, is
+that request's ``runtime_error`` and the worker serves on
+(:func:`passage_jax.run.interrupts.contain_all`).
 
 :func:`task_payload` is what crosses the pipe for one task: the ordinary inputs and
 the allowlisted metadata only (never the released routes or the weights table);
@@ -31,6 +34,7 @@ from passage_jax.protocol.adapters import load_planner
 from passage_jax.protocol.contracts import METADATA_ALLOWLIST, BudgetSpec, PlanResult
 from passage_jax.protocol.records import ROUTE_FORMAT_CODE
 from passage_jax.protocol.requests import build_request
+from passage_jax.run import interrupts
 from passage_jax.run.placement import device_label
 from passage_jax.run.timing import call_planner
 from passage_jax.run.worker_processes import WORKER_TOKEN_ENV, watchdog_source
@@ -156,10 +160,16 @@ def _answer(planner, device, msg) -> dict:
 def _send_outcome(conn, req_id, out: dict) -> None:
     try:
         conn.send(("done", req_id, out))
-    except Exception as e:  # noqa: BLE001  (an unpicklable result field)
+    except (EOFError, OSError):
+        raise  # the pipe itself is gone: the worker ends
+    except BaseException as e:  # noqa: BLE001  (a result field that cannot be pickled)
+        try:
+            text = f"{type(e).__name__}: {e}"
+        except BaseException:  # noqa: BLE001  (its __str__ raised)
+            text = type(e).__name__
         bad = dict(out, result=None, snap=(ROUTE_FORMAT_CODE["none"], None, None, None),
                    status="runtime_error", error_type="ProtocolError",
-                   error=f"protocol: the result cannot be sent to the parent: {type(e).__name__}: {e}")
+                   error=f"protocol: the result cannot be sent to the parent: {text}")
         conn.send(("done", req_id, bad))
 
 
@@ -169,22 +179,27 @@ def worker_main(conn, config: dict) -> None:
     if not _pid_exists(config.get("parent_pid")):
         os._exit(1)  # the parent died before the death signal was armed
     watchdog = _isolate(config.get("token"))
+    interrupts.contain_all()  # no run here: whatever a planner raises is its failure
     sys.path[:] = list(config["sys_path"])
     try:
         device = _resolve_device(config["device"])
         with device_scope(device):
             planner = load_planner(config["inference"], config["inference_format"], config["kwargs"])
     except BaseException as e:  # noqa: BLE001  (reported to the parent)
-        text = "".join(traceback.format_exception_only(type(e), e)).strip()[-2000:]
-        conn.send(("build_error", f"{type(e).__name__}: {text}"))
-        return
-    conn.send(("ready", {"pid": os.getpid(), "name": getattr(planner, "name", None), "watchdog": watchdog,
-                         "device": device_label(device)}))
-    while True:
         try:
+            text = "".join(traceback.format_exception_only(type(e), e)).strip()[-2000:]
+        except BaseException:  # noqa: BLE001  (its __str__ raised)
+            text = ""
+        with contextlib.suppress(EOFError, OSError):  # the parent is gone: nothing to tell
+            conn.send(("build_error", f"{type(e).__name__}: {text}"))
+        return
+    try:
+        conn.send(("ready", {"pid": os.getpid(), "name": getattr(planner, "name", None),
+                             "watchdog": watchdog, "device": device_label(device)}))
+        while True:
             msg = conn.recv()
-        except (EOFError, OSError):
-            return
-        if msg[0] == "stop":
-            return
-        _send_outcome(conn, msg[1], _answer(planner, device, msg))
+            if msg[0] == "stop":
+                return
+            _send_outcome(conn, msg[1], _answer(planner, device, msg))
+    except (EOFError, OSError):
+        return  # the parent closed the pipe (it stopped, or was stopped): the worker ends quietly
