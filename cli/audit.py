@@ -118,7 +118,7 @@ def _json_problem(path: Path | None, force: bool) -> str | None:
 
 def check(args) -> None:
     """Before JAX loads: the dataset root exists."""
-    inputs.require_folder(args.dataset_path, "dataset root")
+    inputs.require_dataset(args.dataset_path)
 
 
 def main(args) -> int:

@@ -302,3 +302,21 @@ def test_protocol_doc_shows_a_single_stage_result_and_it_fills_the_components():
                             "work": res.work}], [True])
     assert c["route_stage_reporting"] == "all rows" and c["direct_success_rate"] == 1.0
     assert c["repair_rate"] == 0.0 and c["fallback_frequency"] == 0.0
+
+
+@pytest.mark.parametrize("command, argv", [
+    ("audit", ["--dataset-path", "shipped", "--resolution", "64"]),
+    ("score", ["--run", ".", "--dataset-path", "shipped"]),
+    ("analyze", ["--dataset-path", "shipped", "--resolution", "64", "--staging-root", "st"]),
+])
+def test_the_shipped_dataset_alias_passes_every_check_before_jax(tmp_path, monkeypatch, command, argv):
+    """``--dataset-path shipped`` names the shipped cohort, not a folder: no command's check
+    before JAX loads refuses it, wherever the command is started."""
+    import argparse  # noqa: PLC0415
+    import importlib  # noqa: PLC0415
+
+    monkeypatch.chdir(tmp_path)
+    module = importlib.import_module(f"cli.{command.replace('-', '_')}")
+    parser = argparse.ArgumentParser()
+    module.register(parser)
+    module.check(parser.parse_args(argv))  # raises InputError on a refusal

@@ -324,9 +324,11 @@ def _cli(*args, env=None):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-@pytest.mark.parametrize("execution,sig,swallow", [("in_process", "SIGINT", False),
-                                                   ("in_process", "SIGTERM", True),
-                                                   ("supervised", "SIGINT", False)])
+@pytest.mark.parametrize("execution,sig,swallow", [
+    ("in_process", "SIGINT", False),
+    # the other two kinds run with the larger checks (-m slow): each is a whole CLI run
+    pytest.param("in_process", "SIGTERM", True, marks=pytest.mark.slow),
+    pytest.param("supervised", "SIGINT", False, marks=pytest.mark.slow)])
 def test_a_real_signal_stops_the_run_resumably(tmp_path, cohort, mods, execution, sig, swallow):
     name, d = mods
     extra = {"budget": {"wall_time_ms": 60000}, "worker_warmup": 0} if execution == "supervised" else {}
