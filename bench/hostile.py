@@ -860,6 +860,128 @@ def p_references_from_empty(m):
     return ok and not out.exists(), line, o
 
 
+
+# --------------------------------------------------------------------------- #
+# family 17: trusted run folders (issue 37): one verification of a run folder for every
+# reader (score, trust, check-entry, a run's references_from). A references.npz forged
+# with every hash and identity rewritten (run_started.json too) at two scales of c*, or
+# with forged routes; the same forgery leaving run_started.json; an unlisted file in a run
+# or seed folder (what a supervised planner could write there); a journal changed after
+# the run; a seed folder linked out of the run for trust. A probe passes when the command
+# refuses in one line naming the file (and, for references_from, nothing runs), or, for an
+# honest reuse, exits 0 and the manifest records the recomputed sample.
+# --------------------------------------------------------------------------- #
+
+def _forged(m, name: str, edit, started: bool = True) -> Path:
+    """A copy of the run whose references.npz (every seed's) is edited by ``edit(arrays)``,
+    its identity, each manifest's hash and references identity and (``started``)
+    run_started.json's identity rewritten to match."""
+    import numpy as np  # noqa: PLC0415 (bench start-up)
+
+    from passage_jax.fileio import sha256_file  # noqa: PLC0415 (bench start-up)
+    from passage_jax.protocol.records import references_identity  # noqa: PLC0415 (bench start-up)
+
+    run = m.copy(name)
+    identity = None
+    for seed in sorted(run.glob("seed-*")):
+        with np.load(seed / "references.npz", allow_pickle=False) as z:
+            a = {k: z[k] for k in z.files}
+        edit(a)
+        identity = references_identity(a["sample_id"], a["c_star"], a["route_coords"], a["route_offsets"],
+                                       a["qualified"])
+        a["identity"] = np.array(identity)
+        np.savez_compressed(seed / "references.npz", **a)
+        doc = json.loads((seed / "manifest.json").read_text())
+        doc["files"]["references.npz"] = sha256_file(seed / "references.npz")
+        doc["references"]["identity"] = identity
+        (seed / "manifest.json").write_text(json.dumps(doc))
+    if started:
+        st = json.loads((run / "run_started.json").read_text())
+        st["identity"]["references"]["identity"] = identity
+        (run / "run_started.json").write_text(json.dumps(st))
+    return run
+
+
+def _scaled(factor):
+    def edit(a):
+        a["c_star"] = a["c_star"] * factor
+    return edit
+
+
+def _reversed_routes(a):
+    from passage_jax.protocol.records import pack_routes, unpack_routes  # noqa: PLC0415 (bench start-up)
+
+    coords, offsets = pack_routes([r[::-1] for r in unpack_routes(a["route_coords"], a["route_offsets"])])
+    a["route_coords"], a["route_offsets"] = coords.astype(a["route_coords"].dtype), offsets
+
+
+def _reuse(m, name: str, folder: Path) -> tuple[Outcome, Path]:
+    out = m.base / "probes" / f"{name}_reuse"
+    shutil.rmtree(out, ignore_errors=True)
+    spec = write_spec(m.base / f"{name}_reuse.json", method_name="reuse", seeds=[1234],
+                      references_from=str(folder))
+    return cli("run", "--spec", spec, "--output", out, "--no-progress"), out
+
+
+def _forged_probe(name: str, edit, *words, started: bool = True):
+    def probe(m):
+        forged = _forged(m, name, edit, started)
+        o, out = _reuse(m, name, forged)
+        ok, line = refused(o, "references_from", *words)
+        return ok and not (out / "run.json").exists(), line, o
+    return probe
+
+
+def _unlisted(where: str, command: str):
+    def probe(m):
+        run = m.copy(f"unlisted_{where}_{command}")
+        extra = run / "planner_dump.bin" if where == "run" else run / "seed-2026" / "planner_dump.bin"
+        extra.write_bytes(b"written by a planner")
+        args = {"score": ("score", "--run", run, "--force"), "trust": ("trust", "--score", run),
+                "check-entry": ("check-entry", run)}[command]
+        o = cli(*args)
+        ok, line = refused(o, str(extra), "not part of a finished")
+        return ok and o.code == 2, line, o
+    return probe
+
+
+def p_reuse_unlisted(m):
+    run = m.copy("reuse_unlisted")
+    extra = run / "seed-1234" / "notes.txt"
+    extra.write_text("a note")
+    o, out = _reuse(m, "reuse_unlisted", run)
+    ok, line = refused(o, "references_from", str(extra))
+    return ok and not (out / "run.json").exists(), line, o
+
+
+def p_reuse_honest(m):
+    o, out = _reuse(m, "honest", m.run)
+    if o.code != 0:
+        return False, o.line, o
+    rec = json.loads((out / "seed-1234" / "manifest.json").read_text())["references"]["reused_from"]
+    sample = (rec or {}).get("recomputed") or {}
+    ok = isinstance(sample.get("seed"), int) and len(sample.get("task_index") or []) == 3
+    return ok, f"exit 0; recomputed tasks {sample.get('task_index')} (seed {sample.get('seed')})", o
+
+
+def p_journal_changed(m):
+    run = m.copy("journal_changed")
+    with open(run / "seed-3407" / "records.journal", "ab") as f:
+        f.write(b"appended after the run")
+    o = cli("score", "--run", run, "--force")
+    return (*refused(o, "records.journal", "sha256"), o)
+
+
+def p_trust_seed_linked_out(m):
+    run = m.copy("trust_linked_seed")
+    outside = m.base / "probes" / "trust_outside_seed"
+    shutil.rmtree(outside, ignore_errors=True)
+    shutil.move(run / "seed-2026", outside)
+    (run / "seed-2026").symlink_to(outside)
+    o = cli("trust", "--score", run)
+    return (*refused(o, str(run / "seed-2026"), "outside the run folder"), o)
+
+
 PROBES = {
     "score: a seed's manifest missing": ("1", p_seed_manifest_missing),
     "score: a seed folder missing": ("1", p_seed_folder_missing),
@@ -933,7 +1055,126 @@ PROBES = {
     "audit: a shard named with a newline": ("tty", p_shard_named_newline),
     "audit: weight 1.797e308": ("m", _shard_probe(huge_weight, "metadata.solvers.energy.weight")),
     "run: references_from \"\"": ("m", p_references_from_empty),
+    "run: references_from forged c* x0.5": ("17", _forged_probe("forged_half", _scaled(0.5), "c*")),
+    "run: references_from forged c* x(1+1e-7)": ("17", _forged_probe(
+        "forged_tiny", _scaled(1 + 1e-7), "c*")),
+    "run: references_from forged routes": ("17", _forged_probe("forged_route", _reversed_routes, "route")),
+    "run: references_from forged, old run_started": ("17", _forged_probe(
+        "forged_partial", _scaled(0.5), "run_started.json", started=False)),
+    "run: references_from an unlisted file": ("17", p_reuse_unlisted),
+    "run: references_from an honest run": ("17", p_reuse_honest),
+    "score: an unlisted file in the run folder": ("17", _unlisted("run", "score")),
+    "score: an unlisted file in a seed folder": ("17", _unlisted("seed", "score")),
+    "trust: an unlisted file in a seed folder": ("17", _unlisted("seed", "trust")),
+    "check-entry: an unlisted file": ("17", _unlisted("run", "check-entry")),
+    "score: records.journal changed": ("17", p_journal_changed),
+    "trust: a seed folder linked out of the run": ("17", p_trust_seed_linked_out),
 }
+
+# --------------------------------------------------------------------------- #
+# family 18: score and comparison files re-derived when read (issue 37): a metrics.json
+# forged with its receipt's hash updated (a regret median of 0.0, n_tasks -3, NaN, 1e400, a
+# success rate of 1.5, another timing profile), and a comparison file forged (method name,
+# cost model, tasks hash, n_tasks -3, Infinity). A probe passes when compare, leaderboard or
+# report refuses in one line naming the file and the field and writes nothing, or, for the
+# honest inputs, exits 0.
+# --------------------------------------------------------------------------- #
+
+def _forge_json(path: Path, field: str, text: str) -> None:
+    """Set the dotted ``field`` of the JSON file ``path`` to the JSON text ``text``."""
+    doc = json.loads(path.read_text())
+    *parents, last = field.split(".")
+    node = doc
+    for k in parents:
+        node = node[k]
+    node[last] = "@@forged@@"
+    path.write_text(json.dumps(doc).replace('"@@forged@@"', text))
+
+
+def _forge_metrics(run: Path, field: str, text: str) -> Path:
+    """seed-1234's metrics.json forged, the receipt's hash of it updated to match."""
+    from passage_jax.fileio import sha256_file  # noqa: PLC0415 (bench start-up)
+
+    seed = run / "seed-1234"
+    _forge_json(seed / "metrics.json", field, text)
+    rec = json.loads((seed / "score_receipt.json").read_text())
+    rec["outputs"]["metrics.json"] = sha256_file(seed / "metrics.json")
+    (seed / "score_receipt.json").write_text(json.dumps(rec))
+    return seed / "metrics.json"
+
+
+def _metrics_probe(command: str, field: str, text: str):
+    def probe(m):
+        name = f"forged_metrics_{command}_{field.replace('.', '_')}"
+        run = m.copy(name)
+        out = m.base / "probes" / f"{name}_out"
+        shutil.rmtree(out, ignore_errors=True)
+        if command == "report":
+            c = cli("compare", "--score", run, "--score", m.other, "--output", out.with_suffix(".json"),
+                    "--force", "--bootstrap-resamples", "200")
+            if c.code != 0:
+                return False, c.line, c
+        forged = _forge_metrics(run, field, text)
+        if command == "compare":
+            o = cli("compare", "--score", run, "--score", m.other, "--output", out / "c.json",
+                    "--bootstrap-resamples", "200")
+        elif command == "leaderboard":
+            o = cli("leaderboard", run, m.other, "--output", out)
+        else:
+            o = cli("report", "--compare", out.with_suffix(".json"), "--output", out / "r.md")
+        ok, line = refused(o, str(forged), f"'{field}'")
+        return ok and not out.exists(), line, o
+    return probe
+
+
+def _compare_file_probe(command: str, field: str, text: str):
+    def probe(m):
+        name = f"forged_cmp_{command}_{field.replace('.', '_')}"
+        bad = m.base / "probes" / f"{name}.json"
+        bad.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(m.base / "cmp.json", bad)
+        _forge_json(bad, field, text)
+        out = m.base / "probes" / f"{name}_out"
+        shutil.rmtree(out, ignore_errors=True)
+        o = (cli("report", "--compare", bad, "--output", out / "r.md") if command == "report"
+             else cli("leaderboard", bad, "--output", out))
+        ok, line = refused(o, str(bad), f"'{field}'")
+        return ok and not out.exists(), line, o
+    return probe
+
+
+def p_honest_score_files(m):
+    out = m.base / "probes" / "honest_leaderboard"
+    shutil.rmtree(out, ignore_errors=True)
+    o = cli("leaderboard", m.base / "cmp.json", m.run, "--output", out)
+    ok = o.code == 0 and (out / "leaderboard.json").is_file()
+    return ok, "exit 0; leaderboard.json written" if ok else o.line, o
+
+
+PROBES.update({
+    "leaderboard: metrics.json regret median 0.0": ("18", _metrics_probe(
+        "leaderboard", "primary.regret_median", "0.0")),
+    "compare: metrics.json n_tasks -3": ("18", _metrics_probe("compare", "n_tasks", "-3")),
+    "report: metrics.json success rate NaN": ("18", _metrics_probe(
+        "report", "primary.success_rate", "NaN")),
+    "compare: metrics.json latency p50 1e400": ("18", _metrics_probe(
+        "compare", "latency.warm.interpolated.p50", "1e400")),
+    "leaderboard: metrics.json success rate 1.5": ("18", _metrics_probe(
+        "leaderboard", "primary.success_rate", "1.5")),
+    "leaderboard: metrics.json timing profile": ("18", _metrics_probe(
+        "leaderboard", "timing_profile.profile", '"supervised_service_v1"')),
+    "report: compare file method name": ("18", _compare_file_probe(
+        "report", "runs.A.method_name", '"learned"')),
+    "leaderboard: compare file cost model": ("18", _compare_file_probe(
+        "leaderboard", "identity.data.cost_model", '"slope"')),
+    "report: compare file tasks hash": ("18", _compare_file_probe(
+        "report", "identity.tasks_sha256", '"00"')),
+    "leaderboard: compare file n_tasks -3": ("18", _compare_file_probe(
+        "leaderboard", "identity.n_tasks", "-3")),
+    "report: compare file delta Infinity": ("18", _compare_file_probe(
+        "report", "contrasts.regret_median.delta", "Infinity")),
+    "leaderboard: honest comparison and run": ("18", p_honest_score_files),
+})
 
 
 def main(argv=None) -> int:

@@ -126,11 +126,33 @@ def test_refuses_different_timing_profile_and_references(R, tmp_path):
     with pytest.raises(CompareError, match="timing profiles differ"):
         compare_runs(R["greedy"], other, tmp_path / "c.json", n_resamples=B)
 
-    def refs(m):
-        m["references"]["identity"] = "0" * 64
-    other = edited_copy(R["greedy"], tmp_path / "g-ref", refs)
+    other = _other_references(R["greedy"], tmp_path / "g-ref")
     with pytest.raises(CompareError, match="references differ"):
         compare_runs(R["greedy"], other, tmp_path / "c.json", n_resamples=B)
+
+
+def _other_references(src: Path, dest: Path) -> Path:
+    """A copy of a scored run as if qualified with other references (c* doubled): its
+    references.npz, identity, manifests and run_started.json agree, and it is scored again."""
+    from passage_jax.fileio import sha256_file
+    from passage_jax.protocol.records import references_identity
+
+    shutil.copytree(src, dest)
+    for seed in dest.glob("seed-*"):
+        a = load(seed / "references.npz")
+        a["c_star"] = a["c_star"] * 2.0
+        a["identity"] = np.array(references_identity(a["sample_id"], a["c_star"], a["route_coords"],
+                                                     a["route_offsets"], a["qualified"]))
+        np.savez_compressed(seed / "references.npz", **a)
+        m = json.loads((seed / "manifest.json").read_text())
+        m["files"]["references.npz"] = sha256_file(seed / "references.npz")
+        m["references"]["identity"] = str(a["identity"])
+        (seed / "manifest.json").write_text(json.dumps(m))
+    st = json.loads((dest / "run_started.json").read_text())
+    st["identity"]["references"]["identity"] = str(a["identity"])
+    (dest / "run_started.json").write_text(json.dumps(st))
+    score_run(dest, force=True)
+    return dest
 
 
 def test_limits_listed_and_refused_under_flag(R, tmp_path):

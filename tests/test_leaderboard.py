@@ -7,6 +7,7 @@ import json
 from argparse import ArgumentParser
 from pathlib import Path
 
+import fixtures_runner as F
 import numpy as np
 import pytest
 from test_report_html import md_tables, parse_page
@@ -96,17 +97,27 @@ def test_baseline_as_run_a_is_reoriented(boards):
 
 def test_incomparable_entries_refused_by_name(boards, tmp_path):
     doc = json.loads((boards["bench"] / "compare.json").read_text())
-    for field, change in (("timing profile", lambda d: d["identity"]["timing_profile"].update(
-            profile="supervised_ipc_v1")),
-                          ("resolution", lambda d: d["identity"]["data"].update(resolution=128)),
-                          ("cost model", lambda d: d["identity"]["data"].update(cost_model="slope"))):
+    # a comparison file whose setting was edited no longer states its runs: refused by field
+    for field, change in (("identity.timing_profile.profile", lambda d: d["identity"][
+            "timing_profile"].update(profile="supervised_ipc_v1")),
+                          ("identity.data.resolution", lambda d: d["identity"]["data"].update(
+                              resolution=128)),
+                          ("identity.data.cost_model", lambda d: d["identity"]["data"].update(
+                              cost_model="slope"))):
         other = json.loads(json.dumps(doc))
         change(other)
-        bad = tmp_path / f"other_{field.replace(' ', '_')}.json"
+        bad = tmp_path / f"other_{field.replace('.', '_')}.json"
         bad.write_text(json.dumps(other))
-        with pytest.raises(LeaderboardError, match=f"incomparable entries.*{field}") as e:
+        with pytest.raises(LeaderboardError, match=f"field '{field}' is .* but the runs it names "
+                                                   f"give") as e:
             leaderboard([boards["bench"] / "compare.json", bad])
-        assert str(bad) in str(e.value) and "compare.json" in str(e.value)
+        assert str(e.value).startswith(str(bad))
+    # a run of another timing profile is incomparable: both entries and the field named
+    other = F.edited_copy(boards["R"]["greedy"], tmp_path / "g-prof",
+                          lambda m: m.update(timing_profile="supervised_service_v1"))
+    with pytest.raises(LeaderboardError, match="incomparable entries.*timing profile") as e:
+        leaderboard([boards["bench"] / "compare.json", other])
+    assert str(other) in str(e.value) and "compare.json" in str(e.value)
     with pytest.raises(LeaderboardError, match="not a passage-jax-compare-v1"):
         (tmp_path / "x.json").write_text("{}")
         leaderboard([tmp_path / "x.json"])

@@ -20,6 +20,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from fixtures_runner import renamed_copy
 from markdown_it import MarkdownIt
 from test_report_html import parse_page
 from test_score_support import runs, spec_dict
@@ -112,13 +113,11 @@ def hostile(tmp_path_factory):
     cases = {}
     for i, (key, name) in enumerate(fam.items()):
         run = Path(str(root / "runs" / f"c{i}") + "/" + name)
-        shutil.copytree(R["exact"], run)
+        renamed_copy(R["exact"], run, name)
         case = root / "w" / f"c{i}"
         case.mkdir(parents=True)
         compare_runs(run, R["bfs"], case / "compare.json", n_resamples=20)
         doc = json.loads((case / "compare.json").read_text())
-        doc["runs"]["A"]["method_name"] = doc["methods"]["A"]["method_name"] = name
-        (case / "compare.json").write_text(json.dumps(doc))
         out = write_report(case / "compare.json", case / "report.md", n_route_tasks=1, html=True)
         cases[key] = {"name": name, "run": run, "path": doc["runs"]["A"]["path"], "out": out}
     # a compare folder whose name closes the leaderboard's report link

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fixtures_runner import renamed_copy
 from test_score_support import runs
 
 from cli import report as cli_report
@@ -266,21 +267,16 @@ def wide_pages(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("wide")
     bench = tmp / "bench"
     bench.mkdir()
-    compare_runs(R["greedy"], R["bfs"], bench / "compare.json", n_resamples=200)
+    greedy = renamed_copy(R["greedy"], tmp / "greedy", f"greedy_{LONG}")
+    compare_runs(greedy, R["bfs"], bench / "compare.json", n_resamples=200)
     doc = json.loads((bench / "compare.json").read_text())
-    for side, name in (("A", f"greedy_{LONG}"), ("B", "bfs")):
-        doc["runs"][side]["method_name"] = doc["methods"][side]["method_name"] = name
-    (bench / "compare.json").write_text(json.dumps(doc))
     rep = write_report(bench / "compare.json", bench / "report" / "report.md", n_route_tasks=2,
                        html=True)
     inputs = [bench, R["exact"]]
     for i in range(6):
-        d = json.loads(json.dumps(doc))
-        name = f"{LONG}_{i}"
-        d["runs"]["A"]["method_name"] = d["methods"]["A"]["method_name"] = name
-        d["runs"]["A"]["path"] = str(tmp / f"run_{i}")
+        run = renamed_copy(R["greedy"], tmp / f"run_{i}", f"{LONG}_{i}")
         inputs.append(tmp / f"cmp_{i}.json")
-        inputs[-1].write_text(json.dumps(d))
+        compare_runs(run, R["bfs"], inputs[-1], n_resamples=200)
     from passage_jax.evaluate.leaderboard import write_leaderboard
 
     lb = write_leaderboard(inputs, tmp / "lb", n_resamples=50)

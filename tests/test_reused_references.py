@@ -12,6 +12,7 @@ import pytest
 
 from passage_jax.run import AdmissionError, parse_spec, run_spec
 from passage_jax.run import admission as adm
+from passage_jax.run import reused_references as rr
 
 
 @pytest.fixture(scope="module")
@@ -32,12 +33,16 @@ def _spec(root, earlier_run, **over):
 
 
 def test_a_run_takes_the_earlier_references_without_qualifying(earlier, tmp_path, monkeypatch):
+    """Only the random sample is qualified again (here one task of three)."""
     root, bfs = earlier
+    qualified, real = [], adm.qualify_scenes
 
-    def no_qualification(*a, **k):
-        raise AssertionError("the references were qualified again")
+    def counted(scenes, *a, **k):
+        qualified.extend(s.id for s in scenes)
+        return real(scenes, *a, **k)
 
-    monkeypatch.setattr(adm, "qualify_scenes", no_qualification)
+    monkeypatch.setattr(adm, "qualify_scenes", counted)
+    monkeypatch.setattr(rr, "SAMPLE_MIN", 1)
     out = tmp_path / "straight"
     run_spec(_spec(root, bfs), out, progress=False)
     mine, theirs = out / "seed-1234", bfs / "seed-1234"
@@ -52,6 +57,7 @@ def test_a_run_takes_the_earlier_references_without_qualifying(earlier, tmp_path
     assert used["folder"] == str(theirs.resolve())
     assert used["references_sha256"] == t["files"]["references.npz"]
     assert t["references"]["reused_from"] is None
+    assert qualified == used["recomputed"]["sample_id"] and len(qualified) == 1
 
 
 def test_the_seed_folder_may_be_named(earlier, tmp_path, monkeypatch):
@@ -78,7 +84,8 @@ def test_a_changed_references_file_is_refused(earlier, tmp_path):
     z = dict(np.load(copy / "seed-1234" / "references.npz"))
     z["c_star"] = z["c_star"] * 0.5
     np.savez(copy / "seed-1234" / "references.npz", **z)
-    with pytest.raises(AdmissionError, match="sha256 .* differs from the one its manifest records"):
+    with pytest.raises(AdmissionError, match="references_from: .*references.npz: sha256 .* differs from "
+                                             "the manifest's"):
         adm.admit(_spec(root, copy))
 
 

@@ -129,7 +129,8 @@ __all__ = ["RosterMismatch", "bound_roster", "split_role_of", "PrecisionMismatch
            "PrimaryOutcome", "Comparison", "metric_contrast", "primary_contrasts",
            "geometry_intersection", "method_summary", "odd_bins", "read_odd_spec", "check_limits",
            "check_protocols", "check_runs", "identity", "limits", "pairs_of", "paired_rows",
-           "quality_rows", "QUALITY_FIELDS", "primary_outcome", "run_blocks", "resolve_options"]
+           "quality_rows", "QUALITY_FIELDS", "primary_outcome", "run_blocks", "resolve_options",
+           "RESTATED", "restated"]
 
 COMPARE_FORMAT = "passage-jax-compare-v1"
 
@@ -167,61 +168,70 @@ class Comparison:
     odd: dict | None = None
     attribution: dict | None = None
 
-    def _runs(self) -> dict:
-        protocols = self.checks.protocols
-        return {n: {"path": s["path"], "method_name": s["method_name"],
-                    "seeds": sorted(s["seeds"]),
-                    "canonical": bool(protocols[n].get("canonical", True)),
-                    "inference_protocol": protocols[n],
-                    "folders": {str(k): str(v["folder"].resolve()) for k, v in s["seeds"].items()}}
-                for n, s in self.sides.items()}
-
-    def _identity(self) -> dict:
-        shared = self.checks.shared
-        return {"n_tasks": len(self.rows.task_ids), "sample_ids": list(self.rows.task_ids),
-                "tasks_sha256": shared["tasks"]["tasks_sha256"], "data": shared["data"],
-                "references": shared["references"],
-                "timing_profile": {"profile": shared["timing_profile"]}}
-
-    def _validation_recost(self) -> dict:
-        return {n: {str(seed): sc["metrics"].get("validation_recost_ms")
-                    for seed, sc in sorted(s["seeds"].items())}
-                for n, s in self.sides.items()}
-
-    def _methods(self) -> dict:
-        return {n: {"method_name": s["method_name"],
-                    "per_seed": {p[0]: method_summary(s["seeds"][p[1 if n == "A" else 2]])
-                                 for p in self.rows.pairs}}
-                for n, s in self.sides.items()}
-
     def to_dict(self, created_utc: str) -> dict:
         """The comparison file (JSON types)."""
+        restate = restated(self.sides, self.checks, self.roles, self.rows)
         return jsonable({
             "format": COMPARE_FORMAT,
             "created_utc": created_utc,
-            "runs": self._runs(),
-            "identity": self._identity(),
-            "procedure_limits": self.checks.limits,
-            "reference_precision": self.checks.precision,
-            "split_roles": self.roles,
-            "test_set_result": all(r["split_role"] == "test" and r["calibration_decisions_sha256"]
-                                   for r in self.roles.values()),
-            "inference_protocols": self.checks.protocols,
-            "pairs": self.rows.pairs_dict(),
-            "seed_mean": self.rows.seed_mean,
+            **{k: restate[k] for k in RESTATED[:9]},
             "blocks": {k: v for k, v in self.blocks.items() if k != "labels"},
             "bootstrap": self.draws.to_dict(),
-            "methods": self._methods(),
+            "methods": restate["methods"],
             "contrasts": self.contrasts,
             "valid_route_denominators": self.geometry.counts,
             "geometry_both_valid": self.geometry.to_dict(),
             "latency_contrast": self.latency,
-            "validation_recost_ms": self._validation_recost(),
+            "validation_recost_ms": restate["validation_recost_ms"],
             "primary_comparison": self.primary.official,
             "confirmatory": self.primary.confirmatory,
             "odd": self.odd,
             "attribution": self.attribution,
         })
+
+
+#: the blocks of a comparison file that restate its two runs: what their manifests and
+#: scores give, before any draw (:func:`restated`); a comparison file read back must hold
+#: them as its runs give them (:mod:`~passage_jax.evaluate.compare_verify`)
+RESTATED = ("runs", "identity", "procedure_limits", "reference_precision", "split_roles",
+            "test_set_result", "inference_protocols", "pairs", "seed_mean", "methods",
+            "validation_recost_ms")
+
+
+def restated(sides: dict, checks: Checks, roles: dict, rows: PairedRows) -> dict:
+    """The :data:`RESTATED` blocks of the comparison of the loaded runs ``sides`` ("A",
+    "B") from their checks, split roles and paired rows (JSON types)."""
+    protocols, shared = checks.protocols, checks.shared
+    runs = {n: {"path": s["path"], "method_name": s["method_name"], "seeds": sorted(s["seeds"]),
+                "canonical": bool(protocols[n].get("canonical", True)),
+                "inference_protocol": protocols[n],
+                "folders": {str(k): str(v["folder"].resolve()) for k, v in s["seeds"].items()}}
+            for n, s in sides.items()}
+    ident = {"n_tasks": len(rows.task_ids), "sample_ids": list(rows.task_ids),
+             "tasks_sha256": shared["tasks"]["tasks_sha256"], "data": shared["data"],
+             "references": shared["references"],
+             "timing_profile": {"profile": shared["timing_profile"]}}
+    methods = {n: {"method_name": s["method_name"],
+                   "per_seed": {p[0]: method_summary(s["seeds"][p[1 if n == "A" else 2]])
+                                for p in rows.pairs}}
+               for n, s in sides.items()}
+    recost = {n: {str(seed): sc["metrics"].get("validation_recost_ms")
+                  for seed, sc in sorted(s["seeds"].items())}
+              for n, s in sides.items()}
+    return jsonable({
+        "runs": runs,
+        "identity": ident,
+        "procedure_limits": checks.limits,
+        "reference_precision": checks.precision,
+        "split_roles": roles,
+        "test_set_result": all(r["split_role"] == "test" and r["calibration_decisions_sha256"]
+                               for r in roles.values()),
+        "inference_protocols": protocols,
+        "pairs": rows.pairs_dict(),
+        "seed_mean": rows.seed_mean,
+        "methods": methods,
+        "validation_recost_ms": recost,
+    })
 
 
 def _output_file(output, force: bool) -> Path | None:

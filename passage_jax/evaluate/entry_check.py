@@ -17,6 +17,12 @@ what is needed to rebuild and re-read it was recorded:
   command line) of this run whose six-metric comparison ran over the three seeds with
   known geographic blocks.
 
+Before any item is looked at, each run folder is verified as every reader of a run folder
+verifies it (:mod:`passage_jax.protocol.folder_check`: nothing but a finished run's listed
+contents, no link out of the folder, the identity chain back to ``run_started.json``, the
+manifest's hashes); a folder that fails is refused (:class:`EntryError` naming the file),
+not listed as an entry.
+
 A green test admission gate (:mod:`passage_jax.run.test_gate`) is a separate thing: it
 says that a test run may proceed; it makes no entry reproducible. This module only reads
 what the folders hold; it never imports the runner.
@@ -29,6 +35,7 @@ from pathlib import Path
 
 from passage_jax.checks import is_full_commit
 from passage_jax.contract import DEFAULT_SEEDS, PRIMARY_METRICS
+from passage_jax.protocol.folder_check import FolderError, verify_run_folder
 
 __all__ = ["ITEMS", "SIDECAR_FIELDS", "EntryError", "check_entries", "format_table", "SEPARATE_FROM_GATE"]
 
@@ -216,7 +223,8 @@ def _entry(run: Path, compares: list) -> dict:
 def check_entries(paths) -> dict:
     """The entry table of the run folders and compare files in ``paths`` (a compare adds
     the two runs it names and their intervals). :class:`EntryError` for a path that is
-    neither."""
+    neither, and for a run folder that fails its verification
+    (:func:`~passage_jax.protocol.folder_check.verify_run_folder`)."""
     runs, compares = [], []
     for p in map(Path, paths):
         if p.is_dir():
@@ -241,6 +249,11 @@ def check_entries(paths) -> dict:
         if r.resolve() not in seen:
             seen.add(r.resolve())
             unique.append(r)
+    for r in unique:
+        try:
+            verify_run_folder(r)
+        except FolderError as e:
+            raise EntryError(str(e)) from None
     entries = [_entry(r, compares) for r in unique]
     return {"format": "passage-jax-entry-check-v1", "items": list(ITEMS), "entries": entries,
             "compares": [str(p) for p, _ in compares],

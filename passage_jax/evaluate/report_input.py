@@ -1,7 +1,9 @@
-"""Reading a comparison file for the report: :func:`read_comparison` checks the format and
-the fields the report reads (:data:`COMPARE_FIELDS`, the runs and the seed pairs) and
-returns the document with every JSON object wrapped so that a missing nested field is
-named by its dotted path when read (and the last field read is kept for other errors).
+"""Reading a comparison file for the report and the leaderboard: :func:`read_comparison`
+checks the format and the fields the report reads (:data:`COMPARE_FIELDS`, the runs and the
+seed pairs), every number (finite and in its domain), then the file against its runs read
+again (:mod:`~passage_jax.evaluate.compare_verify`), and returns the document with every
+JSON object wrapped so that a missing nested field is named by its dotted path when read
+(and the last field read is kept for other errors).
 """
 from __future__ import annotations
 
@@ -9,7 +11,9 @@ from pathlib import Path
 
 from passage_jax.checks import is_int
 from passage_jax.evaluate.compare import COMPARE_FORMAT
+from passage_jax.evaluate.compare_verify import verify_comparison
 from passage_jax.evaluate.score import read_json
+from passage_jax.evaluate.score_verify import check_numbers
 
 __all__ = ["ReportError", "ReportExists", "COMPARE_FIELDS", "read_comparison"]
 
@@ -79,13 +83,16 @@ def _need(doc: dict, key: str, kind, where: str, path: str = ""):
 def read_comparison(path) -> dict:
     """The comparison file written by ``compare``, checked: a JSON object of format
     :data:`~passage_jax.evaluate.compare.COMPARE_FORMAT` with the fields the report reads
-    (:data:`COMPARE_FIELDS`, the runs and the seed pairs) of their types; :class:`ReportError`
+    (:data:`COMPARE_FIELDS`, the runs and the seed pairs) of their types, its numbers finite
+    and in their domain, and what it states of its runs what the runs give when read again
+    (:func:`~passage_jax.evaluate.compare_verify.verify_comparison`); :class:`ReportError`
     naming the file and field otherwise. Missing nested fields are named when read."""
     path = Path(path)
     where = str(path)
     cmp = read_json(path, ReportError)
     if cmp.get("format") != COMPARE_FORMAT:
         raise ReportError(f"{where}: not a {COMPARE_FORMAT} file (format {cmp.get('format')!r})")
+    check_numbers(cmp, where, ReportError)
     for k, kind in COMPARE_FIELDS.items():
         _need(cmp, k, kind, where)
     for side in ("A", "B"):
@@ -102,4 +109,5 @@ def read_comparison(path) -> dict:
         _need(pair, "label", str, where, f"pairs[{i}]")
         for k in ("seed_a", "seed_b"):
             _need(pair, k, int, where, f"pairs[{i}]")
+    verify_comparison(cmp, where, ReportError)
     return _fields(cmp, "", where, [])

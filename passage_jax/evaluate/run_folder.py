@@ -3,11 +3,18 @@ checked in one place.
 
 * :class:`RunFolder` is a finished run: its ``run.json`` (written last by ``run``; it
   declares the seeds) and ``run_started.json`` (the run identity), checked, and the
-  ``seed-<seed>/`` folders they declare, each checked to belong to the run.
-* :class:`SeedFolder` is one seed's folder: its manifest (checked against its parent run),
-  and :meth:`SeedFolder.read_inputs`, which verifies the run files against the manifest's
-  hashes and reads the records (:mod:`~passage_jax.evaluate.run_records`), the routes
-  (``paths.npz``, read by seeking) and the references into one frozen :class:`SeedInputs`.
+  ``seed-<seed>/`` folders they declare, each verified.
+* :class:`SeedFolder` is one seed's folder: :meth:`SeedFolder.verify` holds it to be what a
+  finished run left, and :meth:`SeedFolder.read_inputs` reads the records
+  (:mod:`~passage_jax.evaluate.run_records`), the routes (``paths.npz``, read by seeking)
+  and the references into one frozen :class:`SeedInputs`.
+
+The verification is the one every reader of a run folder uses
+(:mod:`passage_jax.protocol.folder_check`: links out of the folder, entries that are not
+part of a finished run, the identity chain back to ``run_started.json``, the manifest's
+hashes); here its refusals are :class:`ScoreError` (:class:`RunIncomplete`,
+:class:`ForeignSeed`). ``compare``, ``trust``, the leaderboard, the attribution table and
+``check-entry`` read runs through :func:`seed_folders` too.
 
 The scenes are reloaded from the run's dataset by :mod:`~passage_jax.evaluate.run_scenes`;
 the npz and document readers here (:func:`read_json`, :func:`read_doc`, :func:`load_npz`)
@@ -15,6 +22,7 @@ are the ones every evaluation command uses.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from pathlib import Path
 
@@ -26,20 +34,26 @@ from passage_jax.evaluate.score_format import (
     OUTPUTS,
     RECEIPT,
     RUN_INPUTS,
-    RUN_STARTED,
-    RUN_STARTED_FORMAT,
-    RUN_SUMMARY,
     ForeignSeed,
     RunIncomplete,
     ScoreError,
-    dig,
     is_int,
     short,
-    typed,
 )
-from passage_jax.fileio import read_document, sha256_file
+from passage_jax.fileio import read_document
+from passage_jax.protocol.folder_check import (
+    FolderError,
+    FolderForeign,
+    FolderIncomplete,
+    RunRecords,
+    VerifiedSeed,
+    run_file_hashes,
+    seed_of_folder,
+    verify_run_folder,
+    verify_seed_folder,
+)
+from passage_jax.protocol.folder_check import refuse_links_out as check_links
 from passage_jax.protocol.records import (
-    RUN_FORMAT,
     PathsReader,
     npz_errors,
     open_npz,
@@ -49,7 +63,7 @@ from passage_jax.protocol.records import (
 
 __all__ = ["RunFolder", "SeedFolder", "SeedInputs", "References", "seed_folders", "check_seed_folder",
            "is_scored", "read_doc", "read_json", "load_npz", "verify_run_files", "references_from_npz",
-           "refuse_links_out", "SEED_FILES"]
+           "refuse_links_out", "SEED_FILES", "verified_seed_folders", "folder_errors"]
 
 #: the files of a seed folder that scoring reads or writes
 SEED_FILES = ("manifest.json", *RUN_INPUTS, *OUTPUTS)
@@ -94,24 +108,27 @@ def load_npz(path) -> dict:
     return out
 
 
+@contextlib.contextmanager
+def folder_errors():
+    """A refusal of the run-folder verification (:mod:`passage_jax.protocol.folder_check`)
+    raised inside the block becomes the score error of its kind: :class:`RunIncomplete`,
+    :class:`ForeignSeed`, else :class:`ScoreError` (the message unchanged)."""
+    try:
+        yield
+    except FolderIncomplete as e:
+        raise RunIncomplete(str(e)) from None
+    except FolderForeign as e:
+        raise ForeignSeed(str(e)) from None
+    except FolderError as e:
+        raise ScoreError(str(e)) from None
+
+
 def refuse_links_out(root, paths) -> None:
     """Every one of ``paths`` must lie inside folder ``root`` once symbolic links are
-    resolved (``root`` itself resolved too: the folder the user named may be a link); a
-    path that leads out of it (a seed folder or a file that is a symbolic link elsewhere)
-    raises :class:`ScoreError` naming it and its target, before anything is read or
-    written through it."""
-    base = Path(root).resolve()
-    for p in paths:
-        p = Path(p)
-        real = p.resolve()
-        if real != base and not real.is_relative_to(base):
-            raise ScoreError(f"{p}: a symbolic link to {real}, outside the run folder {base}; "
-                             f"score reads and writes only inside the folder it is given")
-
-
-def _refuse_seed_links_out(root, folder: Path) -> None:
-    """The seed folder ``folder`` and its :data:`SEED_FILES` lie inside ``root``."""
-    refuse_links_out(root, [folder, *(folder / n for n in SEED_FILES)])
+    resolved (:func:`passage_jax.protocol.folder_check.refuse_links_out`); :class:`ScoreError`
+    naming the path that leads out and its target otherwise."""
+    with folder_errors():
+        check_links(root, paths)
 
 
 def is_scored(folder) -> bool:
@@ -124,187 +141,65 @@ def is_scored(folder) -> bool:
 # the run
 # --------------------------------------------------------------------------- #
 
-#: (field, its path in the manifest, its path in the run identity of run_started.json)
-#: checked for every seed folder of a run
-_IDENTITY_FIELDS = (
-    ("data.sample_ids", ("data", "sample_ids"), ("data", "sample_ids")),
-    ("data.tasks_sha256", ("data", "tasks_sha256"), ("data", "tasks_sha256")),
-    ("data.shards", ("data", "shards"), ("data", "shards")),
-    ("references.identity", ("references", "identity"), ("references", "identity")),
-    ("references.policy", ("references", "policy"), ("references", "policy")),
-    ("planner.module_sha256", ("planner", "module_sha256"), ("planner", "module_sha256")),
-    ("planner.qualname", ("planner", "qualname"), ("planner", "qualname")),
-    ("code.sha256", ("code", "sha256"), ("code_sha256",)),
-)
-
-
-def _shards(shards):
-    if not isinstance(shards, list):
-        return shards
-    return sorted((str(dig(s, "name")), str(dig(s, "sha256"))) for s in shards)
-
-
-def _partial_note(path: Path, seed) -> str:
-    partial = [n for n in (f".seed-{seed}.partial",) if (path / n).exists()]
-    return f" ({path / partial[0]} exists: the seed is still being written or was interrupted)" \
-        if partial else ""
-
-
-def _unfinished(path: Path) -> ScoreError:
-    """What to raise for a folder without ``run.json``: an unfinished run, or no run."""
-    summary = path / RUN_SUMMARY
-    partial = sorted(p.name for p in path.glob(".seed-*.partial"))
-    started = (path / RUN_STARTED).is_file()
-    seeds = sorted(p.name for p in path.iterdir() if p.is_dir() and p.name.startswith("seed-"))
-    if started or partial:
-        what = ", ".join(([RUN_STARTED] if started else []) + partial)
-        return RunIncomplete(f"{summary}: file not found: the run is unfinished or still being "
-                             f"written ({what} present); let it finish, or finish it with "
-                             f"`run --resume`")
-    if seeds:
-        return RunIncomplete(f"{summary}: file not found: {path} holds {', '.join(seeds[:3])} but "
-                             f"the run did not finish (run.json is written last); finish it with "
-                             f"`run --resume`, or score one seed folder directly")
-    return ScoreError(f"{path}: neither a seed folder (manifest.json) nor a run folder "
-                      f"({RUN_SUMMARY} with seed-<seed>/ subfolders)")
-
-
-@dataclasses.dataclass(frozen=True)
-class RunFolder:
+class RunFolder(RunRecords):
     """A finished run folder: what its ``run.json`` (and ``run_started.json`` when present)
-    declare, checked (:meth:`read`)."""
-
-    path: Path
-    method_name: str
-    spec_sha256: str
-    seeds: tuple
-    code_sha256: str | None = None
-    #: the run identity of ``run_started.json`` (None without one)
-    identity: dict | None = None
-
-    @property
-    def where(self) -> str:
-        return str(self.path / RUN_SUMMARY)
-
-    @property
-    def identity_where(self) -> str:
-        return str(self.path / RUN_STARTED)
+    declare, checked (:meth:`read`), and its seed folders verified (:meth:`seed_folders`);
+    the checks are :class:`~passage_jax.protocol.folder_check.RunRecords`', every refusal a
+    :class:`ScoreError`."""
 
     @classmethod
     def read(cls, path) -> RunFolder:
         """The run records of ``path``, checked; :class:`RunIncomplete` naming what is
         missing otherwise."""
-        path = Path(path)
-        summary = path / RUN_SUMMARY
-        refuse_links_out(path, [summary, path / RUN_STARTED])
-        if not summary.is_file():
-            raise _unfinished(path)
-        run = read_json(summary, RunIncomplete)
-        if run.get("format") != RUN_FORMAT:
-            raise RunIncomplete(f"{summary}: format {run.get('format')!r} is not {RUN_FORMAT}")
-        typed(run, "method_name", str, summary)
-        typed(run, "spec_sha256", str, summary)
-        seeds = typed(run, "seeds", list, summary)
-        if not seeds or not all(is_int(x) for x in seeds) or len(set(seeds)) != len(seeds):
-            raise RunIncomplete(f"{summary}: seeds must be a non-empty list of distinct integers, got "
-                                f"{short(seeds)}")
-        code = run.get("code")
-        return cls(path=path, method_name=run["method_name"], spec_sha256=run["spec_sha256"],
-                   seeds=tuple(int(x) for x in seeds),
-                   code_sha256=code.get("sha256") if isinstance(code, dict) else None,
-                   identity=cls._identity(path, run))
-
-    @staticmethod
-    def _identity(path: Path, run: dict) -> dict | None:
-        started = path / RUN_STARTED
-        if not started.is_file():
-            return None
-        st = read_json(started, RunIncomplete)
-        if st.get("format") != RUN_STARTED_FORMAT:
-            raise RunIncomplete(f"{started}: format {st.get('format')!r} is not {RUN_STARTED_FORMAT}")
-        for k in ("method_name", "spec_sha256", "seeds"):
-            if st.get(k) != run.get(k):
-                raise ForeignSeed(f"{path / RUN_SUMMARY}: {k} {short(run.get(k))} differs from "
-                                  f"{started}'s {short(st.get(k))}; the two records are of different runs")
-        return typed(st, "identity", dict, started)
+        with folder_errors():
+            return super().read(path)
 
     @classmethod
     def of_seed(cls, folder) -> RunFolder | None:
         """The run holding seed folder ``folder``, or None when its parent holds no
         ``run.json`` (a seed folder on its own)."""
-        parent = Path(folder).resolve().parent
-        return cls.read(parent) if (parent / RUN_SUMMARY).is_file() else None
+        with folder_errors():
+            return super().of_seed(folder)
 
     def seed_folders(self) -> list[SeedFolder]:
-        """Exactly the seed folders ``run.json`` declares, in seed order, each checked to
-        belong to the run; a missing one, or one the run does not declare, refused."""
-        seeds = list(self.seeds)
-        folders = []
-        for seed in seeds:
-            folder = self.path / f"seed-{seed}"
-            _refuse_seed_links_out(self.path, folder)
-            if not folder.is_dir():
-                raise RunIncomplete(f"{folder}: not found, but {self.where} declares seed {seed} "
-                                    f"(seeds {seeds}){_partial_note(self.path, seed)}; rebuild it "
-                                    f"with `run --resume`")
-            if not (folder / "manifest.json").is_file():
-                raise RunIncomplete(f"{folder / 'manifest.json'}: file not found: seed {seed} of the "
-                                    f"run is incomplete{_partial_note(self.path, seed)}; rebuild it "
-                                    f"with `run --resume`")
-            self.check_manifest(folder, read_json(folder / "manifest.json"), seed)
-            folders.append(folder)
-        names = {f.name for f in folders}
-        extra = sorted(p.name for p in self.path.iterdir() if p.is_dir() and p.name.startswith("seed-")
-                       and p.name not in names)
-        if extra:
-            raise ForeignSeed(f"{self.path / extra[0]}: not a seed of this run ({self.where} "
-                              f"declares seeds {seeds}); move it out of the run folder")
-        return [SeedFolder(f) for f in sorted(folders, key=lambda f: int(f.name[5:]))]
+        """Exactly the seed folders ``run.json`` declares, in seed order, each verified
+        (links, listed contents, manifest against the run, hashes, references identity), and
+        nothing unlisted in the run folder; a missing seed, one the run does not declare or
+        an unlisted entry refused by name."""
+        with folder_errors():
+            verified = super().seed_folders()
+        return [SeedFolder(v.path, v) for v in verified]
 
     def check_manifest(self, folder: Path, manifest: dict, seed: int) -> None:
         """The seed folder's manifest must be the run's: seed, method name, spec hash, code
-        and the fields of the run identity (:data:`_IDENTITY_FIELDS`)."""
-        where = folder / "manifest.json"
-        got = manifest.get("seed")
-        if not is_int(got) or int(got) != seed:
-            raise ForeignSeed(f"{where}: seed {short(got)} is not the folder's seed {seed}; the "
-                              f"folder does not belong to this run")
-        for k in ("method_name", "spec_sha256"):
-            if manifest.get(k) != getattr(self, k):
-                raise ForeignSeed(f"{where}: {k} {short(manifest.get(k))} differs from the run's "
-                                  f"{short(getattr(self, k))} ({self.where}); the seed folder does "
-                                  f"not belong to this run")
-        if self.code_sha256 is not None and dig(manifest, "code", "sha256") != self.code_sha256:
-            raise ForeignSeed(f"{where}: code.sha256 {short(dig(manifest, 'code', 'sha256'))} differs "
-                              f"from the run's {short(self.code_sha256)} ({self.where}); the seed "
-                              f"folder does not belong to this run")
-        if self.identity is None:
-            return
-        for label, in_manifest, in_identity in _IDENTITY_FIELDS:
-            mine, theirs = dig(manifest, *in_manifest), dig(self.identity, *in_identity)
-            if label == "data.shards":
-                mine, theirs = _shards(mine), _shards(theirs)
-            if theirs is not None and mine != theirs:
-                raise ForeignSeed(f"{where}: {label} {short(mine)} differs from the run identity's "
-                                  f"{short(theirs)} ({self.identity_where}); the seed folder does "
-                                  f"not belong to this run")
+        and the fields of the run identity (:data:`IDENTITY_FIELDS`)."""
+        with folder_errors():
+            super().check_manifest(folder, manifest, seed)
 
 
-def seed_folders(path) -> list[Path]:
-    """The seed folders of ``path``: itself when it holds a ``manifest.json`` (checked
-    against its parent run when the parent holds one), else the ``seed-<seed>/`` folders
-    that the run's ``run.json`` declares, in seed order, each checked to belong to the
-    run (:func:`check_seed_folder`). A run folder without ``run.json``, a declared seed
-    whose folder or manifest is missing, and a ``seed-*`` folder the run does not declare
-    are refused by name (:class:`RunIncomplete`, :class:`ForeignSeed`)."""
+def verified_seed_folders(path) -> list[SeedFolder]:
+    """The seed folders of ``path``, verified
+    (:func:`~passage_jax.protocol.folder_check.verify_run_folder`): itself when it holds a
+    ``manifest.json`` (checked as a seed of its parent run when the parent holds a
+    ``run.json``), else the ``seed-<seed>/`` folders the run's ``run.json`` declares, in
+    seed order. Each carries what was verified."""
     path = Path(path)
     if not path.is_dir():
         raise ScoreError(f"{path}: not a folder")
-    if (path / "manifest.json").is_file() or (path / "manifest.json").is_symlink():
-        _refuse_seed_links_out(path, path)
-        check_seed_folder(path)
-        return [path]
-    return [s.path for s in RunFolder.read(path).seed_folders()]
+    with folder_errors():
+        return [SeedFolder(v.path, v) for v in verify_run_folder(path)]
+
+
+def seed_folders(path) -> list[Path]:
+    """The seed folders of ``path`` (:func:`verified_seed_folders`): itself when it holds a
+    ``manifest.json``, else the ``seed-<seed>/`` folders that the run's ``run.json``
+    declares, in seed order. The folders, their entries and their files are verified
+    before anything is read from them: a run folder without ``run.json``, a declared seed
+    whose folder or manifest is missing, a ``seed-*`` folder the run does not declare, a
+    manifest of another run, a run file whose hash is not the manifest's, an entry that is
+    not part of a finished run or a link out of the folder are refused by name
+    (:class:`RunIncomplete`, :class:`ForeignSeed`, :class:`ScoreError`)."""
+    return [s.path for s in verified_seed_folders(path)]
 
 
 def check_seed_folder(folder) -> dict:
@@ -314,14 +209,9 @@ def check_seed_folder(folder) -> dict:
     manifest = read_json(folder / "manifest.json")
     run = RunFolder.of_seed(folder)
     if run is not None:
-        seed = folder.name[5:] if folder.name.startswith("seed-") else None
-        if seed is None or not seed.lstrip("-").isdigit():
-            raise ForeignSeed(f"{folder}: a seed folder of the run in {folder.resolve().parent} must be "
-                              f"named seed-<seed>")
-        if int(seed) not in run.seeds:
-            raise ForeignSeed(f"{folder}: not a seed of this run ({run.where} declares seeds "
-                              f"{list(run.seeds)})")
-        run.check_manifest(folder, manifest, int(seed))
+        with folder_errors():
+            seed = seed_of_folder(folder, run)
+        run.check_manifest(folder, manifest, seed)
     return manifest
 
 
@@ -330,24 +220,11 @@ def check_seed_folder(folder) -> dict:
 # --------------------------------------------------------------------------- #
 
 def verify_run_files(folder: Path, manifest: dict) -> dict:
-    """Check the run files against the hashes in the manifest; returns them."""
-    recorded = manifest.get("files") or {}
-    if not isinstance(recorded, dict):
-        raise ScoreError(f"{folder / 'manifest.json'}: field 'files' must be an object of sha256 "
-                         f"hashes, got {type(recorded).__name__}")
-    hashes = {}
-    for name in RUN_INPUTS:
-        p = folder / name
-        if not p.is_file():
-            raise ScoreError(f"{p}: file not found")
-        h = sha256_file(p)
-        if not isinstance(recorded.get(name), str):
-            raise ScoreError(f"{folder / 'manifest.json'}: files.{name} (sha256) is not recorded")
-        if h != recorded[name]:
-            raise ScoreError(f"{p}: sha256 {h} differs from the manifest's {recorded[name]}; "
-                             f"the run files were changed after the run")
-        hashes[name] = h
-    return hashes
+    """Check the run files against the hashes in the manifest; returns them
+    (:func:`passage_jax.protocol.folder_check.run_file_hashes`, a refusal a
+    :class:`ScoreError`)."""
+    with folder_errors():
+        return run_file_hashes(Path(folder), manifest)
 
 
 #: references.npz members that scoring reads
@@ -453,9 +330,11 @@ class SeedInputs:
 
 @dataclasses.dataclass(frozen=True)
 class SeedFolder:
-    """One ``seed-<seed>/`` folder of a run (or a seed folder on its own)."""
+    """One ``seed-<seed>/`` folder of a run (or a seed folder on its own); ``verified``: what
+    :func:`verified_seed_folders` held of it (None: verified when its inputs are read)."""
 
     path: Path
+    verified: VerifiedSeed | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def is_scored(self) -> bool:
         return is_scored(self.path)
@@ -467,20 +346,28 @@ class SeedFolder:
                              f"seed folder of a finished run")
         return check_seed_folder(self.path)
 
+    def verify(self) -> VerifiedSeed:
+        """The folder verified (:func:`passage_jax.protocol.folder_check.verify_seed_folder`:
+        links, listed contents, manifest against the parent run, hashes, references
+        identity); a refusal a :class:`ScoreError`."""
+        if self.verified is not None:
+            return self.verified
+        with folder_errors():
+            return verify_seed_folder(self.path)
+
     def read_inputs(self) -> SeedInputs:
-        """The folder's :class:`SeedInputs`: the manifest, the run files checked against its
-        hashes, then read and checked against each other."""
-        _refuse_seed_links_out(self.path, self.path)
-        folder, manifest = self.path, self.manifest()
-        hashes = {"manifest.json": sha256_file(folder / "manifest.json")}
+        """The folder's :class:`SeedInputs`: the folder verified (:meth:`verify`), then the
+        run files read and checked against each other."""
+        v = self.verify()
+        folder, manifest = self.path, v.manifest
         q_index, warmup = _manifest_timing(manifest, folder / "manifest.json")
-        hashes.update(verify_run_files(folder, manifest))
         records = RecordColumns(folder / "requests.jsonl", str(folder), q_index)
         paths = self._paths()
         refs = References.read(folder / "references.npz")
         _check_consistency(records, paths.index, refs, manifest, str(folder))
-        return SeedInputs(folder=folder, manifest=manifest, input_hashes=hashes, quality_repeat=q_index,
-                          warmup_declared=warmup, records=records, paths=paths, refs=refs)
+        return SeedInputs(folder=folder, manifest=manifest, input_hashes=dict(v.hashes),
+                          quality_repeat=q_index, warmup_declared=warmup, records=records,
+                          paths=paths, refs=refs)
 
     def _paths(self) -> PathsReader:
         try:

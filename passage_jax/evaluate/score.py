@@ -30,8 +30,10 @@ scored again. An existing score (its receipt) is never overwritten unless ``forc
 A run folder is scored only when it is finished: ``run.json`` (written last by ``run``)
 declares its seeds, and exactly those ``seed-<seed>/`` folders are scored; each one's
 manifest must belong to the run (method name, seed, spec hash, code and the run identity
-of ``run_started.json``). Anything else is refused by name (:class:`RunIncomplete`,
-:class:`ForeignSeed`).
+of ``run_started.json``), its run files must have the manifest's hashes, and the folders
+must hold nothing but what a finished run holds, inside them
+(:mod:`passage_jax.protocol.folder_check`). Anything else is refused by name
+(:class:`RunIncomplete`, :class:`ForeignSeed`, :class:`ScoreError`).
 
 This module orchestrates; each stage is its own module, with frozen dataclasses between
 them: read (:mod:`~passage_jax.evaluate.run_folder`: ``SeedFolder.read_inputs`` ->
@@ -60,6 +62,7 @@ from passage_jax.evaluate.run_folder import (
     read_json,
     references_from_npz,  # noqa: F401 (re-exported: the read stage's helpers)
     seed_folders,
+    verified_seed_folders,
     verify_run_files,  # noqa: F401 (re-exported)
 )
 from passage_jax.evaluate.run_records import RECORD_FIELDS, RecordColumns, check_record
@@ -239,15 +242,19 @@ def _refuse_scored(folder: Path, force: bool) -> bool:
     return existed
 
 
-def _score_seeds(folders: list, force: bool, dataset_path, chunk, check: str | None = None) -> dict:
+def _score_seeds(folders: list, force: bool, dataset_path, chunk, check: str | None = None,
+                 verified: dict | None = None) -> dict:
     """Score seed folders that hold the same tasks (:func:`_same_tasks`) from one read of
     their scenes: each chunk, read, validated and hashed once, is checked against every
     seed's records and scored for each; then each folder's files are written as
     :func:`score_folder` writes them (the outputs do not depend on the grouping). The
-    receipt of each records what scoring the group compiled. Returns {folder name: metrics}."""
+    receipt of each records what scoring the group compiled. ``verified``: {folder:
+    :class:`SeedFolder`} already verified (by :func:`score_run`); any other folder is
+    verified as its inputs are read. Returns {folder name: metrics}."""
     existed = [_refuse_scored(f, force) for f in folders]
+    verified = verified or {}
     with CompileCounter() as compiling:
-        inputs = [SeedFolder(f).read_inputs() for f in folders]
+        inputs = [verified.get(f, SeedFolder(f)).read_inputs() for f in folders]
         checks = [input_check(i.manifest, check) for i in inputs]
         if len(inputs) == 1 or cluster.process_count() > 1:
             scored = [_score_records(i, BatchPlan.of(i, chunk), dataset_path, chunk, c)
@@ -321,8 +328,9 @@ def _same_tasks(folders: list) -> list[list]:
 def score_run(path, force: bool = False, dataset_path=None, log=None, *,
               chunk: int | None = None, check: str | None = None) -> dict:
     """Score every seed folder of ``path`` (:func:`seed_folders`: exactly the seeds its
-    ``run.json`` declares, each checked to belong to the run); returns {seed folder name:
-    metrics}.
+    ``run.json`` declares, each verified before anything is read from it: the folder's
+    listed contents and nothing else, no link out of it, the identity chain back to
+    ``run_started.json``, the manifest's hashes); returns {seed folder name: metrics}.
 
     A seed folder is scored when its ``score_receipt.json`` exists (:func:`is_scored`).
     Without ``force``: when every seed is scored, :class:`AlreadyScored`; otherwise the
@@ -332,7 +340,8 @@ def score_run(path, force: bool = False, dataset_path=None, log=None, *,
     score that share their tasks (a run's seeds do) are scored from one read of the
     scenes (:func:`_score_seeds`). ``check``: as :func:`score_folder`'s."""
     out = {}
-    folders = seed_folders(path)
+    verified = {s.path: s for s in verified_seed_folders(path)}
+    folders = list(verified)
     done = [] if force else [f for f in folders if is_scored(f)]
     if done and len(done) == len(folders):
         raise AlreadyScored(f"{done[0]} is already scored ({RECEIPT} exists)")
@@ -341,7 +350,7 @@ def score_run(path, force: bool = False, dataset_path=None, log=None, *,
         if log:
             log(f"kept {f} (already scored)")
     for group in _same_tasks([f for f in folders if f not in done]):
-        out.update(_score_seeds(group, force, dataset_path, chunk, check))
+        out.update(_score_seeds(group, force, dataset_path, chunk, check, verified))
         if log:
             for f in group:
                 log(f"scored {f}")

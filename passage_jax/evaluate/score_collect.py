@@ -30,7 +30,8 @@ from passage_jax.stats import assign_blocks, block_census
 
 __all__ = ["Collector", "Collected", "Share", "ScoreOutputs", "collect_outputs", "warm_rows",
            "task_clusters", "per_sample_rows", "metrics_document", "quality_summary", "cluster_ids",
-           "timing_profile", "scoring_precision", "warm_requests", "validation_recost"]
+           "timing_profile", "scoring_precision", "warm_requests", "validation_recost",
+           "HEADLINE_COMPANIONS"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -309,7 +310,7 @@ def metrics_document(inputs: SeedInputs, collected: Collected, clusters: np.ndar
         "n_tasks": inputs.n_tasks,
         "n_reference_qualified": int(inputs.refs.qualified.sum()),
         "primary": {k: headline[k] for k in PRIMARY_METRICS},
-        **{k: headline[k] for k in _HEADLINE_COMPANIONS},
+        **{k: headline[k] for k in HEADLINE_COMPANIONS},
         "quality": headline,
         "quality_by_pass": quality,
         "status_counts": status_counts,
@@ -331,7 +332,7 @@ def metrics_document(inputs: SeedInputs, collected: Collected, clusters: np.ndar
 
 
 #: the headline quality's fields written beside ``primary`` at the top of metrics.json
-_HEADLINE_COMPANIONS = ("n_path_valid", "connected_rate", "mean_traversals_given_violation",
+HEADLINE_COMPANIONS = ("n_path_valid", "connected_rate", "mean_traversals_given_violation",
                         "regret_summary", "n_regret_undefined")
 
 

@@ -1,6 +1,7 @@
 """Reading a score back (:func:`load_score`): a scored seed folder's manifest, metrics,
-receipt and ``per_sample.npz`` arrays, verified against the receipt and checked to be of
-the structure ``compare``, ``report`` and ``trust`` read."""
+receipt and ``per_sample.npz`` arrays, verified against the receipt, checked to be of
+the structure ``compare``, ``report`` and ``trust`` read, and the metrics checked against
+what the rows and the manifest give (:mod:`~passage_jax.evaluate.score_verify`)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -23,6 +24,7 @@ from passage_jax.evaluate.score_format import (
     is_number_or_none,
     short,
 )
+from passage_jax.evaluate.score_verify import check_numbers, verify_metrics
 from passage_jax.fileio import sha256_file
 
 __all__ = ["load_score", "METRICS_FIELDS", "MANIFEST_FIELDS"]
@@ -146,7 +148,9 @@ def load_score(folder, verify: bool = True) -> dict:
     scored (whatever other outputs a stopped score left). With ``verify``, the outputs and
     the manifest must match the receipt's hashes (:class:`ScoreOutdated` otherwise). Every
     file must be readable and of the structure compare, report and trust read
-    (:class:`ScoreError` naming the file and field otherwise)."""
+    (:class:`ScoreError` naming the file and field otherwise), its numbers finite and in
+    their domain, and ``metrics.json`` what ``per_sample.npz`` and the manifest give of it
+    (:func:`~passage_jax.evaluate.score_verify.verify_metrics`), whatever the receipt says."""
     folder = Path(folder)
     if not is_scored(folder):
         raise ScoreError(f"{folder} is not scored ({RECEIPT} missing)")
@@ -161,7 +165,9 @@ def load_score(folder, verify: bool = True) -> dict:
     _check_fields(manifest, MANIFEST_FIELDS[1:], folder / "manifest.json", required=False)
     check_data_fields(manifest.get("data") or {}, str(folder / "manifest.json"))
     metrics = read_json(folder / "metrics.json")
+    check_numbers(metrics, folder / "metrics.json")
     _check_fields(metrics, METRICS_FIELDS[:7], folder / "metrics.json")
     _check_fields(metrics, METRICS_FIELDS[7:], folder / "metrics.json", required=False)
+    verify_metrics(metrics, per, manifest, folder)
     return {"folder": folder, "manifest": manifest, "metrics": metrics, "receipt": receipt,
             "per_sample": per}

@@ -13,7 +13,8 @@
    (:mod:`passage_jax.run.warmup_scene`).
 
 With ``references_from`` (an earlier run over the same tasks) step 3 takes that run's
-qualified references after checking them (:mod:`passage_jax.run.reused_references`).
+qualified references after verifying its folder and qualifying a random sample of them
+again (:mod:`passage_jax.run.reused_references`).
 
 Nothing here calls the planner.
 """
@@ -399,7 +400,7 @@ def admit(spec: RunSpec, qualify: bool = True, *, chunk: int | None = None) -> A
     bundle = verify_runtime_bundle(spec.runtime_bundle_manifest)
     device = select_device(spec.device)
     root = resolve_root(spec)
-    reused = (ReusedReferences(spec, References, AdmissionError) if spec.references_from
+    reused = (ReusedReferences(spec, References, AdmissionError, _Qualifier) if spec.references_from
               else None)
     qualifier = reused or _Qualifier(spec)
     if cluster.process_count() == 1:
