@@ -56,7 +56,8 @@ def test_the_plain_install_requires_filelock():
     assert any(re.match(r"filelock\b", r) for r in plain), plain
 
 
-@pytest.mark.parametrize("prelude", ["", HIDE_FILELOCK], ids=["filelock", "no-filelock"])
+@pytest.mark.parametrize("prelude", ["", pytest.param(HIDE_FILELOCK, marks=pytest.mark.slow)],
+                         ids=["filelock", "no-filelock"])
 def test_a_second_score_reads_its_kernels_from_the_cache(tmp_path, prelude):
     runs = _unpack(tmp_path / "golden") / "runs"
     cache = tmp_path / "cache"

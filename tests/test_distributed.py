@@ -201,7 +201,8 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-@pytest.mark.parametrize("kill", [False, True], ids=["raises", "killed"])
+@pytest.mark.parametrize("kill", [False, pytest.param(True, marks=pytest.mark.slow)],
+                         ids=["raises", "killed"])
 def test_a_failing_process_fails_the_launch_naming_it(single, kill):
     folder = single["tmp"] / f"fault-{kill}"
     shutil.copytree(single["tmp"] / "unscored", folder)

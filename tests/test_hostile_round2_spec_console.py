@@ -308,7 +308,8 @@ def _copy(run: Path, dest: Path) -> Path:
     return dest
 
 
-@pytest.mark.parametrize("name", ["rk[/]x", "rb[red]x", "[bold]b[/bold]"])
+@pytest.mark.parametrize("name", ["rk[/]x", pytest.param("rb[red]x", marks=pytest.mark.slow),
+                                  pytest.param("[bold]b[/bold]", marks=pytest.mark.slow)])
 def test_score_shows_a_run_folder_named_like_markup_as_typed(run_folder, tmp_path, name):
     run = _copy(run_folder, tmp_path / name)
     p = _cli("score", "--run", name, cwd=tmp_path)

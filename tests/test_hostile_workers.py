@@ -66,8 +66,10 @@ def _spawner(tmp_path, task, children, then, memory_mb=None, **kw) -> Supervised
 @pytest.mark.parametrize("children, then, status, note", [
     (["plain"], "hang", "timeout", "killed (SIGKILL), with the 1 process it started"),
     (["session"], "hang", "timeout", "killed (SIGKILL), with the 1 process it started"),
-    (["daemon"], "hang", "timeout", "killed (SIGKILL), with the 1 process it started"),
-    (["plain"], "exit", "runtime_error", "(exit code 3); the 1 process it started killed (SIGKILL)"),
+    pytest.param(["daemon"], "hang", "timeout", "killed (SIGKILL), with the 1 process it started",
+                 marks=pytest.mark.slow),
+    pytest.param(["plain"], "exit", "runtime_error",
+                 "(exit code 3); the 1 process it started killed (SIGKILL)", marks=pytest.mark.slow),
     (["session", "daemon"], "exit", "runtime_error",
      "(exit code 3); the 2 processes it started killed (SIGKILL)"),
 ], ids=["plain-hang", "session-hang", "daemon-hang", "plain-exit", "session-daemon-exit"])

@@ -50,6 +50,7 @@ def test_output_at_one_corner_depends_on_the_far_corner_at_256():
     assert gc[127, 127] == 0 and gc[0, 0] > 0
 
 
+@pytest.mark.slow  # gradients of a 128² field; the architecture tests above run by default
 def test_receptive_field_bounds_the_gradient_support():
     # two levels, one bottleneck block: the formula's field bounds where the
     # gradient of the centre output is non-zero, and the support reaches past half of it
@@ -151,6 +152,7 @@ def test_a_unet_trains_and_its_checkpoint_rebuilds_it(tmp_path):
                                   np.asarray(res.module.apply(res.params, x)))
 
 
+@pytest.mark.slow  # two trainings; one U-Net training runs by default
 def test_training_starts_from_the_init_checkpoint(tmp_path):
     """``init`` (``{seed}`` is the run's seed) starts the training from a checkpoint's
     parameters: the step-0 evaluation of the second run equals the first run's final one

@@ -98,7 +98,9 @@ def test_display_notebook_draws_the_scenes(tmp_path):
     assert "2 scene(s) of 64x64 test" in _text(nb)
 
 
-@pytest.mark.parametrize("stem", ["metrics", pytest.param("passage_eval_metrics", marks=pytest.mark.slow)])
+# both metrics notebooks run with the larger checks (-m slow); evaluate_a_planner runs by default
+@pytest.mark.slow
+@pytest.mark.parametrize("stem", ["metrics", "passage_eval_metrics"])
 def test_metrics_notebooks_run_and_score(stem, tmp_path):
     out = tmp_path / "out"
     params = {**SMALL, "output_dir": str(out)}

@@ -291,6 +291,7 @@ def test_vmap_over_kernel_equals_flat_batch():
         np.testing.assert_allclose(np.asarray(r.c_star).ravel(), flat.c_star, rtol=1e-12)
 
 
+@pytest.mark.slow  # the split into calls is also checked by test_compile_counts by default
 def test_chunked_equals_lockstep():
     z, o, s, g, m, w = batch(20, 4, seed0=9)
     a = solve_batch(z, o, s, g, m, w, chunk=None, routes=True)

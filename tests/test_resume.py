@@ -205,9 +205,13 @@ KILLS = [
     ("write:manifest.json:2", [1], PER_SEED),
     ("write:run.json:1", [1, 2], None),
 ]
+#: the kill points run by default, one of each kind; the others run with -m slow
+DEFAULT_KILLS = ("admit", "planner:5", "journal:7", "write:paths.npz:1")
 
 
-@pytest.mark.parametrize("point,complete,recovered", KILLS, ids=[k[0] for k in KILLS])
+@pytest.mark.parametrize("point,complete,recovered", [
+    k if k[0] in DEFAULT_KILLS else pytest.param(*k, marks=pytest.mark.slow) for k in KILLS],
+    ids=[k[0] for k in KILLS])
 def test_killed_and_resumed_scores_identically(setup, tmp_path, point, complete, recovered):
     out = tmp_path / "run"
     _kill(setup, out, point)

@@ -245,6 +245,7 @@ def test_a_killed_process_fails_the_launch_and_resume_completes(runs):
     assert [x["process_index"] for x in s["sessions"]] == [0, 1]  # the lost shares left nothing
 
 
+@pytest.mark.slow  # a whole two-process launch; the share that is killed runs by default
 def test_a_process_whose_share_raises_fails_the_launch_naming_it(runs):
     tmp = runs["tmp"]
     spec, _ = write_spec(tmp, "raises", runs["cohort"])
