@@ -1,70 +1,94 @@
 #!/usr/bin/env bash
-# One prepared run of the GPU checks on a lent accelerator machine (its image has
-# jax with CUDA, flax, optax, pyarrow, scipy, scikit-image, rich, pyyaml, pytest;
-# zstandard is carried as a wheel in .whl/, see bench/RESULTS.md "GPU").
+# The GPU checks on a lent accelerator machine, in parts that each end within 8 minutes
+# there (its image: Python 3.12, jax 0.11.2 with the CUDA 13 plugin, numpy 2.5.2, flax,
+# optax, pyarrow, scipy, scikit-image, rich, pyyaml, pytest, filelock, matplotlib; not
+# zstandard, carried as a wheel in .whl/: see bench/RESULTS.md "GPU").
 #
-#   bash bench/device_check.sh [bench|tests|dfloat|train256|all]     (default: bench)
+#   bash bench/device_check.sh PART [PART...]      (default: part1)
+#   bash bench/device_check.sh --list              the parts, in order
 #
-# bench: the benchmarks (bench/reference.py includes the double-float rows beside
-# float64) and the double-float checks; dfloat: only the double-float checks (the
-# pair arithmetic survives the GPU compiler, the cohort agrees, no float64 in use);
-# train256: the 256x256 learned baseline's recipe on the accelerator, both stages
-# (configs/train_value256.yaml, then configs/train_value256ft.yaml started from the
-# stage-one checkpoint just trained) for each seed, with their wall times, then the
-# calibration sweep and the learned-search table on the new checkpoints (written to
-# $OUT; the shipped ones are not touched).
+# Parts, most valuable first (`partN` names the N-th):
+#   part1  references       exact references at 256x256 against SciPy, batch 1/16/256/1024
+#                           (float64 sweep), double-float at 256/1024, Jacobi at 16/256
+#                           (bench/device/references.py on bench/reference.py's material)
+#   part2  bootstrap        bench/stats.py (40,000 tasks, 10,000 draws)
+#   part3  score            bench/score_pipeline.py --sizes 500 --no-before --workers 8
+#   part4  campaign         bench/campaign_session.py --sizes 500 --workers 8
+#   part5  train            the 256x256 baseline's recipe, both stages (configs/train_value256
+#                           .yaml, then train_value256ft.yaml from the stage-one checkpoint
+#                           just trained) for each seed in TRAIN_SEEDS (default 1234), then
+#                           bench/calibrate_learned.py and bench/learned.py on the new
+#                           checkpoints (kept in the scratch folder, never in $OUT; the
+#                           shipped ones are not touched)
+#   part6  metrics          bench/metrics.py
+#   part7  bellman_head     bench/bellman_head.py
+#   part8  compile_counts   bench/compile_counts.py
+#   part9  prefetch         bench/prefetch.py
+#   part10 dfloat           tests/test_double_float.py with PASSAGE_JAX_NO_X64=1
+#   part11 reference_sizes  bench/reference.py (64..1024, double-float rows)
+#   part12 reference_jacobi bench/reference.py --strategy jacobi --compare-jacobi --no-double-float
+#   part13 tests            pytest -m "not slow" (pytest-xdist -n 8 when importable)
+# Earlier names: `dfloat` and `tests` are parts; `train256` is `train` with
+# TRAIN_SEEDS="1234 2026 3407" (the three seeds: longer than 8 minutes is likely, the
+# part stops at its budget); `bench` is every part but train and tests, `all` every part:
+# both are many device calls' worth (a call returns 8 files, 2 per part, and runs 10
+# minutes at most), so on the device name parts, at most four per call.
 #
-# Logs go to $OUT (or ./device-out) so they come back with the run.
+# Each part writes $OUT/<part>.json (versions, backend and devices, start/end, wall
+# seconds, each command's exit status, wall seconds, last lines and, where the benchmark
+# writes one, its own JSON) and $OUT/<part>.log (OUT defaults to ./device-out).
+# Environment:
+#   DEVICE_CHECK_SCALE=full|rehearsal   full (default): the device sizes; rehearsal: small
+#       batches, scene counts and training steps, a few minutes a part on a 2-core CPU
+#   DEVICE_CHECK_PART_BUDGET_S   a part's wall-time cap (default 480): a command still
+#       running then is ended and the rest are recorded as skipped
+#   DEVICE_CHECK_CALL_BUDGET_S   the whole call's cap (default 560, inside the device's 10
+#       minutes a command): each part gets at most what is left; with under 60 s left a
+#       part is not started (its JSON says so)
+#   DEVICE_CHECK_WORK   scratch folder (cohorts, checkpoints; default /tmp/device-check-<scale>)
+#   XLA_PYTHON_CLIENT_PREALLOCATE   set to false unless given (several processes share the GPU)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-what="${1:-bench}"
 out="${OUT:-device-out}"
 mkdir -p "$out"
-export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export OUT="$out" PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export XLA_PYTHON_CLIENT_PREALLOCATE="${XLA_PYTHON_CLIENT_PREALLOCATE:-false}"
+if [ "${1:-}" = --list ]; then exec python3 bench/device/run_parts.py --list; fi
+parts=()
+for what in "${@:-part1}"; do
+  case "$what" in
+    bench) parts+=(references bootstrap score campaign metrics bellman_head compile_counts prefetch
+                   dfloat reference_sizes reference_jacobi) ;;
+    all) parts+=(references bootstrap score campaign train metrics bellman_head compile_counts
+                 prefetch dfloat reference_sizes reference_jacobi tests) ;;
+    train256) export TRAIN_SEEDS="${TRAIN_SEEDS:-1234 2026 3407}"; parts+=(train) ;;
+    *) parts+=("$what") ;;
+  esac
+done
+python3 bench/device/run_parts.py --check "${parts[@]}" || exit 2
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl && export PYTHONPATH="$PYTHONPATH:/tmp/site" || exit 1
+    --target /tmp/site .whl/*.whl >"$out/pip.txt" 2>&1 \
+    || { echo "device_check: installing the carried wheels failed: $(tail -n 1 "$out/pip.txt")"; exit 3; }
+  rm -f "$out/pip.txt"
+  export PYTHONPATH="$PYTHONPATH:/tmp/site"
 fi
-python3 - <<'PY' 2>&1 | tee "$out/devices.log"
-import jax, platform
-print("python", platform.python_version(), "jax", jax.__version__, jax.devices())
+# every import the parts need, checked before any part runs: one line when one is missing
+python3 - "${parts[@]}" <<'PY' || exit 3
+import importlib, sys
+need = ["jax", "jaxlib", "numpy", "scipy", "flax", "optax", "pyarrow", "zstandard", "yaml",
+        "rich", "filelock", "matplotlib", "packaging", "passage_jax", "cli"]
+if any(p in ("dfloat", "tests", "part10", "part13") for p in sys.argv[1:]):
+    need.append("pytest")
+bad = []
+for m in need:
+    try:
+        importlib.import_module(m)
+    except Exception as e:  # noqa: BLE001
+        bad.append(f"{m} ({type(e).__name__})")
+if bad:
+    print(f"device_check: missing import(s): {', '.join(bad)} (python {sys.version.split()[0]}; "
+          "carry wheels in .whl/, see bench/RESULTS.md 'GPU')")
+    sys.exit(1)
 PY
-if [ "$what" = tests ] || [ "$what" = all ]; then
-  # without pytest-xdist on the image: the default selection, in one process
-  python3 -m pytest -q -x -p no:cacheprovider -o addopts="" -m "not slow" 2>&1 | tee "$out/tests.log"
-fi
-if [ "$what" = bench ] || [ "$what" = dfloat ] || [ "$what" = all ]; then
-  PASSAGE_JAX_NO_X64=1 python3 -m pytest -q -x -s -p no:cacheprovider -o addopts="" tests/test_double_float.py \
-    2>&1 | tee "$out/double_float_tests.log"
-fi
-if [ "$what" = train256 ]; then
-  sed "s#^init: .*#init: \"$out/value256-{seed}\"#" configs/train_value256ft.yaml > "$out/train_value256ft.yaml"
-  for seed in 1234 2026 3407; do
-    python3 -m cli train --no-progress --config configs/train_value256.yaml \
-      --out "$out/value256-$seed" --seed "$seed" 2>&1 | tee "$out/train256-$seed.log"
-    python3 -m cli train --no-progress --config "$out/train_value256ft.yaml" \
-      --out "$out/value256ft-$seed" --seed "$seed" 2>&1 | tee "$out/train256ft-$seed.log"
-  done
-  python3 bench/calibrate_learned.py --families "$out/value256-{seed}" "$out/value256ft-{seed}" --out "$out/calibration.json" \
-    2>&1 | tee "$out/calibrate256.log"
-  for family in value256 value256ft; do
-    python3 bench/learned.py --specs learned256 --resolution 256 --checkpoint "$out/$family-{seed}" \
-      2>&1 | tee "$out/learned256-$family.log"
-  done
-fi
-if [ "$what" = bench ] || [ "$what" = all ]; then
-  python3 bench/reference.py 2>&1 | tee "$out/reference.log"
-  python3 bench/reference.py --strategy jacobi --compare-jacobi --no-double-float 2>&1 \
-    | tee "$out/reference_jacobi.log"
-  python3 bench/stats.py 2>&1 | tee "$out/stats.log"
-  python3 bench/metrics.py 2>&1 | tee "$out/metrics.log"
-  python3 bench/bellman_head.py 2>&1 | tee "$out/bellman_head.log"
-  python3 bench/compile_counts.py 2>&1 | tee "$out/compile_counts.log"
-  python3 bench/prefetch.py 2>&1 | tee "$out/prefetch.log"
-  # score end to end on the accelerator (this code only: the device copy has no git history)
-  python3 bench/score_pipeline.py --sizes 500 --no-before --workers 8 --work /tmp/passage_campaign 2>&1 \
-    | tee "$out/score_pipeline.log"
-  # the paper's campaign session (native_raw_path_persistent_v1, three seeds, exact vs greedy)
-  python3 bench/campaign_session.py --sizes 500 --workers 8 --work /tmp/passage_campaign \
-    --json-out "$out/campaign_session.json" 2>&1 | tee "$out/campaign_session.log"
-fi
+exec python3 bench/device/run_parts.py --out "$out" "${parts[@]}"

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import shutil
 import subprocess
@@ -77,7 +78,12 @@ def score_once(code: Path, run: Path, dest: Path, cache: Path | None) -> dict:
     shutil.copytree(run, dest)
     env = {k: v for k, v in __import__("os").environ.items()
            if not k.startswith(("JAX_COMPILATION", "JAX_PERSISTENT", "PASSAGE_JAX_CACHE"))}
-    env["PYTHONPATH"] = str(code)
+    # ``code`` first; the caller's other entries kept (e.g. packages installed with
+    # ``pip --target``, as bench/device_check.sh does with the carried wheels), this
+    # checkout's own root dropped so that ``before`` imports only its own code
+    rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+            if p and Path(p).resolve() not in (REPO, Path(code).resolve())]
+    env["PYTHONPATH"] = os.pathsep.join([str(code), *rest])
     if cache is None:
         env["PASSAGE_JAX_NO_COMPILE_CACHE"] = "1"
     else:
