@@ -33,6 +33,9 @@ import textwrap
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import forgery  # noqa: E402  (bench/ on sys.path first)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 BASE_SPEC = {
@@ -565,26 +568,6 @@ def _markdown_html(md: Path, figures) -> str | None:
     return None
 
 
-def _renamed_copy(src: Path, dest: Path, name: str) -> None:
-    """A copy of a scored run as if it had been run under the method name ``name``: the name
-    in run.json, run_started.json, every manifest and metrics.json, and the receipts'
-    hashes of the two files (comparison files are checked against the runs they name, so
-    the name must come from the runs)."""
-    from passage_jax.fileio import sha256_file  # noqa: PLC0415 (bench start-up)
-
-    shutil.copytree(src, dest)
-    for f in [dest / "run.json", dest / "run_started.json", *dest.glob("seed-*/manifest.json"),
-              *dest.glob("seed-*/metrics.json")]:
-        doc = json.loads(f.read_text())
-        doc["method_name"] = name
-        f.write_text(json.dumps(doc))
-    for seed in dest.glob("seed-*"):
-        rec = json.loads((seed / "score_receipt.json").read_text())
-        rec["inputs"]["manifest.json"] = sha256_file(seed / "manifest.json")
-        rec["outputs"]["metrics.json"] = sha256_file(seed / "metrics.json")
-        (seed / "score_receipt.json").write_text(json.dumps(rec))
-
-
 def _page_probe(name, text_of):
     """A run copied into a folder named by the hostile text (also A's method_name in the
     compare file), compared, reported with --html, and put on a leaderboard."""
@@ -594,7 +577,7 @@ def _page_probe(name, text_of):
         case = m.base / "probes" / "pages" / name
         shutil.rmtree(case, ignore_errors=True)
         run = Path(str(case / "runs") + "/" + text)
-        _renamed_copy(m.run, run, text)  # run under the hostile method name, every file agreeing
+        forgery.renamed_copy(m.run, run, text)  # run under the hostile method name, every file agreeing
         cmp = case / "w" / "compare.json"
         cmp.parent.mkdir(parents=True)
         o = cli("compare", "--score", run, "--score", m.other, "--output", cmp,
@@ -890,46 +873,11 @@ def p_references_from_empty(m):
 # --------------------------------------------------------------------------- #
 
 def _forged(m, name: str, edit, started: bool = True) -> Path:
-    """A copy of the run whose references.npz (every seed's) is edited by ``edit(arrays)``,
-    its identity, each manifest's hash and references identity and (``started``)
-    run_started.json's identity rewritten to match."""
-    import numpy as np  # noqa: PLC0415 (bench start-up)
-
-    from passage_jax.fileio import sha256_file  # noqa: PLC0415 (bench start-up)
-    from passage_jax.protocol.records import references_identity  # noqa: PLC0415 (bench start-up)
-
-    run = m.copy(name)
-    identity = None
-    for seed in sorted(run.glob("seed-*")):
-        with np.load(seed / "references.npz", allow_pickle=False) as z:
-            a = {k: z[k] for k in z.files}
-        edit(a)
-        identity = references_identity(a["sample_id"], a["c_star"], a["route_coords"], a["route_offsets"],
-                                       a["qualified"])
-        a["identity"] = np.array(identity)
-        np.savez_compressed(seed / "references.npz", **a)
-        doc = json.loads((seed / "manifest.json").read_text())
-        doc["files"]["references.npz"] = sha256_file(seed / "references.npz")
-        doc["references"]["identity"] = identity
-        (seed / "manifest.json").write_text(json.dumps(doc))
-    if started:
-        st = json.loads((run / "run_started.json").read_text())
-        st["identity"]["references"]["identity"] = identity
-        (run / "run_started.json").write_text(json.dumps(st))
-    return run
-
-
-def _scaled(factor):
-    def edit(a):
-        a["c_star"] = a["c_star"] * factor
-    return edit
-
-
-def _reversed_routes(a):
-    from passage_jax.protocol.records import pack_routes, unpack_routes  # noqa: PLC0415 (bench start-up)
-
-    coords, offsets = pack_routes([r[::-1] for r in unpack_routes(a["route_coords"], a["route_offsets"])])
-    a["route_coords"], a["route_offsets"] = coords.astype(a["route_coords"].dtype), offsets
+    """A copy of the run with forged references whose hashes and identities agree
+    (:func:`forgery.forged_references`)."""
+    dst = m.base / "probes" / name
+    shutil.rmtree(dst, ignore_errors=True)
+    return forgery.forged_references(m.run, dst, edit, started)
 
 
 def _reuse(m, name: str, folder: Path) -> tuple[Outcome, Path]:
@@ -1072,12 +1020,14 @@ PROBES = {
     "audit: a shard named with a newline": ("tty", p_shard_named_newline),
     "audit: weight 1.797e308": ("m", _shard_probe(huge_weight, "metadata.solvers.energy.weight")),
     "run: references_from \"\"": ("m", p_references_from_empty),
-    "run: references_from forged c* x0.5": ("17", _forged_probe("forged_half", _scaled(0.5), "c*")),
+    "run: references_from forged c* x0.5": ("17", _forged_probe(
+        "forged_half", forgery.scale_c_star(0.5), "c*")),
     "run: references_from forged c* x(1+1e-7)": ("17", _forged_probe(
-        "forged_tiny", _scaled(1 + 1e-7), "c*")),
-    "run: references_from forged routes": ("17", _forged_probe("forged_route", _reversed_routes, "route")),
+        "forged_tiny", forgery.scale_c_star(1 + 1e-7), "c*")),
+    "run: references_from forged routes": ("17", _forged_probe(
+        "forged_route", forgery.reverse_routes, "route")),
     "run: references_from forged, old run_started": ("17", _forged_probe(
-        "forged_partial", _scaled(0.5), "run_started.json", started=False)),
+        "forged_partial", forgery.scale_c_star(0.5), "run_started.json", started=False)),
     "run: references_from an unlisted file": ("17", p_reuse_unlisted),
     "run: references_from an honest run": ("17", p_reuse_honest),
     "score: an unlisted file in the run folder": ("17", _unlisted("run", "score")),

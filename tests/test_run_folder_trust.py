@@ -10,15 +10,12 @@ import shutil
 from pathlib import Path
 
 import fixtures_runner as F
-import numpy as np
 import pytest
 
 from cli.__main__ import main
 from passage_jax.evaluate.entry_check import EntryError, check_entries
 from passage_jax.evaluate.score import ScoreError, score_run
-from passage_jax.fileio import sha256_file
 from passage_jax.protocol.folder_check import SEED_FOLDER_FILES, verify_run_folder
-from passage_jax.protocol.records import pack_routes, references_identity, unpack_routes
 from passage_jax.run import AdmissionError, parse_spec, run_spec
 from passage_jax.run import admission as adm
 from passage_jax.run import reused_references as rr
@@ -55,41 +52,10 @@ def _one_line(err: str, *words) -> str:
 # forged references
 # --------------------------------------------------------------------------- #
 
-def forge(src: Path, dest: Path, edit, started: bool = True) -> Path:
-    """A copy of run ``src`` whose ``references.npz`` (every seed's) is edited by
-    ``edit(arrays)``, with its identity, each manifest's file hash and references identity
-    and, with ``started``, the identity of ``run_started.json`` rewritten to match: a
-    forgery that no hash or identity shows."""
-    shutil.copytree(src, dest)
-    identity = None
-    for seed in sorted(dest.glob("seed-*")):
-        with np.load(seed / "references.npz", allow_pickle=False) as z:
-            a = {k: z[k] for k in z.files}
-        edit(a)
-        identity = references_identity(a["sample_id"], a["c_star"], a["route_coords"], a["route_offsets"],
-                                       a["qualified"])
-        a["identity"] = np.array(identity)
-        np.savez_compressed(seed / "references.npz", **a)
-        m = json.loads((seed / "manifest.json").read_text())
-        m["files"]["references.npz"] = sha256_file(seed / "references.npz")
-        m["references"]["identity"] = identity
-        (seed / "manifest.json").write_text(json.dumps(m))
-    if started:
-        st = json.loads((dest / "run_started.json").read_text())
-        st["identity"]["references"]["identity"] = identity
-        (dest / "run_started.json").write_text(json.dumps(st))
-    return dest
-
-
-def scale_c_star(factor):
-    def edit(a):
-        a["c_star"] = a["c_star"] * factor
-    return edit
-
-
-def reverse_routes(a):
-    coords, offsets = pack_routes([r[::-1] for r in unpack_routes(a["route_coords"], a["route_offsets"])])
-    a["route_coords"], a["route_offsets"] = coords.astype(a["route_coords"].dtype), offsets
+FORGERY = F.bench_forgery()
+forge = FORGERY.forged_references
+scale_c_star = FORGERY.scale_c_star
+reverse_routes = FORGERY.reverse_routes
 
 
 @pytest.mark.parametrize("edit, match", [
