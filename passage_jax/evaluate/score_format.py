@@ -14,6 +14,14 @@ from __future__ import annotations
 import json
 import numbers
 
+from passage_jax.protocol.folder_check import (
+    RECEIPT,
+    RUN_STARTED,
+    RUN_STARTED_FORMAT,
+    RUN_SUMMARY,
+    SCORE_OUTPUTS,
+)
+
 __all__ = [
     "ScoreError", "AlreadyScored", "DatasetNotFound", "ScoreOutdated", "RunIncomplete", "ForeignSeed",
     "SCORE_SHARDING", "METRIC_CONTRACT", "SCORE_FORMAT", "RECEIPT_FORMAT", "BLOCK_RULE", "OUTPUTS",
@@ -33,14 +41,8 @@ SCORE_FORMAT = "passage-jax-score-v3"
 #: v2: the ``compilation`` block (what scoring the folder compiled)
 RECEIPT_FORMAT = "passage-jax-score-receipt-v3"
 BLOCK_RULE = "main_tile_5deg"
-OUTPUTS = ("per_sample.npz", "metrics.json", "score_receipt.json")
-#: the file whose presence makes a seed folder scored (written last)
-RECEIPT = "score_receipt.json"
-#: written last by ``run``: the run is finished; it declares the seeds
-RUN_SUMMARY = "run.json"
-#: written by ``run`` after admission: the run identity a resume must find unchanged
-RUN_STARTED = "run_started.json"
-RUN_STARTED_FORMAT = "passage-jax-run-started-v1"
+#: the run folder's file names, from their one owner (``passage_jax.protocol.folder_check``)
+OUTPUTS = SCORE_OUTPUTS
 #: the series of the timing passes, as the records name them
 SERIES = ("cold", "warmup", "warm")
 RUN_INPUTS = ("requests.jsonl", "paths.npz", "references.npz")

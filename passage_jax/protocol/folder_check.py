@@ -39,7 +39,8 @@ from passage_jax.fileio import read_document, sha256_file
 from passage_jax.protocol.records import RUN_FORMAT, npz_errors, open_npz, references_identity
 
 __all__ = ["FolderError", "FolderIncomplete", "FolderForeign", "RUN_SUMMARY", "RUN_STARTED",
-           "RUN_STARTED_FORMAT", "RUN_FILES", "JOURNAL", "SCORE_OUTPUTS", "RUN_FOLDER_FILES",
+           "RUN_STARTED_FORMAT", "RUN_FILES", "JOURNAL", "SEED_STATE", "LOCK", "RECEIPT", "SCORE_OUTPUTS",
+           "RUN_FOLDER_FILES",
            "RUN_FOLDER_PATTERNS", "SEED_FOLDER_FILES", "IDENTITY_FIELDS", "RunRecords", "VerifiedSeed",
            "refuse_links_out", "verify_seed_folder", "verify_run_folder", "seed_of_folder",
            "run_file_hashes"]
@@ -54,17 +55,23 @@ MANIFEST = "manifest.json"
 RUN_FILES = ("requests.jsonl", "paths.npz", "references.npz")
 #: the record journal the run files were built from, hashed by the manifest (``journal``)
 JOURNAL = "records.journal"
+#: the state of a seed in progress, kept by ``run`` (``passage_jax.run.seed_state``)
+SEED_STATE = "seed_state.json"
+#: the lock file held while a process runs the folder
+LOCK = ".run.lock"
+#: the file whose presence makes a seed folder scored (written last by ``score``)
+RECEIPT = "score_receipt.json"
 #: what ``score`` writes into a seed folder
-SCORE_OUTPUTS = ("per_sample.npz", "metrics.json", "score_receipt.json")
+SCORE_OUTPUTS = ("per_sample.npz", "metrics.json", RECEIPT)
 
 #: the files a finished run folder may hold besides its seed folders: the run records, the
 #: latest launch record, the bench sidecar, and the lock a running ``run`` holds
-RUN_FOLDER_FILES = (RUN_SUMMARY, RUN_STARTED, "resolved_protocol.json", "sidecar.json", ".run.lock")
+RUN_FOLDER_FILES = (RUN_SUMMARY, RUN_STARTED, "resolved_protocol.json", "sidecar.json", LOCK)
 #: the records of each launch (``resolved_protocol.<n>.json``)
 RUN_FOLDER_PATTERNS = (re.compile(r"resolved_protocol\.\d+\.json"),)
 #: the files a seed folder may hold: the manifest, the run files, the journal and the seed's
 #: state (kept by ``run``), and the outputs of ``score``
-SEED_FOLDER_FILES = (MANIFEST, *RUN_FILES, JOURNAL, "seed_state.json", *SCORE_OUTPUTS)
+SEED_FOLDER_FILES = (MANIFEST, *RUN_FILES, JOURNAL, SEED_STATE, *SCORE_OUTPUTS)
 
 #: (field, its path in the manifest, its path in the run identity of run_started.json)
 #: checked for every seed folder of a run

@@ -18,6 +18,7 @@ import shutil
 from pathlib import Path
 
 from passage_jax.data.reader import SHIPPED, shipped_cohort_root
+from passage_jax.protocol.folder_check import LOCK, RUN_STARTED, RUN_STARTED_FORMAT
 from passage_jax.run.errors import OutputFolderTaken, ResumeError, RunError
 from passage_jax.run.journal import JOURNAL_HEADER, JOURNAL_NAME, fsync_dir
 from passage_jax.run.launch_record import is_protocol_file
@@ -27,11 +28,6 @@ __all__ = ["RUN_STARTED", "RUN_STARTED_FORMAT", "LOCK", "output_folder", "create
            "remove_created", "refuse_inside_dataset", "holds_run", "spec_and_output", "local_root",
            "locked", "holds_records", "undo_launch", "remove_temporaries"]
 
-#: run-level record of what a resume must find unchanged (written after admission)
-RUN_STARTED = "run_started.json"
-RUN_STARTED_FORMAT = "passage-jax-run-started-v1"
-#: the lock file held while a process runs the folder
-LOCK = ".run.lock"
 
 
 def _is_run_entry(name: str) -> bool:

@@ -44,11 +44,12 @@ from pathlib import Path
 import numpy as np
 
 from passage_jax.fileio import atomic_write_bytes, naming_file
+from passage_jax.protocol.folder_check import JOURNAL
 
 __all__ = ["JOURNAL_NAME", "JOURNAL_HEADER", "JournalError", "JournalScan", "Journal",
            "encode_entry", "decode_entry", "scan_journal", "fsync_dir", "SYNC_INTERVAL_S"]
 
-JOURNAL_NAME = "records.journal"
+JOURNAL_NAME = JOURNAL  # the name's one owner is passage_jax.protocol.folder_check
 #: seconds at most between an append and the journal's fsync
 SYNC_INTERVAL_S = 0.5
 JOURNAL_HEADER = b"passage-jax-journal-v1\n"
