@@ -53,6 +53,7 @@ def bench(spec, output=None, container_digest=None, progress=None, log=None, *,
     from cli.run import run_progress  # noqa: PLC0415 (CLI start-up)
     from passage_jax.evaluate import default_output, score_run, sidecar  # noqa: PLC0415 (CLI start-up)
     from passage_jax.fileio import atomic_write_json  # noqa: PLC0415 (CLI start-up)
+    from passage_jax.protocol.runfolder import SIDECAR  # noqa: PLC0415 (CLI start-up)
     from passage_jax.run import RunSpec, load_spec, run_spec  # noqa: PLC0415 (CLI start-up)
     from passage_jax.run.folder import output_folder  # noqa: PLC0415 (CLI start-up)
     from passage_jax.run.planner_path import (  # noqa: PLC0415 (CLI start-up)
@@ -68,7 +69,7 @@ def bench(spec, output=None, container_digest=None, progress=None, log=None, *,
         run_spec(spec, output, progress=bars, log=log)
     scores = score_run(output, log=log)
     side = sidecar(output, spec, scores, container_digest)
-    atomic_write_json(output / "sidecar.json", side)
+    atomic_write_json(output / SIDECAR, side)
     return {"output": output, "scores": scores, "sidecar": side}
 
 

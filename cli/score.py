@@ -80,7 +80,9 @@ def seed_folders_of(run, res: dict) -> dict:
     folder, else ``run/<name>``."""
     from pathlib import Path  # noqa: PLC0415 (CLI start-up)
 
+    from passage_jax.protocol.runfolder import MANIFEST  # noqa: PLC0415 (CLI start-up)
+
     run = Path(run)
-    if (run / "manifest.json").is_file():
+    if (run / MANIFEST).is_file():
         return {name: run for name in res}
     return {name: run / name for name in res}

@@ -28,6 +28,7 @@ import numpy as np
 import yaml
 
 __all__ = [
+    "fsync_dir",
     "utc_now", "sha256_file", "sha256_bytes", "check_sha256", "array_sha256", "jsonable", "to_json",
     "atomic_write_bytes", "atomic_write_text", "atomic_write_json", "atomic_write_npz",
     "read_document", "one_line", "planner_input_sha256", "atomic_file", "NpzStreamWriter", "NpzMember",
@@ -155,6 +156,16 @@ def _atomic_open(path):
         with contextlib.suppress(OSError):
             if tmp.exists():
                 tmp.unlink()
+
+
+def fsync_dir(folder) -> None:
+    """Make a folder's entries (created, renamed, removed files) durable, in the order
+    they were made."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def atomic_file(path):

@@ -15,7 +15,7 @@ import pytest
 from cli.__main__ import main
 from passage_jax.evaluate.entry_check import EntryError, check_entries
 from passage_jax.evaluate.score import ScoreError, score_run
-from passage_jax.protocol.folder_check import SEED_FOLDER_FILES, verify_run_folder
+from passage_jax.protocol.runfolder import SEED_FOLDER_FILES, verify_run_folder
 from passage_jax.run import AdmissionError, parse_spec, run_spec
 from passage_jax.run import admission as adm
 from passage_jax.run import reused_references as rr

@@ -30,7 +30,6 @@ nbformat, nbclient and ipykernel are the ``analyze`` extra
 from __future__ import annotations
 
 import copy
-import dataclasses
 import importlib  # noqa: F401 (the module the notebook packages are imported through)
 import json
 import sys
@@ -56,6 +55,7 @@ from passage_jax.evaluate.analyze_export import (
     stage_shards,
 )
 from passage_jax.fileio import atomic_write_json, atomic_write_text, sha256_file, utc_now
+from passage_jax.options import merge_options
 from passage_jax.protocol.records import code_hash, package_versions
 
 __all__ = [
@@ -256,17 +256,6 @@ class AnalyzeOptions:
         return params
 
 
-def _resolve_options(options: AnalyzeOptions | None, overrides: dict) -> AnalyzeOptions:
-    unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(AnalyzeOptions)})
-    if unknown:
-        raise TypeError(f"analyze_notebooks() got unexpected keyword argument(s): "
-                        f"{', '.join(map(repr, unknown))}")
-    if options is None:
-        return AnalyzeOptions(**overrides)
-    if not isinstance(options, AnalyzeOptions):
-        raise TypeError(f"options must be an AnalyzeOptions, got {type(options).__name__}")
-    return dataclasses.replace(options, **overrides) if overrides else options
-
 
 @dataclass(frozen=True)
 class AnalysisPlan:
@@ -409,7 +398,7 @@ def analyze_notebooks(dataset_path, resolutions, staging_root, *, options: Analy
     error) and lists the notebook under ``failed``; the remaining notebooks still run.
     ``progress(message)`` is called before each notebook runs.
     """
-    options = _resolve_options(options, overrides)
+    options = merge_options(AnalyzeOptions, options, overrides, "analyze_notebooks")
     nbformat = _require("nbformat")
     if options.execute:
         for name in NOTEBOOK_PACKAGES:

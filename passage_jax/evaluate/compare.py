@@ -96,7 +96,6 @@ from passage_jax.evaluate.compare_options import (
     DEFAULT_RESAMPLES,
     PAIRED_TESTS,
     CompareOptions,
-    resolve_options,
 )
 from passage_jax.evaluate.compare_pairing import (
     QUALITY_FIELDS,
@@ -115,6 +114,7 @@ from passage_jax.evaluate.compare_primary import (
     read_test_evidence,
 )
 from passage_jax.fileio import atomic_write_json, jsonable, utc_now
+from passage_jax.options import merge_options
 
 __all__ = ["RosterMismatch", "bound_roster", "split_role_of", "PrecisionMismatch",
            "check_precision", "reference_precision",
@@ -129,7 +129,7 @@ __all__ = ["RosterMismatch", "bound_roster", "split_role_of", "PrecisionMismatch
            "PrimaryOutcome", "Comparison", "metric_contrast", "primary_contrasts",
            "geometry_intersection", "method_summary", "odd_bins", "read_odd_spec", "check_limits",
            "check_protocols", "check_runs", "identity", "limits", "pairs_of", "paired_rows",
-           "quality_rows", "QUALITY_FIELDS", "primary_outcome", "run_blocks", "resolve_options",
+           "quality_rows", "QUALITY_FIELDS", "primary_outcome", "run_blocks",
            "RESTATED", "restated"]
 
 COMPARE_FORMAT = "passage-jax-compare-v1"
@@ -286,7 +286,7 @@ def compare_runs(a, b, output=None, options: CompareOptions | None = None, **ove
     decision and votes land in ``primary_comparison``; ``confirmatory`` records where the
     p-values came from. Both need the three default seeds on both runs and known blocks
     (:class:`TestEvidenceError` otherwise)."""
-    options = resolve_options(options, overrides)
+    options = merge_options(CompareOptions, options, overrides, "compare_runs")
     output = _output_file(output, options.force)
     evidence = read_test_evidence(options.test_evidence) if options.test_evidence is not None else None
     odd = read_odd_spec(options.odd_spec) if options.odd_spec is not None else None

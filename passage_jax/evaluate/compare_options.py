@@ -6,7 +6,6 @@ not a field is a ``TypeError`` naming it.
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,7 +13,7 @@ from passage_jax.checks import is_int
 from passage_jax.evaluate.compare_errors import InvalidResamples, RosterHashMissing, TestEvidenceError
 from passage_jax.evaluate.compare_pairing import Draws
 
-__all__ = ["CompareOptions", "DEFAULT_RESAMPLES", "PAIRED_TESTS", "resolve_options"]
+__all__ = ["CompareOptions", "DEFAULT_RESAMPLES", "PAIRED_TESTS"]
 
 DEFAULT_RESAMPLES = 10000
 #: paired tests ``compare_runs`` can run itself (``paired_test=``)
@@ -84,16 +83,3 @@ class CompareOptions:
         """Whether a confirmatory test is asked for (run here, or from an evidence file)."""
         return self.paired_test is not None or self.test_evidence is not None
 
-
-def resolve_options(options: CompareOptions | None, overrides: dict,
-                    where: str = "compare_runs") -> CompareOptions:
-    """``options`` (default ``CompareOptions()``) with the keyword ``overrides`` set and
-    validated; an override that is not a field is a ``TypeError`` naming it."""
-    unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(CompareOptions)})
-    if unknown:
-        raise TypeError(f"{where}() got unexpected keyword argument(s): {', '.join(map(repr, unknown))}")
-    if options is None:
-        return CompareOptions(**overrides)
-    if not isinstance(options, CompareOptions):
-        raise TypeError(f"options must be a CompareOptions, got {type(options).__name__}")
-    return dataclasses.replace(options, **overrides) if overrides else options

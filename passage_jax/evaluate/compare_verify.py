@@ -18,10 +18,11 @@ from __future__ import annotations
 from passage_jax.evaluate.compare import restated
 from passage_jax.evaluate.compare_checks import check_runs, load_side, split_role_of
 from passage_jax.evaluate.compare_errors import CompareError
-from passage_jax.evaluate.compare_options import resolve_options
+from passage_jax.evaluate.compare_options import CompareOptions
 from passage_jax.evaluate.compare_pairing import paired_rows
 from passage_jax.evaluate.score_format import ScoreError
 from passage_jax.evaluate.score_verify import Partial, difference_text, first_difference
+from passage_jax.options import merge_options
 
 __all__ = ["verify_comparison"]
 
@@ -44,7 +45,7 @@ def verify_comparison(cmp: dict, where, error) -> None:
         except CompareError as e:
             raise error(f"{where}: field 'runs.{n}.path' names {path!r}, which cannot be read "
                         f"back as a scored run: {e}") from None
-    options = resolve_options(None, {
+    options = merge_options(CompareOptions, None, {
         "allow_precision_mix": _flag(cmp, "reference_precision", "mixed"),
         "allow_noncanonical": _flag(cmp, "inference_protocols", "allow_noncanonical"),
         "require_identical_limits": _flag(cmp, "procedure_limits", "required_identical")})

@@ -18,7 +18,7 @@ what is needed to rebuild and re-read it was recorded:
   known geographic blocks.
 
 Before any item is looked at, each run folder is verified as every reader of a run folder
-verifies it (:mod:`passage_jax.protocol.folder_check`: nothing but a finished run's listed
+verifies it (:mod:`passage_jax.protocol.runfolder`: nothing but a finished run's listed
 contents, no link out of the folder, the identity chain back to ``run_started.json``, the
 manifest's hashes); a folder that fails is refused (:class:`EntryError` naming the file),
 not listed as an entry.
@@ -35,7 +35,7 @@ from pathlib import Path
 
 from passage_jax.checks import is_full_commit
 from passage_jax.contract import DEFAULT_SEEDS, PRIMARY_METRICS
-from passage_jax.protocol.folder_check import FolderError, verify_run_folder
+from passage_jax.protocol.runfolder import FolderError, verify_run_folder
 
 __all__ = ["ITEMS", "SIDECAR_FIELDS", "EntryError", "check_entries", "format_table", "SEPARATE_FROM_GATE"]
 
@@ -224,7 +224,7 @@ def check_entries(paths) -> dict:
     """The entry table of the run folders and compare files in ``paths`` (a compare adds
     the two runs it names and their intervals). :class:`EntryError` for a path that is
     neither, and for a run folder that fails its verification
-    (:func:`~passage_jax.protocol.folder_check.verify_run_folder`)."""
+    (:func:`~passage_jax.protocol.runfolder.verify_run_folder`)."""
     runs, compares = [], []
     for p in map(Path, paths):
         if p.is_dir():

@@ -10,7 +10,7 @@ checked in one place.
   and the references into one frozen :class:`SeedInputs`.
 
 The verification is the one every reader of a run folder uses
-(:mod:`passage_jax.protocol.folder_check`: links out of the folder, entries that are not
+(:mod:`passage_jax.protocol.runfolder`: links out of the folder, entries that are not
 part of a finished run, the identity chain back to ``run_started.json``, the manifest's
 hashes); here its refusals are :class:`ScoreError` (:class:`RunIncomplete`,
 :class:`ForeignSeed`). ``compare``, ``trust``, the leaderboard, the attribution table and
@@ -41,7 +41,14 @@ from passage_jax.evaluate.score_format import (
     short,
 )
 from passage_jax.fileio import read_document
-from passage_jax.protocol.folder_check import (
+from passage_jax.protocol.records import (
+    PathsReader,
+    npz_errors,
+    open_npz,
+    references_identity,
+    unpack_routes,
+)
+from passage_jax.protocol.runfolder import (
     FolderError,
     FolderForeign,
     FolderIncomplete,
@@ -52,14 +59,7 @@ from passage_jax.protocol.folder_check import (
     verify_run_folder,
     verify_seed_folder,
 )
-from passage_jax.protocol.folder_check import refuse_links_out as check_links
-from passage_jax.protocol.records import (
-    PathsReader,
-    npz_errors,
-    open_npz,
-    references_identity,
-    unpack_routes,
-)
+from passage_jax.protocol.runfolder import refuse_links_out as check_links
 
 __all__ = ["RunFolder", "SeedFolder", "SeedInputs", "References", "seed_folders", "check_seed_folder",
            "is_scored", "read_doc", "read_json", "load_npz", "verify_run_files", "references_from_npz",
@@ -110,7 +110,7 @@ def load_npz(path) -> dict:
 
 @contextlib.contextmanager
 def folder_errors():
-    """A refusal of the run-folder verification (:mod:`passage_jax.protocol.folder_check`)
+    """A refusal of the run-folder verification (:mod:`passage_jax.protocol.runfolder`)
     raised inside the block becomes the score error of its kind: :class:`RunIncomplete`,
     :class:`ForeignSeed`, else :class:`ScoreError` (the message unchanged)."""
     try:
@@ -125,7 +125,7 @@ def folder_errors():
 
 def refuse_links_out(root, paths) -> None:
     """Every one of ``paths`` must lie inside folder ``root`` once symbolic links are
-    resolved (:func:`passage_jax.protocol.folder_check.refuse_links_out`); :class:`ScoreError`
+    resolved (:func:`passage_jax.protocol.runfolder.refuse_links_out`); :class:`ScoreError`
     naming the path that leads out and its target otherwise."""
     with folder_errors():
         check_links(root, paths)
@@ -144,7 +144,7 @@ def is_scored(folder) -> bool:
 class RunFolder(RunRecords):
     """A finished run folder: what its ``run.json`` (and ``run_started.json`` when present)
     declare, checked (:meth:`read`), and its seed folders verified (:meth:`seed_folders`);
-    the checks are :class:`~passage_jax.protocol.folder_check.RunRecords`', every refusal a
+    the checks are :class:`~passage_jax.protocol.runfolder.RunRecords`', every refusal a
     :class:`ScoreError`."""
 
     @classmethod
@@ -179,7 +179,7 @@ class RunFolder(RunRecords):
 
 def verified_seed_folders(path) -> list[SeedFolder]:
     """The seed folders of ``path``, verified
-    (:func:`~passage_jax.protocol.folder_check.verify_run_folder`): itself when it holds a
+    (:func:`~passage_jax.protocol.runfolder.verify_run_folder`): itself when it holds a
     ``manifest.json`` (checked as a seed of its parent run when the parent holds a
     ``run.json``), else the ``seed-<seed>/`` folders the run's ``run.json`` declares, in
     seed order. Each carries what was verified."""
@@ -221,7 +221,7 @@ def check_seed_folder(folder) -> dict:
 
 def verify_run_files(folder: Path, manifest: dict) -> dict:
     """Check the run files against the hashes in the manifest; returns them
-    (:func:`passage_jax.protocol.folder_check.run_file_hashes`, a refusal a
+    (:func:`passage_jax.protocol.runfolder.run_file_hashes`, a refusal a
     :class:`ScoreError`)."""
     with folder_errors():
         return run_file_hashes(Path(folder), manifest)
@@ -347,7 +347,7 @@ class SeedFolder:
         return check_seed_folder(self.path)
 
     def verify(self) -> VerifiedSeed:
-        """The folder verified (:func:`passage_jax.protocol.folder_check.verify_seed_folder`:
+        """The folder verified (:func:`passage_jax.protocol.runfolder.verify_seed_folder`:
         links, listed contents, manifest against the parent run, hashes, references
         identity); a refusal a :class:`ScoreError`."""
         if self.verified is not None:

@@ -7,8 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from passage_jax.checks import is_int
 from passage_jax.data import DataError, open_tasks, resolve_dataset_root, shipped_cohort_root
-from passage_jax.evaluate.score_format import DatasetNotFound, ScoreError, is_int, short
+from passage_jax.evaluate.score_format import DatasetNotFound, ScoreError, short
 from passage_jax.fileio import check_sha256
 from passage_jax.protocol.records import code_hash, input_hash, package_versions
 

@@ -32,7 +32,7 @@ declares its seeds, and exactly those ``seed-<seed>/`` folders are scored; each 
 manifest must belong to the run (method name, seed, spec hash, code and the run identity
 of ``run_started.json``), its run files must have the manifest's hashes, and the folders
 must hold nothing but what a finished run holds, inside them
-(:mod:`passage_jax.protocol.folder_check`). Anything else is refused by name
+(:mod:`passage_jax.protocol.runfolder`). Anything else is refused by name
 (:class:`RunIncomplete`, :class:`ForeignSeed`, :class:`ScoreError`).
 
 This module orchestrates; each stage is its own module, with frozen dataclasses between

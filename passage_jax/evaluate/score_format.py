@@ -12,9 +12,9 @@ reading a score back is :mod:`~passage_jax.evaluate.score_load`.
 from __future__ import annotations
 
 import json
-import numbers
 
-from passage_jax.protocol.folder_check import (
+from passage_jax.checks import is_int, is_number
+from passage_jax.protocol.runfolder import (
     RECEIPT,
     RUN_STARTED,
     RUN_STARTED_FORMAT,
@@ -27,7 +27,7 @@ __all__ = [
     "SCORE_SHARDING", "METRIC_CONTRACT", "SCORE_FORMAT", "RECEIPT_FORMAT", "BLOCK_RULE", "OUTPUTS",
     "RECEIPT", "RUN_SUMMARY", "RUN_STARTED", "RUN_STARTED_FORMAT", "SERIES", "RUN_INPUTS",
     "PER_SAMPLE_FIELDS", "PER_SAMPLE_SCALARS", "STRATIFIERS",
-    "is_int", "is_number", "is_number_or_none", "is_index", "short", "dig", "typed",
+    "is_number", "is_number_or_none", "is_index", "short", "dig", "typed",
 ]
 
 #: Scoring spreads each kernel call over every local device of the default backend
@@ -41,7 +41,7 @@ SCORE_FORMAT = "passage-jax-score-v3"
 #: v2: the ``compilation`` block (what scoring the folder compiled)
 RECEIPT_FORMAT = "passage-jax-score-receipt-v3"
 BLOCK_RULE = "main_tile_5deg"
-#: the run folder's file names, from their one owner (``passage_jax.protocol.folder_check``)
+#: the run folder's file names, from their one owner (``passage_jax.protocol.runfolder``)
 OUTPUTS = SCORE_OUTPUTS
 #: the series of the timing passes, as the records name them
 SERIES = ("cold", "warmup", "warm")
@@ -95,14 +95,6 @@ class ForeignSeed(ScoreError):
 # one JSON value
 # --------------------------------------------------------------------------- #
 
-def is_int(v) -> bool:
-    """An integer, not a bool."""
-    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
-
-
-def is_number(v) -> bool:
-    """A real number, not a bool."""
-    return isinstance(v, numbers.Real) and not isinstance(v, bool)
 
 
 def is_number_or_none(v) -> bool:

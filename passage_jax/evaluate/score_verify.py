@@ -34,11 +34,12 @@ import sys
 
 import numpy as np
 
+from passage_jax.checks import is_int
 from passage_jax.contract import CENSORED_STATUSES, PRIMARY_METRICS, UNPLACED
 from passage_jax.evaluate.components import component_summary
 from passage_jax.evaluate.latency import censored_latency_block, interpolated_percentiles
 from passage_jax.evaluate.score_collect import HEADLINE_COMPANIONS, quality_summary, timing_profile
-from passage_jax.evaluate.score_format import BLOCK_RULE, METRIC_CONTRACT, ScoreError, is_int, short
+from passage_jax.evaluate.score_format import BLOCK_RULE, METRIC_CONTRACT, ScoreError, short
 from passage_jax.fileio import jsonable
 from passage_jax.stats import block_census
 

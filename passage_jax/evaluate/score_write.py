@@ -9,17 +9,16 @@ caller)."""
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Callable
 from pathlib import Path
 
 from passage_jax.evaluate.score_collect import ScoreOutputs
 from passage_jax.evaluate.score_format import METRIC_CONTRACT, RECEIPT, RECEIPT_FORMAT, SCORE_SHARDING
-from passage_jax.fileio import sha256_file, utc_now
+from passage_jax.fileio import fsync_dir, sha256_file, utc_now
 from passage_jax.metrics import sharding_devices
 from passage_jax.protocol.records import code_hash, package_versions
 
-__all__ = ["Writers", "Receipt", "write_score", "fsync_dir", "COMPILATION_FIELDS"]
+__all__ = ["Writers", "Receipt", "write_score", "COMPILATION_FIELDS"]
 
 #: the :class:`passage_jax.compilation.CompileStats` fields a receipt's ``compilation`` holds
 COMPILATION_FIELDS = ("compilations", "cache_hits", "compiled", "compile_s", "trace_s", "lower_s")
@@ -77,11 +76,3 @@ def write_score(folder: Path, outputs: ScoreOutputs, receipt: Receipt, writers: 
     fsync_dir(folder)
     writers.json(folder / RECEIPT, receipt.document(folder))
 
-
-def fsync_dir(folder: Path) -> None:
-    """Make the renames and removals in ``folder`` durable (in the order they were made)."""
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -98,8 +98,8 @@ from passage_jax.learned.decoders import (
 )
 from passage_jax.learned.guide import NetworkGuide, load_guide
 from passage_jax.learned.tiling import tiling_protocol
+from passage_jax.options import merge_options
 from passage_jax.protocol.contracts import PlanRequest, PlanResult, accumulate_stages
-from passage_jax.reference._options import merge_options
 
 __all__ = ["DECODERS", "INFERENCE_KWARGS", "PlannerOptions", "LearnedPlanner", "make_planner",
            "guide_from_flax"]

@@ -14,7 +14,7 @@ import numpy as np
 
 from passage_jax.fileio import jsonable
 from passage_jax.graph import OBJECTIVES, VARIANTS, GraphSpec, route_cost, route_problem
-from passage_jax.reference._options import merge_options
+from passage_jax.options import merge_options
 from passage_jax.reference.search import astar, dijkstra
 from passage_jax.reference.vi import PRECISION_RTOL, solve_batch
 

@@ -27,7 +27,7 @@ from typing import NamedTuple
 import numpy as np
 
 from passage_jax.graph import MOVES, edge_cost_field_np
-from passage_jax.reference._options import merge_options
+from passage_jax.options import merge_options
 
 __all__ = ["SearchResult", "SearchOptions", "search", "dijkstra", "astar"]
 

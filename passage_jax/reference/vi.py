@@ -40,11 +40,11 @@ from passage_jax import precision as _precision
 from passage_jax.checks import require_int
 from passage_jax.graph import MODEL_INDEX, MODEL_NAMES, MOVES, edge_cost_field_np
 from passage_jax.graph.grid import descent_policy
+from passage_jax.options import merge_options
 from passage_jax.placement import device_count, resolve_sharding
 from passage_jax.precision import REFERENCE_PRECISION_ENV as PRECISION_ENV
 from passage_jax.precision import REFERENCE_PRECISIONS as PRECISIONS
 from passage_jax.precision import resolve_reference_precision as resolve_precision
-from passage_jax.reference._options import merge_options
 from passage_jax.reference.dfloat import ADD_RTOL, SPLIT_RTOL, DFloat, split_float64, to_float64
 from passage_jax.reference.vi_kernel import (
     STATUS_BUDGET,

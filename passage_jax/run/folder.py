@@ -18,9 +18,10 @@ import shutil
 from pathlib import Path
 
 from passage_jax.data.reader import SHIPPED, shipped_cohort_root
-from passage_jax.protocol.folder_check import LOCK, RUN_STARTED, RUN_STARTED_FORMAT
+from passage_jax.fileio import fsync_dir
+from passage_jax.protocol.runfolder import LOCK, RUN_STARTED, RUN_STARTED_FORMAT
 from passage_jax.run.errors import OutputFolderTaken, ResumeError, RunError
-from passage_jax.run.journal import JOURNAL_HEADER, JOURNAL_NAME, fsync_dir
+from passage_jax.run.journal import JOURNAL_HEADER, JOURNAL_NAME
 from passage_jax.run.launch_record import is_protocol_file
 from passage_jax.run.spec import RunSpec, load_spec
 

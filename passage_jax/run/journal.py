@@ -43,13 +43,13 @@ from pathlib import Path
 
 import numpy as np
 
-from passage_jax.fileio import atomic_write_bytes, naming_file
-from passage_jax.protocol.folder_check import JOURNAL
+from passage_jax.fileio import atomic_write_bytes, fsync_dir, naming_file
+from passage_jax.protocol.runfolder import JOURNAL
 
 __all__ = ["JOURNAL_NAME", "JOURNAL_HEADER", "JournalError", "JournalScan", "Journal",
-           "encode_entry", "decode_entry", "scan_journal", "fsync_dir", "SYNC_INTERVAL_S"]
+           "encode_entry", "decode_entry", "scan_journal", "SYNC_INTERVAL_S"]
 
-JOURNAL_NAME = JOURNAL  # the name's one owner is passage_jax.protocol.folder_check
+JOURNAL_NAME = JOURNAL  # the name's one owner is passage_jax.protocol.runfolder
 #: seconds at most between an append and the journal's fsync
 SYNC_INTERVAL_S = 0.5
 JOURNAL_HEADER = b"passage-jax-journal-v1\n"
@@ -61,14 +61,6 @@ _META = struct.Struct("<I")
 class JournalError(ValueError):
     """A journal is not a journal, or is corrupt before its last entry."""
 
-
-def fsync_dir(folder) -> None:
-    """Make a folder's entries (created, renamed files) durable."""
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def encode_entry(line: str, snap: tuple) -> bytes:

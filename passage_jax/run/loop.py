@@ -38,7 +38,7 @@ import shutil
 from pathlib import Path
 
 from passage_jax import cluster
-from passage_jax.fileio import atomic_write_json, atomic_write_text, to_json, utc_now
+from passage_jax.fileio import atomic_write_json, atomic_write_text, fsync_dir, to_json, utc_now
 from passage_jax.protocol.records import RUN_FORMAT
 from passage_jax.run import admission as adm
 from passage_jax.run.context import RunContext
@@ -59,7 +59,7 @@ from passage_jax.run.folder import (
     undo_launch,
 )
 from passage_jax.run.interrupts import RunInterrupted, stop_on_signals
-from passage_jax.run.journal import JOURNAL_NAME, Journal, fsync_dir
+from passage_jax.run.journal import JOURNAL_NAME, Journal
 from passage_jax.run.launch_record import write_resolved_protocol
 from passage_jax.run.manifest import run_identity
 from passage_jax.run.plan import SERIES, RequestPlan, check_entry, passes

@@ -6,7 +6,7 @@ a spec naming an earlier, finished run (``references_from: <run folder or seed
 folder>``) takes that run's ``references.npz`` instead, once every check below holds:
 
 * the earlier run folder is verified as every reader of a run folder verifies it
-  (:mod:`passage_jax.protocol.folder_check`): finished (``run.json``), with a
+  (:mod:`passage_jax.protocol.runfolder`): finished (``run.json``), with a
   ``run_started.json``, every seed folder's manifest carrying the run identity, every run
   file the sha256 its manifest records, the identity recomputed from ``references.npz``'s
   arrays equal to the one it stores, the manifest's and ``run_started.json``'s, nothing in
@@ -43,7 +43,8 @@ import numpy as np
 
 from passage_jax import cluster
 from passage_jax.data.strata import SCENE_STRATIFIERS, strata_rows
-from passage_jax.protocol.folder_check import (
+from passage_jax.protocol.records import input_hash, unpack_routes
+from passage_jax.protocol.runfolder import (
     MANIFEST,
     RUN_SUMMARY,
     FolderError,
@@ -51,7 +52,6 @@ from passage_jax.protocol.folder_check import (
     VerifiedSeed,
     seed_of_folder,
 )
-from passage_jax.protocol.records import input_hash, unpack_routes
 
 __all__ = ["ReusedReferences", "earlier_seed_folder", "earlier_seed", "sample_tasks", "sample_seed",
            "SAMPLE_MIN", "SAMPLE_PER", "SAMPLE_RTOL"]
@@ -97,7 +97,7 @@ def earlier_seed(path, error) -> VerifiedSeed:
     """The verified seed folder whose references are taken: ``path`` itself when it holds a
     ``manifest.json`` (a seed folder of a finished run), else the first seed its
     ``run.json`` declares. The whole run folder is verified first
-    (:meth:`~passage_jax.protocol.folder_check.RunRecords.seed_folders`), and it must hold a
+    (:meth:`~passage_jax.protocol.runfolder.RunRecords.seed_folders`), and it must hold a
     ``run_started.json`` (the identity the references are checked back to). An empty path
     names nothing: it is refused, never taken for the working directory."""
     path = _named(path, error)

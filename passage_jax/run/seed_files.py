@@ -15,13 +15,13 @@ import numpy as np
 
 from passage_jax import fileio
 from passage_jax.data.strata import SCENE_STRATIFIERS
-from passage_jax.fileio import atomic_write_json, atomic_write_npz, sha256_file
+from passage_jax.fileio import atomic_write_json, atomic_write_npz, fsync_dir, sha256_file
 from passage_jax.protocol.records import REFERENCES_FORMAT, PathsWriter, pack_routes
 from passage_jax.run import admission as adm
 from passage_jax.run.context import RunContext
 from passage_jax.run.errors import ResumeError
 from passage_jax.run.folder import remove_temporaries
-from passage_jax.run.journal import JOURNAL_NAME, JournalError, fsync_dir, scan_journal
+from passage_jax.run.journal import JOURNAL_NAME, JournalError, scan_journal
 from passage_jax.run.manifest import SeedFiles, seed_manifest
 from passage_jax.run.plan import RequestPlan, check_entry
 from passage_jax.run.seed_state import SeedState

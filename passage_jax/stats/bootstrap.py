@@ -23,8 +23,9 @@ from typing import Any
 import numpy as np
 
 from passage_jax.contract import DEFAULT_SEEDS
+from passage_jax.options import merge_options
 from passage_jax.stats.draws import MultiplicityStream, draw_placement, multiplicity_matrix, resample_draws
-from passage_jax.stats.options import NAN_POLICIES, BootstrapOptions, ResultOptions, resolve_options
+from passage_jax.stats.options import NAN_POLICIES, BootstrapOptions, ResultOptions
 
 __all__ = [
     "DEFAULT_SEEDS",
@@ -255,7 +256,7 @@ def paired_bootstrap(a, b, statistic="mean", blocks=None, *, options: BootstrapO
     the draws axis (see :func:`draw_placement`); the result does not depend on it (a callable
     statistic runs on the host and ignores it).
     """
-    opts = resolve_options(BootstrapOptions, options, overrides, "paired_bootstrap")
+    opts = merge_options(BootstrapOptions, options, overrides, "paired_bootstrap")
     fn = statistic if callable(statistic) else None
     q = None if fn is not None else parse_statistic(statistic)
     a = _prepare(a, None, opts.nan_policy, "a")
@@ -295,7 +296,7 @@ def seed_mean_bootstrap(A, B, statistic="mean", blocks=None, *, seeds: Sequence[
     contrasts. ``per_seed`` holds each seed's own estimate and interval from the same draws.
     Options as in :func:`paired_bootstrap` (``sharding`` places the draws axis).
     """
-    opts = resolve_options(BootstrapOptions, options, overrides, "seed_mean_bootstrap")
+    opts = merge_options(BootstrapOptions, options, overrides, "seed_mean_bootstrap")
     q = parse_statistic(statistic)
     seeds = tuple(seeds)
     xa = _seed_arrays(A, seeds, "A")
@@ -320,7 +321,7 @@ def seed_mean_result(xa, xb, da, db, q, *, seeds, options: ResultOptions | None 
     draw by draw, the per-seed contrasts. What the results state (:class:`ResultOptions`, or
     its fields as keywords): ``alpha``, ``n_bootstrap``, ``return_draws``.
     """
-    report = resolve_options(ResultOptions, options, overrides, "seed_mean_result")
+    report = merge_options(ResultOptions, options, overrides, "seed_mean_result")
     name = stat_name(q)
     per_seed = {}
     for i, s in enumerate(seeds):

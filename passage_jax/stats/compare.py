@@ -16,9 +16,10 @@ from enum import Enum
 from typing import Any
 
 from passage_jax.contract import DEFAULT_SEEDS, DIRECTIONS, MEAN_FIELDS, METRIC_SPEC, PRIMARY_METRICS
+from passage_jax.options import merge_options
 from passage_jax.stats.bootstrap import SeedMeanResult, seed_mean_result
 from passage_jax.stats.draws import resample_draws
-from passage_jax.stats.options import ComparisonOptions, check_alpha, check_p_value, resolve_options
+from passage_jax.stats.options import ComparisonOptions, check_alpha, check_p_value
 from passage_jax.stats.primary import validate_primary
 
 #: Family-wise error rate of the Holm step-down (fixed by the protocol).
@@ -218,7 +219,7 @@ def compare_primary_metrics(A, B, blocks, *, options: ComparisonOptions | None =
     seed-mean estimate, and the votes give the verdict. ``sharding`` (None, ``"auto"`` or a
     ``jax.sharding.Sharding`` of the draws axis) places the draws; results do not depend on it.
     """
-    opts = resolve_options(ComparisonOptions, options, overrides, "compare_primary_metrics")
+    opts = merge_options(ComparisonOptions, options, overrides, "compare_primary_metrics")
     seeds = DEFAULT_SEEDS
     data, idx, labels, ids = validate_primary(A, B, blocks, opts.task_ids, seeds)
     draws = primary_seed_mean_draws(data, idx, len(labels), opts.n_bootstrap, seed=opts.seed, seeds=seeds,

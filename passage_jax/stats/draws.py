@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from passage_jax.checks import is_int
+from passage_jax.options import merge_options
 from passage_jax.placement import Placement, fetch, put, resolve_placement
 from passage_jax.precision import kernel_precision, kernel_x64
 from passage_jax.stats.kernels import (
@@ -27,7 +28,7 @@ from passage_jax.stats.kernels import (
     slice_columns,
     weighted_quantile_draws,
 )
-from passage_jax.stats.options import DrawOptions, resolve_options
+from passage_jax.stats.options import DrawOptions
 
 #: The axes of a chunk of the multiplicity matrix; a placement splits the first.
 DRAW_AXES = ("draws", "blocks")
@@ -243,7 +244,7 @@ def resample_draws(block_index: np.ndarray, n_blocks: int, mean_series: Sequence
     device. With an automatic chunk size each device keeps the single-device working set.
     The multiplicity rows, and so the results, do not depend on the placement.
     """
-    opts = resolve_options(DrawOptions, options, overrides, "resample_draws")
+    opts = merge_options(DrawOptions, options, overrides, "resample_draws")
     block_index = np.asarray(block_index, dtype=np.int32)
     K = int(n_blocks)
     place = resolve_placement(opts.sharding, axes=DRAW_AXES, modes=DRAW_MODES)

@@ -2,13 +2,12 @@
 ``__post_init__``.
 
 Each entry point takes ``options=`` (one of these) and keyword overrides of its fields
-(``paired_bootstrap(a, b, n_bootstrap=999)``); :func:`resolve_options` merges them and refuses
-a name that is not a field with a ``TypeError`` naming it. The value checks shared by the
+(``paired_bootstrap(a, b, n_bootstrap=999)``); :func:`passage_jax.options.merge_options` merges
+them and refuses a name that is not a field with a ``TypeError`` naming it. The value checks shared by the
 stage (``alpha``, draw counts, bootstrap seeds, NaN policies, declared p-values) live here.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,21 +21,9 @@ from passage_jax.contract import PRIMARY_METRICS
 NAN_POLICIES = ("raise", "omit")
 
 __all__ = ["NAN_POLICIES", "BootstrapOptions", "ResultOptions", "DrawOptions", "ComparisonOptions",
-           "RandomizationOptions", "resolve_options", "check_alpha", "check_draws", "check_seed",
+           "RandomizationOptions", "check_alpha", "check_draws", "check_seed",
            "check_nan_policy", "check_p_value", "declared_p_values"]
 
-
-def resolve_options(cls, options, overrides: Mapping[str, Any], where: str):
-    """``options`` (default: ``cls()``) with ``overrides`` set, validated by ``cls``; an
-    override that is not a field of ``cls`` is a ``TypeError`` naming ``where`` and it."""
-    unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(cls)})
-    if unknown:
-        raise TypeError(f"{where}() got unexpected keyword argument(s): {', '.join(map(repr, unknown))}")
-    if options is None:
-        return cls(**overrides)
-    if not isinstance(options, cls):
-        raise TypeError(f"options must be a {cls.__name__}, got {type(options).__name__}")
-    return dataclasses.replace(options, **overrides) if overrides else options
 
 
 # ----------------------------------------------------------------------------- checks

@@ -25,8 +25,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from passage_jax.contract import DEFAULT_SEEDS, MEAN_FIELDS, METRIC_SPEC, PRIMARY_METRICS
+from passage_jax.options import merge_options
 from passage_jax.stats.draws import resample_draws
-from passage_jax.stats.options import RandomizationOptions, resolve_options
+from passage_jax.stats.options import RandomizationOptions
 from passage_jax.stats.primary import validate_primary
 
 TEST_NAME = "block randomization (label swap per whole block, same swap for every seed)"
@@ -141,7 +142,7 @@ def block_randomization_test(A, B, blocks, task_ids: Sequence[str] | None = None
     ``exact_limit=12``, ``n_random=9999``, ``seed=0``, ``chunk=None``, ``sharding=None``).
     ``sharding`` (None, ``"auto"`` or a ``jax.sharding.Sharding``) splits the swap patterns
     across devices; the p-values do not depend on it."""
-    opts = resolve_options(RandomizationOptions, options, overrides, "block_randomization_test")
+    opts = merge_options(RandomizationOptions, options, overrides, "block_randomization_test")
     seeds = DEFAULT_SEEDS
     data, idx, labels, ids = validate_primary(A, B, blocks, task_ids, seeds)
     K = len(labels)

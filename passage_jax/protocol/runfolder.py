@@ -1,4 +1,5 @@
-"""One verification of a finished run folder, for every reader of one.
+"""The run folder: every file name of a run, seed and score folder (the layout, spelled
+only here), and one verification of a finished run folder, for every reader of one.
 
 ``score``, ``compare``, ``trust``, ``check-entry`` and the other evaluation commands
 (:mod:`passage_jax.evaluate`), and a run that takes an earlier run's references
@@ -39,39 +40,73 @@ from passage_jax.fileio import read_document, sha256_file
 from passage_jax.protocol.records import RUN_FORMAT, npz_errors, open_npz, references_identity
 
 __all__ = ["FolderError", "FolderIncomplete", "FolderForeign", "RUN_SUMMARY", "RUN_STARTED",
-           "RUN_STARTED_FORMAT", "RUN_FILES", "JOURNAL", "SEED_STATE", "LOCK", "RECEIPT", "SCORE_OUTPUTS",
-           "RUN_FOLDER_FILES",
+           "RUN_STARTED_FORMAT", "RESOLVED_PROTOCOL", "SIDECAR", "MANIFEST", "REQUESTS", "PATHS",
+           "REFERENCES", "RUN_FILES", "JOURNAL", "SEED_STATE", "LOCK", "PER_SAMPLE", "METRICS",
+           "RECEIPT", "SCORE_OUTPUTS", "RUN_FOLDER_FILES", "seed_folder_name",
+           "partial_seed_folder_name", "launch_record_name",
            "RUN_FOLDER_PATTERNS", "SEED_FOLDER_FILES", "IDENTITY_FIELDS", "RunRecords", "VerifiedSeed",
            "refuse_links_out", "verify_seed_folder", "verify_run_folder", "seed_of_folder",
            "run_file_hashes"]
+
+# --------------------------------------------------------------------------- #
+# the layout: every file name of a run folder, a seed folder and what score writes
+# (docs/runner.md, "What a run folder holds"); the only place they are spelled
+# --------------------------------------------------------------------------- #
 
 #: the run's summary, written last: the finished marker, which declares the seeds
 RUN_SUMMARY = "run.json"
 #: written by ``run`` after admission: the run identity a resume must find unchanged
 RUN_STARTED = "run_started.json"
 RUN_STARTED_FORMAT = "passage-jax-run-started-v1"
+#: the latest launch's record (each launch also keeps ``resolved_protocol.<n>.json``)
+RESOLVED_PROTOCOL = "resolved_protocol.json"
+#: the bench command's record of the run it made
+SIDECAR = "sidecar.json"
+#: a seed's manifest: identities, settings, hashes of the run files
 MANIFEST = "manifest.json"
+#: a seed's run files: the request records, the routes, the exact references
+REQUESTS = "requests.jsonl"
+PATHS = "paths.npz"
+REFERENCES = "references.npz"
 #: the run files of a seed folder, hashed by its manifest (``files``)
-RUN_FILES = ("requests.jsonl", "paths.npz", "references.npz")
+RUN_FILES = (REQUESTS, PATHS, REFERENCES)
 #: the record journal the run files were built from, hashed by the manifest (``journal``)
 JOURNAL = "records.journal"
 #: the state of a seed in progress, kept by ``run`` (``passage_jax.run.seed_state``)
 SEED_STATE = "seed_state.json"
 #: the lock file held while a process runs the folder
 LOCK = ".run.lock"
-#: the file whose presence makes a seed folder scored (written last by ``score``)
+#: what ``score`` writes into a seed folder: per-sample arrays, the seed's metrics and the
+#: receipt, whose presence makes a seed folder scored (written last)
+PER_SAMPLE = "per_sample.npz"
+METRICS = "metrics.json"
 RECEIPT = "score_receipt.json"
-#: what ``score`` writes into a seed folder
-SCORE_OUTPUTS = ("per_sample.npz", "metrics.json", RECEIPT)
+SCORE_OUTPUTS = (PER_SAMPLE, METRICS, RECEIPT)
 
 #: the files a finished run folder may hold besides its seed folders: the run records, the
 #: latest launch record, the bench sidecar, and the lock a running ``run`` holds
-RUN_FOLDER_FILES = (RUN_SUMMARY, RUN_STARTED, "resolved_protocol.json", "sidecar.json", LOCK)
+RUN_FOLDER_FILES = (RUN_SUMMARY, RUN_STARTED, RESOLVED_PROTOCOL, SIDECAR, LOCK)
 #: the records of each launch (``resolved_protocol.<n>.json``)
 RUN_FOLDER_PATTERNS = (re.compile(r"resolved_protocol\.\d+\.json"),)
 #: the files a seed folder may hold: the manifest, the run files, the journal and the seed's
 #: state (kept by ``run``), and the outputs of ``score``
 SEED_FOLDER_FILES = (MANIFEST, *RUN_FILES, JOURNAL, SEED_STATE, *SCORE_OUTPUTS)
+
+
+def seed_folder_name(seed: int) -> str:
+    """A seed folder's name in its run folder."""
+    return f"seed-{seed}"
+
+
+def partial_seed_folder_name(seed: int) -> str:
+    """The name a seed folder has while ``run`` writes it (renamed when the seed finishes)."""
+    return f".seed-{seed}.partial"
+
+
+def launch_record_name(index: int) -> str:
+    """The record of launch ``index`` (matched by :data:`RUN_FOLDER_PATTERNS`)."""
+    return f"resolved_protocol.{index}.json"
+
 
 #: (field, its path in the manifest, its path in the run identity of run_started.json)
 #: checked for every seed folder of a run
