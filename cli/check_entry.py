@@ -1,5 +1,5 @@
 """``python -m cli check-entry RUN_OR_COMPARE ... [--json]``: the reproducible-entry check
-(seed 000 §6; docs/admission.md).
+(docs/admission.md).
 
 Each argument is a scored run folder or a compare JSON file (which adds the two runs it
 names and their seed-replicated intervals). Prints, per entry, what is present and what

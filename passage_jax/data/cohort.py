@@ -534,7 +534,7 @@ GEO_SPLIT_ROOTS = ("holdout", "matched_random")
 def make_geo_splits(out, resolution: int, n_scenes: int, holdout_rasters, *, seed: int = 0,
                     split: str = "test", coverage_max: float = 0.3,
                     progress: ProgressCallback | None = None) -> dict:
-    """The two cohorts of the geographic trust axis (seed 000 §5): ``<out>/holdout/`` cut only
+    """The two cohorts of the geographic trust axis (docs/cohort.md): ``<out>/holdout/`` cut only
     from ``holdout_rasters`` (regions a planner never saw), and ``<out>/matched_random/`` cut
     from every other eligible raster. Both hold ``n_scenes`` scenes of ``split`` made by the
     same generator with the same seed, so their marginals match by construction: the same
