@@ -48,7 +48,8 @@ def verify_comparison(cmp: dict, where, error) -> None:
     options = merge_options(CompareOptions, None, {
         "allow_precision_mix": _flag(cmp, "reference_precision", "mixed"),
         "allow_noncanonical": _flag(cmp, "inference_protocols", "allow_noncanonical"),
-        "require_identical_limits": _flag(cmp, "procedure_limits", "required_identical")})
+        "require_identical_limits": _flag(cmp, "procedure_limits", "required_identical")},
+        "verify_comparison")
     try:
         checks = check_runs(sides["A"], sides["B"], options)
         rows = paired_rows(sides["A"], sides["B"])
