@@ -2,7 +2,7 @@
 
 Contract: each axis is a jittable kernel on arrays plus a host function returning an
 :class:`AxisResult` (value, threshold, fires, available, details) under the definitions and
-thresholds of seed 000 §5 / seed 002; :func:`trust_table` tabulates them over scored runs
+thresholds of docs/trust.md § Axes; :func:`trust_table` tabulates them over scored runs
 already read from their folders. The stage imports only :mod:`passage_jax.metrics`,
 :mod:`passage_jax.stats` and the leaf modules (``contract``, ``fileio``, ``reduce``).
 

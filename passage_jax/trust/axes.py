@@ -1,4 +1,4 @@
-"""The four trustworthiness axes (seed 000 §5, seed 002): stability, geographic hold-out,
+"""The four trustworthiness axes (docs/trust.md § Axes): stability, geographic hold-out,
 ODD boundary and same-device efficiency.
 
 Each axis is a jittable kernel on arrays (:func:`coefficient_of_variation`,

@@ -1,4 +1,4 @@
-"""The trust table over scored runs (seed 000 §5).
+"""The trust table over scored runs (docs/trust.md § The table over scored runs).
 
 A scored run is given as a mapping ``{"path", "method_name", "seeds": {seed: scored seed}}``,
 each scored seed ``{"manifest", "metrics", "per_sample"}`` as read from a scored seed folder
