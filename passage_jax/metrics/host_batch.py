@@ -26,7 +26,7 @@ import jax
 import numpy as np
 
 from passage_jax.graph import CropStats
-from passage_jax.metrics.host_inputs import Candidates, References, TaskTable, concat_routes
+from passage_jax.metrics.host_inputs import Candidates, ReferenceRoutes, TaskTable, concat_routes
 from passage_jax.metrics.types import Route, TaskAtCandidate
 from passage_jax.shapes import rung, rungs_of
 
@@ -108,7 +108,7 @@ def kernel_keys(cand_lens, ref_lens, long_route: int = LONG_ROUTE) -> set:
             | {(int(r), False) for r in np.unique(rungs_of(cl[long], MIN_BUCKET))})
 
 
-def plan_batch(cands: Candidates, refs: References, table: TaskTable, long_route: int) -> Batch:
+def plan_batch(cands: Candidates, refs: ReferenceRoutes, table: TaskTable, long_route: int) -> Batch:
     """The :class:`Batch` of N records: one padded length for both routes of a task
     (a task whose candidate or reference has more than ``long_route`` cells: the
     candidate's own length, its geometry is not padded at all)."""
@@ -177,7 +177,7 @@ class CallInputs:
     """What every kernel call of one ``score_routes`` call reads besides its block."""
 
     table: TaskTable
-    refs: References
+    refs: ReferenceRoutes
     c_star: np.ndarray       #: (N,) float64
     request_ok: np.ndarray   #: (N,) bool
     well_formed: np.ndarray  #: (N,) bool
@@ -258,7 +258,7 @@ def _pad_rows(padded, live, values, tail, dtype):
     return o
 
 
-def _ref_rows(ridx, padded, length, refs: References):
+def _ref_rows(ridx, padded, length, refs: ReferenceRoutes):
     """Padded reference rows for the routes whose distinct references are ``ridx``:
     each distinct reference is padded once, then rows are copied."""
     u, inv = np.unique(ridx, return_inverse=True)

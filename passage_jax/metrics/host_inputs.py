@@ -9,7 +9,7 @@ Three steps, each returning a small frozen dataclass of NumPy arrays with named 
   statistics);
 * :func:`reference_routes` — the distinct references, each checked once (a vectorised
   filter over all of them, the rule :func:`passage_jax.graph.route_problem`) and
-  concatenated, as :class:`References`; an illegal reference or an unknown cost model
+  concatenated, as :class:`ReferenceRoutes`; an illegal reference or an unknown cost model
   raises ValueError naming the task;
 * :func:`candidate_routes` — every candidate normalised (:func:`normalise_candidate`:
   nothing rounded or clipped, a malformed route becomes an empty one with its problem)
@@ -24,7 +24,7 @@ import numpy as np
 
 from passage_jax.graph import MODEL_INDEX, route_problem
 
-__all__ = ["Grids", "TaskTable", "References", "Candidates", "normalise_candidate", "task_table",
+__all__ = ["Grids", "TaskTable", "ReferenceRoutes", "Candidates", "normalise_candidate", "task_table",
            "reference_routes", "candidate_routes", "concat_routes", "cell_owner"]
 
 _INT32 = np.iinfo(np.int32)
@@ -235,7 +235,7 @@ def task_table(tasks) -> TaskTable:
 # ----------------------------------------------------------------------------- references
 
 @dataclass(frozen=True, eq=False)
-class References:
+class ReferenceRoutes:
     """The distinct (reference, task) pairs of a call (R of them), checked, concatenated."""
 
     of_record: np.ndarray  #: (N,) int64: the distinct reference of each record
@@ -248,8 +248,8 @@ class References:
         return self.cells[self.offsets[r]:self.offsets[r + 1]]
 
 
-def reference_routes(tasks, references, table: TaskTable) -> References:
-    """The :class:`References` of N records (``references`` None: each task's released
+def reference_routes(tasks, references, table: TaskTable) -> ReferenceRoutes:
+    """The :class:`ReferenceRoutes` of N records (``references`` None: each task's released
     route). Raises ValueError for the first record (in record order) whose task has an
     unknown cost model or whose reference is not a legal route."""
     of_record, uref = _distinct_references(references, table)
@@ -266,7 +266,7 @@ def reference_routes(tasks, references, table: TaskTable) -> References:
                          f"reference route is not a legal route: {problem}")
     cells, lens, offsets = concat_routes(
         [r if is_int32_route(r) else np.asarray(r, np.int32) for r, _, _ in uref], np.int32)
-    return References(of_record, cells, lens, offsets)
+    return ReferenceRoutes(of_record, cells, lens, offsets)
 
 
 def _distinct_references(references, table: TaskTable):
@@ -317,7 +317,7 @@ def _check_references(uref, table: TaskTable):
     Every distinct reference is checked by vectorised NumPy over all of them
     at once (a fast filter over the whole batch, not a second rule: the rule
     is :func:`passage_jax.graph.route_problem`, which runs on every reference
-    the filter flags and decides, and names the problem). References of tasks with an
+    the filter flags and decides, and names the problem). ReferenceRoutes of tasks with an
     unknown cost model are not checked.
     """
     arrays, keep = _reference_arrays(uref, table)

@@ -40,7 +40,7 @@ from passage_jax.metrics.host_batch import (
 )
 from passage_jax.metrics.host_inputs import (
     Candidates,
-    References,
+    ReferenceRoutes,
     candidate_routes,
     reference_routes,
     task_table,
@@ -68,7 +68,7 @@ class _Added:
     n: int
     long: np.ndarray
     cands: Candidates
-    refs: References
+    refs: ReferenceRoutes
     recost: tuple | None  # (cells, lens, z, order, models, c_star in order)
 
 
