@@ -22,8 +22,9 @@ import numpy as np
 from scipy.sparse.csgraph import dijkstra as sp_dijkstra
 
 from passage_jax.graph import OBJECTIVES, VARIANTS
+from passage_jax.precision import REFERENCE_PRECISIONS as PRECISIONS
 from passage_jax.reference import STRATEGIES, scipy_task_graph, solve_batch
-from passage_jax.reference.vi import PRECISIONS, double_float_inputs
+from passage_jax.reference.vi import double_float_inputs
 
 WEIGHTS = {"elevation": 62.4, "slope_uphill": 10.0, "energy": 62.4}
 

@@ -22,8 +22,8 @@ import numpy as np
 
 from passage_jax.contract import DEFAULT_SEEDS as SEEDS
 from passage_jax.contract import METRIC_SPEC, PRIMARY_METRICS
-from passage_jax.stats.bootstrap import MultiplicityStream, draw_placement
 from passage_jax.stats.compare import primary_seed_mean_draws
+from passage_jax.stats.draws import MultiplicityStream, draw_placement
 
 
 def make_data(n, K, rng):

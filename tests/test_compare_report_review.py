@@ -66,7 +66,7 @@ def test_roster_custom_unplaced_block_is_unknown_everywhere(tmp_path):
     assert blk["census"]["n_blocks"] == 1 and blk["census"]["n_unplaced"] == 2
     # the resampling labels use the shared unplaced name, which compare_primary_metrics and
     # the ODD bins treat as unknown
-    from passage_jax.stats.primary import UNPLACED
+    from passage_jax.contract import UNPLACED
 
     assert blk["labels"] == ["X"] * 4 + [UNPLACED] * 2
     # the refusal of a roster with other task ids says which side is which

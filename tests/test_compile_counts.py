@@ -15,7 +15,7 @@ import pytest
 from passage_jax.compilation import CompileCounter
 from passage_jax.data import load_scenes, shipped_cohort_root
 from passage_jax.graph import route_cost
-from passage_jax.metrics import METRIC_KEYS, host, score_routes
+from passage_jax.metrics import METRIC_KEYS, host, host_batch, host_numpy, score_routes
 from passage_jax.reference import TASK_KEYS, qualify_scenes, solve_batch, vi
 from passage_jax.shapes import rung, rung_below, rungs, rungs_of
 from passage_jax.testing import candidate_set, kernel_tol
@@ -89,8 +89,8 @@ def test_score_compiles_once_per_length_rung(material):
     ok = np.ones(len(tasks), bool)
     parts = _chunks(len(tasks))
     lengths = [max(len(np.asarray(c).reshape(-1, 2)), len(t.route)) for c, t in zip(cands, tasks)]
-    want = len(set(rungs_of(lengths, host.MIN_BUCKET)))  # rungs that occur
-    assert 3 <= want <= len(rungs(host.LONG_ROUTE, host.MIN_BUCKET)) == 12
+    want = len(set(rungs_of(lengths, host_batch.MIN_BUCKET)))  # rungs that occur
+    assert 3 <= want <= len(rungs(host.LONG_ROUTE, host_batch.MIN_BUCKET)) == 12
 
     def score_all():
         return [score_routes(cands[p], tasks[p], c_star[p], ok[p],
@@ -123,7 +123,7 @@ def test_score_compiles_once_per_length_rung(material):
         np.testing.assert_allclose(whole["regret"][i], (cost - c_star[i]) / c_star[i],
                                    rtol=tol, atol=tol)
         np.testing.assert_allclose([whole[k][i] for k in ("assd", "h95", "path_iou")],
-                                   host.route_geometry_host(a, t.route), rtol=tol, atol=tol)
+                                   host_numpy.route_geometry_host(a, t.route), rtol=tol, atol=tol)
     assert 0 < whole["valid_path"].sum() < len(tasks)
 
 

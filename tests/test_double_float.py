@@ -13,6 +13,8 @@ from scipy.sparse.csgraph import dijkstra as sp_dijkstra
 from test_reference import batch, terrain  # the shared synthetic scenes
 
 from passage_jax.graph import OBJECTIVES, VARIANTS, GraphSpec, route_cost, route_problem
+from passage_jax.precision import REFERENCE_PRECISION_ENV as PRECISION_ENV
+from passage_jax.precision import resolve_reference_precision as resolve_precision
 from passage_jax.reference import scipy_task_graph, solve_batch, vi_kernel
 from passage_jax.reference.dfloat import (
     ADD_RTOL,
@@ -26,14 +28,8 @@ from passage_jax.reference.dfloat import (
     to_float64,
     two_sum,
 )
-from passage_jax.reference.vi import (
-    NO_X64_ENV,
-    PRECISION_ENV,
-    PRECISION_RTOL,
-    SolverConfig,
-    double_float_inputs,
-    resolve_precision,
-)
+from passage_jax.reference.vi import NO_X64_ENV, PRECISION_RTOL, double_float_inputs
+from passage_jax.reference.vi_kernel import SolverConfig
 
 try:
     from passage_jax.data import load_tasks, shipped_cohort_root

@@ -29,7 +29,7 @@ from passage_jax.precision import (
     pairwise_sum,
 )
 from passage_jax.reference import vi
-from passage_jax.stats.bootstrap import multiplicity_matrix
+from passage_jax.stats.draws import multiplicity_matrix
 from passage_jax.stats.kernels import (
     MEAN_RTOL_FLOAT32,
     QUANTILE_RTOL_FLOAT32,

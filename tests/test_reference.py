@@ -38,7 +38,7 @@ from passage_jax.reference import (
     solve_tasks,
     vi_kernel,
 )
-from passage_jax.reference.vi import init, step, terminate
+from passage_jax.reference.vi_kernel import init, step, terminate
 
 WEIGHTS = {"elevation": 62.4, "slope_uphill": 10.0, "energy": 62.4}
 

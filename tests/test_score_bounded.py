@@ -20,6 +20,7 @@ import pytest
 from scipy.spatial.distance import cdist
 
 import passage_jax.metrics.host as host
+import passage_jax.metrics.host_numpy as host_numpy
 import passage_jax.metrics.host_stream as host_stream
 from passage_jax.contract import CENSOR_FACTOR, FAILURE_REGRET
 from passage_jax.graph import route_cost
@@ -206,11 +207,11 @@ def test_route_geometry_host_matches_brute_force():
     for _ in range(50):
         a = rng.integers(-3, 20, (rng.integers(1, 80), 2))
         b = rng.integers(0, 20, (rng.integers(2, 80), 2))
-        np.testing.assert_allclose(host.route_geometry_host(a, b), geometry_brute(a, b),
+        np.testing.assert_allclose(host_numpy.route_geometry_host(a, b), geometry_brute(a, b),
                                    rtol=1e-12)
-    assert all(np.isnan(host.route_geometry_host(np.zeros((0, 2)), [[0, 0], [0, 1]])))
+    assert all(np.isnan(host_numpy.route_geometry_host(np.zeros((0, 2)), [[0, 0], [0, 1]])))
     far = np.array([[0, 0], [0, 1 << 15]])  # beyond the geometry window: NaN, as the kernel
-    assert all(np.isnan(host.route_geometry_host(far, [[0, 0], [0, 1]])))
+    assert all(np.isnan(host_numpy.route_geometry_host(far, [[0, 0], [0, 1]])))
 
 
 def test_long_routes_never_pad_others_nor_reach_the_geometry(scene_task, monkeypatch):

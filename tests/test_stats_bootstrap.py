@@ -1,14 +1,8 @@
 import numpy as np
 import pytest
 
-from passage_jax.stats.bootstrap import (
-    MultiplicityStream,
-    encode_blocks,
-    multiplicity_matrix,
-    paired_bootstrap,
-    resample_draws,
-    seed_mean_bootstrap,
-)
+from passage_jax.stats.bootstrap import encode_blocks, paired_bootstrap, seed_mean_bootstrap
+from passage_jax.stats.draws import MultiplicityStream, multiplicity_matrix, resample_draws
 from passage_jax.testing import kernel_tol
 
 RTOL = kernel_tol(1e-12)

@@ -18,7 +18,8 @@ from passage_jax.stats import (
     seed_mean_bootstrap,
 )
 from passage_jax.stats import draws as bs
-from passage_jax.stats.bootstrap import draw_placement, encode_blocks, resample_draws
+from passage_jax.stats.bootstrap import encode_blocks
+from passage_jax.stats.draws import draw_placement, resample_draws
 from passage_jax.stats.kernels import block_mean_draws, coarse_counts, weighted_quantile_draws
 from passage_jax.testing import kernel_tol
 

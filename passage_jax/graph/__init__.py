@@ -3,6 +3,7 @@ operators — shifts, neighbour gathers, Bellman backup, descent policy
 (:mod:`~passage_jax.graph.grid`), ``GraphSpec`` (:mod:`~passage_jax.graph.spec`), the
 cost-model registry and edge-cost fields (:mod:`~passage_jax.graph.costs`), and host
 route legality and float64 recosting (:mod:`~passage_jax.graph.routes`)."""
+from passage_jax.contract import OBJECTIVE_COLUMN, OBJECTIVES, VARIANTS
 from passage_jax.graph.costs import (
     COST_MODELS,
     MODEL_INDEX,
@@ -35,7 +36,7 @@ from passage_jax.graph.routes import (
     route_problem,
     route_step_costs,
 )
-from passage_jax.graph.spec import OBJECTIVE_COLUMN, OBJECTIVES, VARIANTS, GraphSpec
+from passage_jax.graph.spec import GraphSpec
 
 __all__ = [
     # move table

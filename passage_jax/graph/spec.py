@@ -11,13 +11,10 @@ import math
 
 import numpy as np
 
-from passage_jax.contract import OBJECTIVE_COLUMN, OBJECTIVES, VARIANTS
 from passage_jax.graph.costs import COST_MODELS
 from passage_jax.graph.moves import STEP_PIXELS
 
-# OBJECTIVES, VARIANTS and OBJECTIVE_COLUMN live in passage_jax.contract (their one home,
-# importable without JAX); they stay importable from here
-__all__ = ["GraphSpec", "OBJECTIVES", "VARIANTS", "OBJECTIVE_COLUMN"]
+__all__ = ["GraphSpec"]
 
 
 

@@ -21,7 +21,9 @@ from passage_jax.metrics.fields import (
     ssi_mae,
     start_goal_connected,
 )
-from passage_jax.metrics.host import MIN_BUCKET, normalise_candidate, score_routes
+from passage_jax.metrics.host import score_routes
+from passage_jax.metrics.host_batch import MIN_BUCKET
+from passage_jax.metrics.host_inputs import normalise_candidate
 from passage_jax.metrics.host_stream import RouteStream
 from passage_jax.metrics.kernels import (
     GEOMETRY_SPAN,

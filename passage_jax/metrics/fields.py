@@ -7,7 +7,7 @@ Conventions: fields are (H, W); ``edge_costs`` is the (8, H, W) field of
 normally ``isfinite(V*)`` of the exact cost-to-go. Moves are tried in the
 fixed ``MOVES`` order, so ties go to the earlier move. The shifts, the Bellman
 backup and the descent policy are those of :mod:`passage_jax.graph.grid`, the ones
-the reference value iteration uses (``bellman_backup`` is re-exported from there).
+the reference value iteration uses.
 """
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ from passage_jax.graph.grid import bellman_backup, cell_mask, descent_policy, sh
 from passage_jax.reduce import masked_mean, masked_percentile
 
 __all__ = [
-    "bellman_backup", "bellman_residual", "descent_direction", "descent_direction_agreement",
-    "ssi_mae", "neighbour_ranking_agreement", "dilate", "boundary_f_score", "component_labels",
-    "component_count", "start_goal_connected", "expansions_ratio", "fallback_free_rate",
+    "bellman_residual", "descent_direction", "descent_direction_agreement", "ssi_mae",
+    "neighbour_ranking_agreement", "dilate", "boundary_f_score", "component_labels", "component_count",
+    "start_goal_connected", "expansions_ratio", "fallback_free_rate"
 ]
 
 

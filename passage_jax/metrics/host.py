@@ -62,16 +62,13 @@ from __future__ import annotations
 from passage_jax.metrics.host_batch import _CELL_BUDGET as _CELL_BUDGET
 from passage_jax.metrics.host_batch import _MAX_BATCH as _MAX_BATCH
 from passage_jax.metrics.host_batch import _PAIR_BUDGET as _PAIR_BUDGET
-from passage_jax.metrics.host_batch import LONG_ROUTE, MIN_BUCKET
+from passage_jax.metrics.host_batch import LONG_ROUTE
 from passage_jax.metrics.host_batch import _bucket as _bucket
 from passage_jax.metrics.host_batch import _call_plan as _call_plan
 from passage_jax.metrics.host_batch import _call_rows as _call_rows
-from passage_jax.metrics.host_inputs import normalise_candidate
-from passage_jax.metrics.host_numpy import host_cost_regret, route_geometry_host
 from passage_jax.metrics.host_stream import RouteStream
 
-__all__ = ["MIN_BUCKET", "LONG_ROUTE", "normalise_candidate", "route_geometry_host",
-           "host_cost_regret", "score_routes", "RouteStream"]
+__all__ = ["score_routes"]
 
 
 def score_routes(candidates, tasks, c_star, request_ok, references=None,

@@ -1,8 +1,8 @@
 """Planner protocol (contract §6): requests, results, budgets, statuses, adapters and the
 run-folder records a run writes and an evaluation reads."""
+from passage_jax.contract import INFERENCE_FORMATS
 from passage_jax.graph.spec import GraphSpec  # noqa: F401  (re-export)
-from passage_jax.protocol.adapters import (  # noqa: F401
-    INFERENCE_FORMATS,
+from passage_jax.protocol.adapters import (
     FlaxPlanner,
     Planner,
     as_planner,

@@ -27,8 +27,8 @@ from passage_jax.contract import INFERENCE_FORMATS
 from passage_jax.protocol.contracts import PlanRequest, PlanResult, normalise_result
 
 __all__ = [
-    "INFERENCE_FORMATS", "Planner", "FlaxPlanner", "as_planner", "import_entry", "is_factory",
-    "planner_factory", "load_planner",
+    "Planner", "FlaxPlanner", "as_planner", "import_entry", "is_factory", "planner_factory",
+    "load_planner"
 ]
 
 # INFERENCE_FORMATS (the input shapes a planner may take, the spec's ``inference_format``)

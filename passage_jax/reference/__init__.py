@@ -13,6 +13,8 @@
 * :mod:`~passage_jax.reference.qualify` — exact references of tasks and qualification
   (:class:`QualifyOptions`).
 """
+from passage_jax.precision import REFERENCE_PRECISIONS as PRECISIONS
+from passage_jax.precision import resolve_reference_precision as resolve_precision
 from passage_jax.reference.csgraph import scipy_graph, scipy_task_graph
 from passage_jax.reference.dfloat import DFloat
 from passage_jax.reference.qualify import (
@@ -30,19 +32,19 @@ from passage_jax.reference.qualify import (
 from passage_jax.reference.search import SearchOptions, SearchResult, astar, dijkstra, search
 from passage_jax.reference.vi import (
     PRECISION_RTOL,
-    PRECISIONS,
-    STATUS_NAMES,
-    STRATEGIES,
-    SceneInputs,
     SolveOptions,
-    SolverConfig,
-    SolverState,
-    VIOutput,
     VIResult,
     descend_route,
     double_float_inputs,
-    resolve_precision,
     solve_batch,
+)
+from passage_jax.reference.vi_kernel import (
+    STATUS_NAMES,
+    STRATEGIES,
+    SceneInputs,
+    SolverConfig,
+    SolverState,
+    VIOutput,
     solve_scene,
     vi_kernel,
 )

@@ -42,37 +42,22 @@ from passage_jax.graph import MODEL_INDEX, MODEL_NAMES, MOVES, edge_cost_field_n
 from passage_jax.graph.grid import descent_policy
 from passage_jax.options import merge_options
 from passage_jax.placement import device_count, resolve_sharding
-from passage_jax.precision import REFERENCE_PRECISION_ENV as PRECISION_ENV
-from passage_jax.precision import REFERENCE_PRECISIONS as PRECISIONS
 from passage_jax.precision import resolve_reference_precision as resolve_precision
 from passage_jax.reference.dfloat import ADD_RTOL, SPLIT_RTOL, DFloat, split_float64, to_float64
 from passage_jax.reference.vi_kernel import (
-    STATUS_BUDGET,
     STATUS_NAMES,
-    STATUS_OK,
-    STATUS_UNREACHABLE,
-    STRATEGIES,
-    GridProblem,
     SceneInputs,
     SolverConfig,
-    SolverState,
     VIOutput,
     descend,
-    init,
-    solve_scene,
-    step,
-    terminate,
     vi_kernel,
 )
 from passage_jax.reference.vi_ops import tmap
 from passage_jax.shapes import rung, rung_below
 
 __all__ = [
-    "STATUS_NAMES", "STATUS_OK", "STATUS_UNREACHABLE", "STATUS_BUDGET", "STRATEGIES",
-    "SceneInputs", "SolverConfig", "GridProblem", "SolverState", "VIOutput", "VIResult",
-    "init", "step", "terminate", "solve_scene", "vi_kernel", "solve_batch", "descend_route",
-    "PRECISIONS", "PRECISION_RTOL", "PRECISION_ENV", "NO_X64_ENV", "resolve_precision", "no_x64",
-    "double_float_inputs", "VI_CALL_CELLS", "call_sizes", "SolveOptions", "HostBatch", "host_batch",
+    "VIResult", "solve_batch", "descend_route", "PRECISION_RTOL", "NO_X64_ENV", "no_x64",
+    "double_float_inputs", "VI_CALL_CELLS", "call_sizes", "SolveOptions", "HostBatch", "host_batch"
 ]
 
 #: Stated relative tolerance of c* per path: a bound on the rounding error of a

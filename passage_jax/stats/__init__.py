@@ -19,12 +19,11 @@ verdict, ``compare_primary_metrics``), ``randomization`` (block randomization te
 """
 from __future__ import annotations
 
+from passage_jax.contract import DEFAULT_SEEDS, DIRECTIONS, METRIC_SPEC, PRIMARY_METRICS
 from passage_jax.stats.blocks import BLOCK_RULE_VERSION, BLOCK_RULES, assign_blocks, block_census
 from passage_jax.stats.bootstrap import (
-    DEFAULT_SEEDS,
     BootstrapResult,
     SeedMeanResult,
-    multiplicity_matrix,
     observed_statistic,
     paired_bootstrap,
     parse_statistic,
@@ -42,6 +41,7 @@ from passage_jax.stats.compare import (
     holm_bonferroni,
     metric_vote,
 )
+from passage_jax.stats.draws import multiplicity_matrix
 from passage_jax.stats.options import (
     BootstrapOptions,
     ComparisonOptions,
@@ -49,7 +49,6 @@ from passage_jax.stats.options import (
     RandomizationOptions,
     ResultOptions,
 )
-from passage_jax.stats.primary import DIRECTIONS, METRIC_SPEC, PRIMARY_METRICS
 from passage_jax.stats.randomization import RandomizationResult, block_randomization_test
 from passage_jax.stats.roster import (
     Roster,

@@ -9,9 +9,9 @@ interval over draws containing an undefined one is unavailable.
 Contract: per-task inputs are 1-D numeric arrays over one ordered task roster (``a`` and ``b``
 paired by index); results are float64 and do not depend on how the draws are chunked or placed
 on devices. Options are :class:`~passage_jax.stats.options.BootstrapOptions` (``options=``, or
-its fields as keywords). ``DEFAULT_SEEDS`` is re-exported from :mod:`passage_jax.contract`;
-the draws' names (``MultiplicityStream``, ``multiplicity_matrix``, ``resample_draws``,
-``draw_placement``) from :mod:`passage_jax.stats.draws`.
+its fields as keywords). The draws themselves (``MultiplicityStream``,
+``multiplicity_matrix``, ``resample_draws``, ``draw_placement``) are
+:mod:`passage_jax.stats.draws`'.
 """
 from __future__ import annotations
 
@@ -24,29 +24,13 @@ import numpy as np
 
 from passage_jax.contract import DEFAULT_SEEDS
 from passage_jax.options import merge_options
-from passage_jax.stats.draws import MultiplicityStream, draw_placement, multiplicity_matrix, resample_draws
-from passage_jax.stats.options import NAN_POLICIES, BootstrapOptions, ResultOptions
+from passage_jax.stats.draws import MultiplicityStream, resample_draws
+from passage_jax.stats.options import BootstrapOptions, ResultOptions
 
 __all__ = [
-    "DEFAULT_SEEDS",
-    "NAN_POLICIES",
-    "BootstrapOptions",
-    "ResultOptions",
-    "MultiplicityStream",
-    "BootstrapResult",
-    "SeedMeanResult",
-    "multiplicity_matrix",
-    "encode_blocks",
-    "parse_statistic",
-    "observed_statistic",
-    "stat_name",
-    "paired_bootstrap",
-    "callable_draws",
-    "seed_mean_bootstrap",
-    "percentile_interval",
-    "resample_draws",
-    "draw_placement",
-    "seed_mean_result",
+    "BootstrapResult", "SeedMeanResult", "encode_blocks", "parse_statistic", "observed_statistic",
+    "stat_name", "paired_bootstrap", "callable_draws", "seed_mean_bootstrap", "percentile_interval",
+    "seed_mean_result"
 ]
 
 

@@ -25,9 +25,10 @@ from passage_jax.stats.primary import validate_primary
 #: Family-wise error rate of the Holm step-down (fixed by the protocol).
 FAMILY_ALPHA = 0.05
 
-__all__ = ["Decision", "HolmRecord", "Comparison", "ComparisonOptions", "Verdict", "holm_bonferroni",
-           "metric_vote", "decide", "verdict", "compare_primary_metrics", "primary_seed_mean_draws",
-           "FAMILY_ALPHA"]
+__all__ = [
+    "Decision", "HolmRecord", "Comparison", "Verdict", "holm_bonferroni", "metric_vote", "decide",
+    "verdict", "compare_primary_metrics", "primary_seed_mean_draws", "FAMILY_ALPHA"
+]
 
 
 class Decision(str, Enum):

@@ -43,10 +43,11 @@ import numpy as np
 from passage_jax.precision import kernel_precision
 from passage_jax.reduce import numpy_lerp, quantile_positions
 
-# numpy_lerp is re-exported: it was first published here
-__all__ = ["block_mean_draws", "weighted_quantile_draws", "numpy_lerp", "coarse_counts",
-           "SlicedColumns", "slice_columns", "sliced_products", "exact_block_mean_draws",
-           "MEAN_RTOL_FLOAT32", "QUANTILE_RTOL_FLOAT32", "precision_statement"]
+__all__ = [
+    "block_mean_draws", "weighted_quantile_draws", "coarse_counts", "SlicedColumns", "slice_columns",
+    "sliced_products", "exact_block_mean_draws", "MEAN_RTOL_FLOAT32", "QUANTILE_RTOL_FLOAT32",
+    "precision_statement"
+]
 
 #: Stated relative tolerance of the float32 path's bootstrap means against the float64
 #: path (both round the same exact sum; error-free slices, float64 combination).

@@ -1,8 +1,7 @@
 """The six primary metrics: validation of the per-seed inputs of a paired comparison.
 
 The metric names, reductions, directions and per-task fields are the contract's
-(:mod:`passage_jax.contract`); they are re-exported here under the names this module has
-always published (``FIELDS`` is :data:`~passage_jax.contract.PER_TASK_FIELDS`).
+(:mod:`passage_jax.contract`).
 
 Input format (``A`` and ``B`` alike): a mapping training seed -> per-task record::
 
@@ -24,12 +23,8 @@ import numpy as np
 
 from passage_jax.contract import (
     DEFAULT_SEEDS,
-    DIRECTIONS,
     GEOMETRY_FIELDS,
-    MEAN_FIELDS,
-    METRIC_SPEC,
     PER_TASK_FIELDS,
-    PRIMARY_METRICS,
     UNPLACED,
 )
 from passage_jax.stats.bootstrap import encode_blocks
@@ -37,8 +32,7 @@ from passage_jax.stats.bootstrap import encode_blocks
 #: The per-task fields behind the primary metrics (the contract's ``PER_TASK_FIELDS``).
 FIELDS = PER_TASK_FIELDS
 
-__all__ = ["PRIMARY_METRICS", "METRIC_SPEC", "DIRECTIONS", "FIELDS", "PER_TASK_FIELDS", "GEOMETRY_FIELDS",
-           "MEAN_FIELDS", "UNPLACED", "validate_primary"]
+__all__ = ["FIELDS", "validate_primary"]
 
 
 def _seed_key(k):

@@ -35,8 +35,7 @@ ASSUMPTIONS = ("method labels exchangeable within each block under the null; blo
                "the three checkpoints per method held fixed (unverified)")
 TIE_RTOL = 1e-12
 
-__all__ = ["RandomizationResult", "RandomizationOptions", "block_randomization_test", "swap_patterns",
-           "TEST_NAME", "ASSUMPTIONS"]
+__all__ = ["RandomizationResult", "block_randomization_test", "swap_patterns", "TEST_NAME", "ASSUMPTIONS"]
 
 
 @dataclass
