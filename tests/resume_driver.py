@@ -25,8 +25,10 @@ from pathlib import Path
 from passage_jax import fileio
 from passage_jax.planners import bfs
 from passage_jax.protocol import records
-from passage_jax.run import admission, journal, loop
-from passage_jax.run.spec import load_spec
+from passage_jax.run import loop
+from passage_jax.run.admission import checks as admission
+from passage_jax.run.record import journal
+from passage_jax.run.spec.parse import load_spec
 
 
 def _die():

@@ -18,8 +18,8 @@ import fixtures_runner as F
 import pytest
 
 from passage_jax.protocol import BudgetSpec
-from passage_jax.run import executors as X
-from passage_jax.run.executors import SupervisedExecutor, kill_worker_processes, worker_processes
+from passage_jax.run.execution import executors as X
+from passage_jax.run.execution.executors import SupervisedExecutor, kill_worker_processes, worker_processes
 
 TESTS = Path(__file__).resolve().parent
 
@@ -147,7 +147,7 @@ def test_run_process_sigkilled_leaves_nothing(tasks, tmp_path):
         sys.path.insert(0, {str(TESTS)!r})
         import fixtures_runner as F
         from passage_jax.protocol import BudgetSpec
-        from passage_jax.run.executors import SupervisedExecutor
+        from passage_jax.run.execution.executors import SupervisedExecutor
         if __name__ == "__main__":
             t = F.load(sys.argv[1])[0]
             ex = SupervisedExecutor("fault_planners:make_spawner", warmup=0,

@@ -18,14 +18,13 @@ from passage_jax.exports import lazy_exports
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "passage_jax.run.spec": (
         "RunSpec", "SpecError", "load_spec", "parse_spec", "DEFAULTS", "KNOWN", "REQUIRED",
-        "STARTER_SPEC",
+        "STARTER_SPEC", "passes",
     ),
+    "passage_jax.run.errors": ("RunError", "OutputFolderTaken", "ResumeError"),
     "passage_jax.run.admission": ("Admitted", "AdmissionError", "References", "admit"),
-    "passage_jax.run.timing": ("execute", "block_until_ready"),
-    "passage_jax.run.loop": (
-        "RunError", "OutputFolderTaken", "ResumeError", "holds_run", "passes", "run_seed",
-        "run_spec",
-    ),
+    "passage_jax.run.execution": ("execute", "block_until_ready"),
+    "passage_jax.run.record": ("holds_run",),
+    "passage_jax.run.loop": ("run_seed", "run_spec"),
     "passage_jax.run.conform": ("conform",),
     "passage_jax.run.progress": ("ProgressEvent",),
 })

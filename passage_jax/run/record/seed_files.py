@@ -17,14 +17,13 @@ from passage_jax import fileio
 from passage_jax.data.strata import SCENE_STRATIFIERS
 from passage_jax.fileio import atomic_write_json, atomic_write_npz, fsync_dir, sha256_file
 from passage_jax.protocol.records import REFERENCES_FORMAT, PathsWriter, pack_routes
-from passage_jax.run import admission as adm
 from passage_jax.run.context import RunContext
 from passage_jax.run.errors import ResumeError
-from passage_jax.run.folder import remove_temporaries
-from passage_jax.run.journal import JOURNAL_NAME, JournalError, scan_journal
-from passage_jax.run.manifest import SeedFiles, seed_manifest
-from passage_jax.run.plan import RequestPlan, check_entry
-from passage_jax.run.seed_state import SeedState
+from passage_jax.run.record.folder import remove_temporaries
+from passage_jax.run.record.journal import JOURNAL_NAME, JournalError, scan_journal
+from passage_jax.run.record.manifest import SeedFiles, seed_manifest
+from passage_jax.run.record.seed_state import SeedState
+from passage_jax.run.spec import RequestPlan, check_entry
 
 __all__ = ["SEED_FILES", "references_arrays", "clear_leftovers", "finish_seed"]
 
@@ -40,7 +39,7 @@ def clear_leftovers(folder: Path) -> None:
         (folder / name).unlink(missing_ok=True)
 
 
-def references_arrays(admitted: adm.Admitted) -> dict:
+def references_arrays(admitted) -> dict:
     """The arrays of ``references.npz`` (from the compact task facts: no grids are read).
     Route cells are stored as int16 when the grid fits (every reference and released
     route is a legal in-grid route); readers widen them to int32."""

@@ -34,8 +34,7 @@ import subprocess
 from pathlib import Path
 
 from passage_jax.fileio import read_document
-from passage_jax.run.planner_path import planner_path_record
-from passage_jax.run.spec import SPEC_MAX_BYTES
+from passage_jax.run.spec import SPEC_MAX_BYTES, planner_path_record
 from passage_jax.stats.roster import RosterError, read_roster
 
 __all__ = ["ProvenanceError", "provenance", "canonical_json_sha256", "evaluator_commit",
@@ -46,7 +45,7 @@ UNDECLARED = "undeclared"
 ROSTER_MAX_BYTES = 64 << 20
 
 
-#: what ``run`` found at the test admission gate (:mod:`passage_jax.run.test_gate`), set
+#: what ``run`` found at the test admission gate (:mod:`passage_jax.run.admission.gate`), set
 #: for the duration of a launch by :func:`test_admission_recorded`
 _TEST_ADMISSION: contextvars.ContextVar = contextvars.ContextVar("test_admission", default=None)
 
@@ -134,7 +133,7 @@ def provenance(spec, sample_ids) -> dict:
     """The provenance block of a run's manifest (ProvenanceError when an input is bad);
     ``test_admission`` only when the launch recorded one (:func:`test_admission_recorded`);
     ``planner_path`` only when the launch put folders first on the import path for the
-    planner (:func:`passage_jax.run.planner_path.planner_path_record`)."""
+    planner (:func:`passage_jax.run.spec.planner_path.planner_path_record`)."""
     out = {
         "split_role": spec.split_role or UNDECLARED,
         "split": spec.split,

@@ -28,7 +28,7 @@ folder>``) takes that run's ``references.npz`` instead, once every check below h
 
 The scene stratifiers the earlier run measured at admission come along (measured here
 when the earlier run predates them). Any difference refuses the run
-(:class:`~passage_jax.run.admission.AdmissionError` naming the file and the field);
+(:class:`~passage_jax.run.admission.checks.AdmissionError` naming the file and the field);
 nothing is recomputed silently. The manifest's ``references`` block records
 ``reused_from`` (the folder, the file's sha256, the identity, and under ``recomputed`` the
 sample's seed, tasks, tolerance and largest relative c* difference).
@@ -131,7 +131,7 @@ class ReusedReferences:
     """Stands in for admission's qualifier (the same calls): the earlier run's references,
     checked against each chunk of tasks as it is read (:meth:`__call__`; the sampled tasks
     qualified again with ``qualifier``, admission's own) and returned by :meth:`finish` as
-    :class:`~passage_jax.run.admission.References`."""
+    :class:`~passage_jax.run.admission.checks.References`."""
 
     def __init__(self, spec, references_cls, error, qualifier):
         self.spec, self.references_cls, self.error = spec, references_cls, error

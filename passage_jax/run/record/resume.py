@@ -9,12 +9,12 @@ from pathlib import Path
 from passage_jax.fileio import read_document, sha256_file, to_json
 from passage_jax.run.context import RunContext
 from passage_jax.run.errors import ResumeError
-from passage_jax.run.folder import LOCK, RUN_STARTED, RUN_STARTED_FORMAT, remove_temporaries
-from passage_jax.run.journal import JOURNAL_NAME
-from passage_jax.run.launch_record import is_protocol_file
-from passage_jax.run.manifest import tasks_sha256
-from passage_jax.run.seed_files import SEED_FILES, finish_seed
-from passage_jax.run.seed_state import SEED_STATE, load_state, save_state
+from passage_jax.run.record.folder import LOCK, RUN_STARTED, RUN_STARTED_FORMAT, remove_temporaries
+from passage_jax.run.record.journal import JOURNAL_NAME
+from passage_jax.run.record.launch_record import is_protocol_file
+from passage_jax.run.record.manifest import tasks_sha256
+from passage_jax.run.record.seed_files import SEED_FILES, finish_seed
+from passage_jax.run.record.seed_state import SEED_STATE, load_state, save_state
 from passage_jax.run.spec import RunSpec
 
 __all__ = ["differences", "refuse_differences", "refuse_other_spec", "stored_run",

@@ -21,8 +21,8 @@ from passage_jax.data.reader import SHIPPED, shipped_cohort_root
 from passage_jax.fileio import fsync_dir
 from passage_jax.protocol.runfolder import LOCK, RUN_STARTED, RUN_STARTED_FORMAT
 from passage_jax.run.errors import OutputFolderTaken, ResumeError, RunError
-from passage_jax.run.journal import JOURNAL_HEADER, JOURNAL_NAME
-from passage_jax.run.launch_record import is_protocol_file
+from passage_jax.run.record.journal import JOURNAL_HEADER, JOURNAL_NAME
+from passage_jax.run.record.launch_record import is_protocol_file
 from passage_jax.run.spec import RunSpec, load_spec
 
 __all__ = ["RUN_STARTED", "RUN_STARTED_FORMAT", "LOCK", "output_folder", "create_folder",
