@@ -56,7 +56,7 @@ def bench(spec, output=None, container_digest=None, progress=None, log=None, *,
     from passage_jax.protocol.runfolder import SIDECAR  # noqa: PLC0415 (CLI start-up)
     from passage_jax.run import RunSpec, load_spec, run_spec  # noqa: PLC0415 (CLI start-up)
     from passage_jax.run.record import output_folder  # noqa: PLC0415 (CLI start-up)
-    from passage_jax.run.spec import (  # noqa: PLC0415 (CLI start-up)
+    from passage_jax.run.specification import (  # noqa: PLC0415 (CLI start-up)
         planner_folders,
         planner_import_path,
     )

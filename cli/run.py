@@ -1,7 +1,7 @@
 """``python -m cli run --spec S --output D [--resume | --dry-run]``: run a planner on frozen tasks.
 
 The spec's planner module is looked for in the spec file's folder, then each
-``--planner-path DIR``, then the usual import path (:mod:`passage_jax.run.spec.planner_path`);
+``--planner-path DIR``, then the usual import path (:mod:`passage_jax.run.specification.planner_path`);
 :func:`check` refuses a missing spec, a bad spec or a planner module that cannot be found
 before JAX loads. Every launch writes ``resolved_protocol.json`` into ``--output``; ``--dry-run`` admits the
 spec and writes that record only (no request runs, no seed folder is made). Progress
@@ -62,7 +62,7 @@ def main(args) -> int:
         SpecError,
         load_spec,
     )
-    from passage_jax.run.spec import planner_import_path  # noqa: PLC0415 (CLI start-up)
+    from passage_jax.run.specification import planner_import_path  # noqa: PLC0415 (CLI start-up)
 
     code = launch.join(args, "run")
     if code is not None:

@@ -15,7 +15,7 @@ from passage_jax.evaluate.score import score_run
 from passage_jax.evaluate.sidecar import sidecar
 from passage_jax.run import parse_spec, run_spec
 from passage_jax.run.loop import RunError
-from passage_jax.run.spec.parse import SpecError
+from passage_jax.run.specification.parse import SpecError
 from passage_jax.stats import (
     Roster,
     RosterError,

@@ -58,7 +58,7 @@ from passage_jax.protocol.requests import build_request
 from passage_jax.run.admission import Admitted, admit
 from passage_jax.run.execution import execute
 from passage_jax.run.record import create_folder, hardware, refuse_inside_dataset, spec_and_output
-from passage_jax.run.spec import RunSpec
+from passage_jax.run.specification import RunSpec
 
 __all__ = ["conform", "analytic_task", "RECEIPT_FORMAT", "SCOPE", "Probe", "CheckResult", "run_checks",
            "check_isolation", "failure_reason"]

@@ -24,7 +24,7 @@ multi-process launch the processes share each seed's requests out, one session e
 and process 0 journals the gathered records (:mod:`passage_jax.run.execution.session_shares`).
 
 The pieces: :mod:`~passage_jax.run.record.folder` (output folders, refusals, the lock, what a
-failed launch leaves), :mod:`~passage_jax.run.spec.plan` (the requests in order),
+failed launch leaves), :mod:`~passage_jax.run.specification.plan` (the requests in order),
 :mod:`~passage_jax.run.record.seed_state` (``seed_state.json``),
 :mod:`~passage_jax.run.execution.seed_requests` (one planner build's requests),
 :mod:`~passage_jax.run.record.manifest` (identities and the seed manifest) and
@@ -40,6 +40,16 @@ from pathlib import Path
 from passage_jax import cluster
 from passage_jax.fileio import atomic_write_json, atomic_write_text, fsync_dir, to_json, utc_now
 from passage_jax.protocol.records import RUN_FORMAT, code_hash
+from passage_jax.protocol.runfolder import (
+    JOURNAL,
+    RUN_STARTED,
+    RUN_STARTED_FORMAT,
+    RUN_SUMMARY,
+    SEED_STATE,
+    launch_record_name,
+    partial_seed_folder_name,
+    seed_folder_name,
+)
 from passage_jax.run.admission import Admitted, admit
 from passage_jax.run.context import RunContext
 from passage_jax.run.errors import OutputFolderTaken, ResumeError, RunError
@@ -54,10 +64,6 @@ from passage_jax.run.execution import (
     stop_on_signals,
 )
 from passage_jax.run.record import (
-    JOURNAL_NAME,
-    RUN_STARTED,
-    RUN_STARTED_FORMAT,
-    SEED_STATE,
     Journal,
     ProvenanceError,
     SeedState,
@@ -73,18 +79,18 @@ from passage_jax.run.record import (
     local_root,
     locked,
     output_folder,
-    provenance,
     refuse_differences,
     refuse_inside_dataset,
     refuse_other_spec,
     remove_temporaries,
     run_identity,
+    run_provenance,
     save_state,
     stored_run,
     undo_launch,
     write_resolved_protocol,
 )
-from passage_jax.run.spec import RequestPlan, RunSpec, check_entry, load_spec
+from passage_jax.run.specification import RequestPlan, RunSpec, check_entry, load_spec
 
 __all__ = ["run_spec", "run_seed"]
 
@@ -196,7 +202,7 @@ def _launch_context(admitted: Admitted, progress, log) -> RunContext:
     (:class:`RunError` naming the provenance input that is missing or does not fit)."""
     code = code_hash()
     try:
-        prov = provenance(admitted.spec, admitted.sample_ids)
+        prov = run_provenance(admitted.spec, admitted.sample_ids)
     except ProvenanceError as e:
         raise RunError(str(e)) from None
     return RunContext(admitted, code, prov, progress, log)
@@ -219,7 +225,7 @@ def _record_launch(ctx: RunContext, output: Path, stored: dict | None, dry_run: 
         checkpoints=ctx.admitted.checkpoints, device=ctx.admitted.device, log=ctx.log, code=ctx.code)
     if dry_run:
         return {"dry_run": True, "method_name": spec.method_name,
-                "resolved_protocol": str(output / f"resolved_protocol.{record['launch']['index']}.json"),
+                "resolved_protocol": str(output / launch_record_name(record['launch']['index'])),
                 "inference_protocol": record["inference_protocol"], "n_tasks": len(ctx.admitted.tasks)}
     finished = None if stored is None else finished_summary(output, spec)
     if finished is not None:
@@ -244,28 +250,27 @@ def _run_seeds(ctx: RunContext, output: Path) -> dict:
     summaries = {}
     for seed in spec.seeds:
         m = _one_seed(ctx, output, seed)
-        summaries[str(seed)] = {"folder": f"seed-{seed}", "status_counts": m["status_counts"],
+        summaries[str(seed)] = {"folder": seed_folder_name(seed), "status_counts": m["status_counts"],
                                 "n_records": m["n_records"]}
     summary = {"format": RUN_FORMAT, "method_name": spec.method_name, "spec": spec.to_dict(),
                "spec_sha256": spec.sha256(), "seeds": list(spec.seeds), "per_seed": summaries,
                "code": ctx.code, "finished_utc": utc_now()}
-    atomic_write_text(output / "run.json", to_json(summary) + "\n")
+    atomic_write_text(output / RUN_SUMMARY, to_json(summary) + "\n")
     return summary
 
 
 def _one_seed(ctx: RunContext, output: Path, seed: int) -> dict:
     """The manifest of ``seed-<seed>``: a completed folder verified (and repaired), or the
     seed run in its ``.partial`` folder and renamed when complete."""
-    final = output / f"seed-{seed}"
-    partial = output / f".seed-{seed}.partial"
+    final = output / seed_folder_name(seed)
+    partial = output / partial_seed_folder_name(seed)
     if final.is_dir():
         if partial.exists():  # cannot coexist with a completed seed; nothing in it is needed
             shutil.rmtree(partial)
         m = keep_completed_seed(ctx, seed, final)
         ctx.say(f"seed {seed}: complete ({m['n_records']} records) -> {final}")
         return m
-    m = run_seed(ctx.admitted, seed, partial, ctx.progress, code=ctx.code, log=ctx.log,
-                 provenance=ctx.provenance)
+    m = _run_seed(ctx, seed, partial)
     os.replace(partial, final)
     fsync_dir(output)
     ctx.say(f"seed {seed}: {m['n_records']} records -> {final}")
@@ -288,17 +293,22 @@ def run_seed(admitted: Admitted, seed: int, folder: Path, progress=None,
     across the launch's processes.
     """
     ctx = RunContext.of(admitted, code, provenance=provenance, progress=progress, log=log)
+    return _run_seed(ctx, seed, folder, planner)
+
+
+def _run_seed(ctx: RunContext, seed: int, folder: Path, planner=None) -> dict:
+    """:func:`run_seed` under the launch's context ``ctx``."""
     leader = leading()
     folder.mkdir(parents=True, exist_ok=True)
     fsync_dir(folder.parent)
     clear_leftovers(folder)
     state = load_state(folder, seed)
-    resumed = state is not None or (folder / JOURNAL_NAME).exists()
+    resumed = state is not None or (folder / JOURNAL).exists()
     state = state or SeedState.new(seed)
     if state.seed != int(seed):
         raise ResumeError(f"{folder / SEED_STATE}: seed {state.seed} is not seed {seed}")
-    rows = RequestPlan(ctx.spec, admitted.tasks.stubs)
-    journal, scan = _open_journal(folder / JOURNAL_NAME, rows, seed)
+    rows = RequestPlan(ctx.spec, ctx.admitted.tasks.stubs)
+    journal, scan = _open_journal(folder / JOURNAL, rows, seed)
     try:
         if resumed:
             state = state.with_resume(scan.count, scan.torn_bytes, scan.torn)

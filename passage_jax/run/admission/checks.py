@@ -43,7 +43,7 @@ from passage_jax.protocol.records import pack_routes, references_identity
 from passage_jax.reference import qualify_scenes, solve_tasks
 from passage_jax.run.admission.reused_references import ReusedReferences
 from passage_jax.run.admission.warmup_scene import WarmupSceneError, warmup_task
-from passage_jax.run.spec import SPEC_MAX_BYTES, RunSpec, shown
+from passage_jax.run.specification import SPEC_MAX_BYTES, RunSpec, shown
 
 __all__ = ["Admitted", "AdmissionError", "References", "admit", "CHECKPOINT_KEY"]
 

@@ -1,4 +1,4 @@
-"""The test admission gate (seed 000 §4, §6; docs/admission.md).
+"""The test admission gate (docs/admission.md, "The gate").
 
 A spec with ``split_role: test`` may run only once everything it will be judged by is
 fixed. :func:`admit_test` checks each condition and names every one that is unmet (not
@@ -57,7 +57,7 @@ from passage_jax.run.record import (
     refuse_inside_dataset,
     tasks_sha256_of,
 )
-from passage_jax.run.spec import SPEC_MAX_BYTES, RunSpec, SpecError, parse_spec, shown
+from passage_jax.run.specification import SPEC_MAX_BYTES, RunSpec, SpecError, parse_spec, shown
 from passage_jax.stats.roster import RosterError, read_roster
 
 __all__ = ["RECEIPT_FORMAT", "CONDITIONS", "OVERRIDE_FLAG", "GateResult", "TestAdmissionRefused",

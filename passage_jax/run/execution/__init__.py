@@ -27,9 +27,7 @@ from passage_jax.run.execution.session_shares import (
 from passage_jax.run.execution.supervised import SupervisedExecutor
 from passage_jax.run.execution.timing import block_until_ready, execute
 from passage_jax.run.execution.worker import task_payload
-from passage_jax.run.execution.worker_processes import kill_worker_processes, worker_processes
 
 __all__ = ["InProcessExecutor", "open_executor", "RunInterrupted", "stop_on_signals",
            "PlannerBuildError", "execute_requests", "Leader", "execute_shared", "follow", "leading",
-           "splits_requests", "SupervisedExecutor", "block_until_ready", "execute", "task_payload",
-           "kill_worker_processes", "worker_processes"]
+           "splits_requests", "SupervisedExecutor", "block_until_ready", "execute", "task_payload"]

@@ -25,11 +25,12 @@ from passage_jax.fileio import utc_now
 from passage_jax.protocol.records import RECORD_KEYS
 from passage_jax.run.context import RunContext
 from passage_jax.run.errors import RunError
-from passage_jax.run.execution.executors import PlannerBuildError, open_executor
+from passage_jax.run.execution.executors import open_executor
+from passage_jax.run.execution.planner_build import PlannerBuildError
 from passage_jax.run.execution.working_directory import WorkingDirectory
 from passage_jax.run.progress import ProgressEvent
 from passage_jax.run.record import Build, Journal, SeedState, save_state
-from passage_jax.run.spec import RequestPlan
+from passage_jax.run.specification import RequestPlan
 
 __all__ = ["execute_requests", "serve_requests", "report"]
 

@@ -42,7 +42,7 @@ from passage_jax.run.context import RunContext
 from passage_jax.run.errors import RunError
 from passage_jax.run.execution.seed_requests import report, serve_requests
 from passage_jax.run.record import Journal, SeedState, save_state
-from passage_jax.run.spec import RequestPlan
+from passage_jax.run.specification import RequestPlan
 
 __all__ = ["splits_requests", "share_of", "Leader", "leading", "execute_shared", "follow"]
 

@@ -8,8 +8,6 @@
 (:mod:`~passage_jax.run.record.seed_files`) and what a resume keeps
 (:mod:`~passage_jax.run.record.resume`)."""
 from passage_jax.run.record.folder import (
-    RUN_STARTED,
-    RUN_STARTED_FORMAT,
     create_folder,
     holds_records,
     holds_run,
@@ -23,7 +21,6 @@ from passage_jax.run.record.folder import (
     undo_launch,
 )
 from passage_jax.run.record.journal import (
-    JOURNAL_NAME,
     SYNC_INTERVAL_S,
     Journal,
     JournalError,
@@ -42,7 +39,7 @@ from passage_jax.run.record.provenance import (
     calibration_record,
     canonical_json_sha256,
     evaluator_commit,
-    provenance,
+    run_provenance,
     test_admission_recorded,
 )
 from passage_jax.run.record.resume import (
@@ -53,26 +50,24 @@ from passage_jax.run.record.resume import (
     stored_run,
 )
 from passage_jax.run.record.seed_files import (
-    SEED_FILES,
     clear_leftovers,
     finish_seed,
     references_arrays,
 )
 from passage_jax.run.record.seed_state import (
-    SEED_STATE,
     Build,
     SeedState,
     load_state,
     save_state,
 )
 
-__all__ = ["RUN_STARTED", "RUN_STARTED_FORMAT", "create_folder", "holds_records", "holds_run",
+__all__ = ["create_folder", "holds_records", "holds_run",
            "local_root", "locked", "output_folder", "refuse_inside_dataset", "remove_created",
-           "remove_temporaries", "spec_and_output", "undo_launch", "JOURNAL_NAME",
+           "remove_temporaries", "spec_and_output", "undo_launch",
            "SYNC_INTERVAL_S", "Journal", "JournalError", "scan_journal", "run_protocol",
            "write_resolved_protocol", "hardware", "run_identity", "seed_manifest", "tasks_sha256",
            "tasks_sha256_of", "ProvenanceError", "calibration_record", "canonical_json_sha256",
-           "evaluator_commit", "provenance", "test_admission_recorded", "finished_summary",
+           "evaluator_commit", "run_provenance", "test_admission_recorded", "finished_summary",
            "keep_completed_seed", "refuse_differences", "refuse_other_spec", "stored_run",
-           "SEED_FILES", "clear_leftovers", "finish_seed", "references_arrays", "SEED_STATE",
+           "clear_leftovers", "finish_seed", "references_arrays",
            "Build", "SeedState", "load_state", "save_state"]

@@ -15,12 +15,13 @@ from passage_jax.compilation import compile_stats
 from passage_jax.contract import timing_boundary
 from passage_jax.fileio import jsonable, sha256_file, utc_now
 from passage_jax.protocol.records import RUN_FORMAT, input_hash, package_versions
+from passage_jax.protocol.runfolder import JOURNAL
 from passage_jax.run.context import RunContext
-from passage_jax.run.record.journal import JOURNAL_NAME, SYNC_INTERVAL_S
+from passage_jax.run.record.journal import SYNC_INTERVAL_S
 from passage_jax.run.record.launch_record import run_protocol
-from passage_jax.run.record.provenance import provenance
+from passage_jax.run.record.provenance import run_provenance
 from passage_jax.run.record.seed_state import Build, SeedState
-from passage_jax.run.spec import passes
+from passage_jax.run.specification import passes
 
 __all__ = ["run_identity", "tasks_sha256", "tasks_sha256_of", "SeedFiles", "seed_manifest",
            "hardware"]
@@ -103,7 +104,7 @@ def seed_manifest(ctx: RunContext, seed: int, state: SeedState, made: SeedFiles)
         "runtime_bundle": admitted.runtime_bundle,
         "component_control": spec.component_control,
         "inference_protocol": run_protocol(spec),
-        "provenance": ctx.provenance or provenance(spec, admitted.sample_ids),
+        "provenance": ctx.provenance or run_provenance(spec, admitted.sample_ids),
         "code": ctx.code,
         "data": _data(admitted),
         "references": _references(admitted.references),
@@ -118,7 +119,7 @@ def seed_manifest(ctx: RunContext, seed: int, state: SeedState, made: SeedFiles)
         "n_records": made.n_records,
         "status_counts": made.status_counts,
         "files": made.files,
-        "journal": {"file": JOURNAL_NAME, "sha256": sha256_file(made.journal),
+        "journal": {"file": JOURNAL, "sha256": sha256_file(made.journal),
                     "entries": made.n_records,
                     "durability": f"each record flushed as it completes, fsynced within "
                                   f"{SYNC_INTERVAL_S} s and at the seed's end"},

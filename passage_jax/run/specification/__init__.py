@@ -1,8 +1,8 @@
 """The run spec, read and checked before anything loads JAX: its keys and bounds
-(:mod:`~passage_jax.run.spec.schema`), the spec itself (:mod:`~passage_jax.run.spec.parse`),
-the requests it makes, in order (:mod:`~passage_jax.run.spec.plan`), and where its planner
-module is found (:mod:`~passage_jax.run.spec.planner_path`). Nothing here imports JAX."""
-from passage_jax.run.spec.parse import (
+(:mod:`~passage_jax.run.specification.schema`), the spec itself (:mod:`~passage_jax.run.specification.parse`),
+the requests it makes, in order (:mod:`~passage_jax.run.specification.plan`), and where its planner
+module is found (:mod:`~passage_jax.run.specification.planner_path`). Nothing here imports JAX."""
+from passage_jax.run.specification.parse import (
     DEFAULTS,
     ECHO_LIMIT,
     EXECUTIONS,
@@ -20,7 +20,7 @@ from passage_jax.run.spec.parse import (
     parse_spec,
     shown,
 )
-from passage_jax.run.spec.plan import (
+from passage_jax.run.specification.plan import (
     SERIES,
     RequestPlan,
     check_entry,
@@ -28,13 +28,13 @@ from passage_jax.run.spec.plan import (
     pass_at,
     passes,
 )
-from passage_jax.run.spec.planner_path import (
+from passage_jax.run.specification.planner_path import (
     planner_folders,
     planner_import_path,
     planner_module_problem,
     planner_path_record,
 )
-from passage_jax.run.spec.schema import CAPS
+from passage_jax.run.specification.schema import CAPS
 
 __all__ = ["DEFAULTS", "ECHO_LIMIT", "EXECUTIONS", "KNOWN", "MAX_NAME_LENGTH", "PLAIN_NAME",
            "REFERENCE_POLICIES", "REQUIRED", "SPEC_MAX_BYTES", "STARTER_SPEC", "RunSpec",

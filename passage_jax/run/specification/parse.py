@@ -2,7 +2,7 @@
 
 A spec is a YAML or JSON mapping. Unknown keys are refused, required keys must
 be present, and every value is type-checked with an error naming the key (the keys,
-their defaults and one validator per key: :mod:`passage_jax.run.spec.schema`).
+their defaults and one validator per key: :mod:`passage_jax.run.specification.schema`).
 
 A spec file is read bounded: at most :data:`SPEC_MAX_BYTES`, UTF-8 text, no YAML
 aliases (:func:`passage_jax.fileio.read_document`); an error echoes at most
@@ -21,7 +21,7 @@ from typing import Any
 from passage_jax.budget import BudgetSpec
 from passage_jax.contract import COMPLETE_REQUEST_PROFILE, DEFAULT_SEEDS, SESSION_PROFILES
 from passage_jax.fileio import one_line, read_document, sha256_bytes
-from passage_jax.run.spec.schema import (
+from passage_jax.run.specification.schema import (
     COMPONENT_GUIDES,
     COMPONENT_KEYS,
     COMPONENT_VARIANTS,
