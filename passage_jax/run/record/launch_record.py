@@ -34,7 +34,7 @@ from passage_jax.protocol.runfolder import RESOLVED_PROTOCOL, launch_record_name
 from passage_jax.run.specification import RunSpec
 
 __all__ = ["inference_protocol", "run_protocol", "resolved_protocol", "write_resolved_protocol",
-           "launch_index", "is_protocol_file", "RESOLVED_PROTOCOL", "RESOLVED_PROTOCOL_FORMAT",
+           "launch_index", "is_protocol_file", "RESOLVED_PROTOCOL_FORMAT",
            "NONCANONICAL_MARKER", "CANONICAL_TILED", "WHOLE_SCENE", "TILING_KEYS"]
 
 RESOLVED_PROTOCOL_FORMAT = "passage-jax-resolved-protocol-v1"

@@ -3,14 +3,6 @@
 the requests it makes, in order (:mod:`~passage_jax.run.specification.plan`), and where its planner
 module is found (:mod:`~passage_jax.run.specification.planner_path`). Nothing here imports JAX."""
 from passage_jax.run.specification.parse import (
-    DEFAULTS,
-    ECHO_LIMIT,
-    EXECUTIONS,
-    KNOWN,
-    MAX_NAME_LENGTH,
-    PLAIN_NAME,
-    REFERENCE_POLICIES,
-    REQUIRED,
     SPEC_MAX_BYTES,
     STARTER_SPEC,
     RunSpec,
@@ -18,7 +10,6 @@ from passage_jax.run.specification.parse import (
     check_plain_name,
     load_spec,
     parse_spec,
-    shown,
 )
 from passage_jax.run.specification.plan import (
     SERIES,
@@ -34,7 +25,18 @@ from passage_jax.run.specification.planner_path import (
     planner_module_problem,
     planner_path_record,
 )
-from passage_jax.run.specification.schema import CAPS
+from passage_jax.run.specification.schema import (
+    CAPS,
+    DEFAULTS,
+    ECHO_LIMIT,
+    EXECUTIONS,
+    KNOWN,
+    MAX_NAME_LENGTH,
+    PLAIN_NAME,
+    REFERENCE_POLICIES,
+    REQUIRED,
+    shown,
+)
 
 __all__ = ["DEFAULTS", "ECHO_LIMIT", "EXECUTIONS", "KNOWN", "MAX_NAME_LENGTH", "PLAIN_NAME",
            "REFERENCE_POLICIES", "REQUIRED", "SPEC_MAX_BYTES", "STARTER_SPEC", "RunSpec",

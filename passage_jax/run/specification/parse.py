@@ -22,20 +22,10 @@ from passage_jax.budget import BudgetSpec
 from passage_jax.contract import COMPLETE_REQUEST_PROFILE, DEFAULT_SEEDS, SESSION_PROFILES
 from passage_jax.fileio import one_line, read_document, sha256_bytes
 from passage_jax.run.specification.schema import (
-    COMPONENT_GUIDES,
-    COMPONENT_KEYS,
-    COMPONENT_VARIANTS,
     DEFAULTS,
-    DETERMINISM_CLAIMS,
     ECHO_LIMIT,
-    EXECUTIONS,
     KNOWN,
-    MAX_NAME_LENGTH,
-    PLAIN_NAME,
-    REFERENCE_POLICIES,
     REQUIRED,
-    ROLE_SPLITS,
-    SPLIT_ROLES,
     VALIDATORS,
     Invalid,
     Refused,
@@ -44,13 +34,9 @@ from passage_jax.run.specification.schema import (
     shown,
 )
 
-__all__ = ["RunSpec", "SpecError", "parse_spec", "load_spec", "REQUIRED", "DEFAULTS", "KNOWN",
-           "STARTER_SPEC", "REFERENCE_POLICIES", "EXECUTIONS", "SPEC_MAX_BYTES", "ECHO_LIMIT",
-           "PLAIN_NAME", "MAX_NAME_LENGTH", "shown", "check_plain_name"]
+__all__ = ["RunSpec", "SpecError", "parse_spec", "load_spec", "STARTER_SPEC", "SPEC_MAX_BYTES",
+           "check_plain_name"]
 
-# the schema's other tables stay importable from here
-_TABLES = (COMPONENT_GUIDES, COMPONENT_KEYS, COMPONENT_VARIANTS, DETERMINISM_CLAIMS, ROLE_SPLITS,
-           SPLIT_ROLES)
 #: the largest spec file (and calibration-decisions file) read, in bytes
 SPEC_MAX_BYTES = 1 << 20
 
