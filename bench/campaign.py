@@ -84,7 +84,7 @@ from passage_jax.data.writer import atomic_write_table, rows_to_table
 from passage_jax.fileio import atomic_write_json, read_document
 from passage_jax.graph import OBJECTIVES, VARIANTS
 from passage_jax.reference.csgraph import scipy_task_graph
-from passage_jax.run.spec import DEFAULTS as SPEC_DEFAULTS
+from passage_jax.run.specification import DEFAULTS as SPEC_DEFAULTS
 
 __all__ = [
     "HEADLINE_SCENES", "HEADLINE_SEEDS", "MEMORY_LIMIT_GB", "STEPS", "CAMPAIGN_STEPS",

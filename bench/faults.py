@@ -29,7 +29,7 @@ import fault_planners as FP  # noqa: E402  (tests/ on sys.path first)
 
 from passage_jax.data import load_tasks, shipped_cohort_root  # noqa: E402
 from passage_jax.protocol import BudgetSpec  # noqa: E402
-from passage_jax.run.executors import SupervisedExecutor  # noqa: E402
+from passage_jax.run.execution import SupervisedExecutor  # noqa: E402
 
 #: fault -> (wall_time_ms, extra factory kwargs)
 SETTINGS = {

@@ -25,7 +25,7 @@ import numpy as np
 
 from passage_jax.data import load_tasks, shipped_cohort_root
 from passage_jax.protocol import BudgetSpec
-from passage_jax.run.executors import InProcessExecutor, SupervisedExecutor, task_payload
+from passage_jax.run.execution import InProcessExecutor, SupervisedExecutor, task_payload
 
 ENTRY = "passage_jax.planners.bfs:make_planner"
 #: this file as a module of the worker's sys.path (the script's folder is sys.path[0])

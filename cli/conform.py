@@ -34,7 +34,7 @@ def main(args) -> int:
     # command start-up: the library loads only when the command runs (--help stays instant)
     from passage_jax.run import AdmissionError, RunError, SpecError, conform, load_spec  # noqa: PLC0415 (CLI start-up)
     from passage_jax.run.conform import failure_reason  # noqa: PLC0415 (CLI start-up)
-    from passage_jax.run.planner_path import planner_import_path  # noqa: PLC0415 (CLI start-up)
+    from passage_jax.run.specification import planner_import_path  # noqa: PLC0415 (CLI start-up)
 
     try:
         spec = load_spec(args.spec)

@@ -14,7 +14,7 @@ def register(p):
 def main(args) -> int:
     # command start-up: the library loads only when the command runs (--help stays instant)
     from passage_jax.fileio import atomic_write_text  # noqa: PLC0415 (CLI start-up)
-    from passage_jax.run.spec import STARTER_SPEC  # noqa: PLC0415 (CLI start-up)
+    from passage_jax.run.specification import STARTER_SPEC  # noqa: PLC0415 (CLI start-up)
 
     out = Path(args.out)
     if out.exists() or out.is_symlink():

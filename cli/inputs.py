@@ -71,18 +71,17 @@ def planner_hint(inference) -> str:
 
 def planner_folders_of(spec, args) -> tuple:
     """The folders searched first for ``spec``'s planner module: its file's folder, then
-    each ``--planner-path`` (:func:`passage_jax.run.planner_path.planner_folders`)."""
-    from passage_jax.run.planner_path import planner_folders  # noqa: PLC0415 (CLI start-up)
+    each ``--planner-path`` (:func:`passage_jax.run.specification.planner_path.planner_folders`)."""
+    from passage_jax.run.specification import planner_folders  # noqa: PLC0415 (CLI start-up)
 
     return planner_folders(spec.source, getattr(args, "planner_path", None) or ())
 
 
 def check_spec(path, args, what: str = "spec"):
-    """Read and validate the spec file ``path`` (JAX-free: :mod:`passage_jax.run.spec`) and
+    """Read and validate the spec file ``path`` (JAX-free: :mod:`passage_jax.run.specification`) and
     check that its planner module can be found from the folders searched first (the
     spec's own, then ``--planner-path``); returns the :class:`~passage_jax.run.RunSpec`."""
-    from passage_jax.run.planner_path import planner_module_problem  # noqa: PLC0415 (CLI start-up)
-    from passage_jax.run.spec import load_spec  # noqa: PLC0415 (CLI start-up)
+    from passage_jax.run.specification import load_spec, planner_module_problem  # noqa: PLC0415 (CLI start-up)
 
     for folder in getattr(args, "planner_path", None) or ():
         if not Path(folder).is_dir():

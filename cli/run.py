@@ -1,7 +1,7 @@
 """``python -m cli run --spec S --output D [--resume | --dry-run]``: run a planner on frozen tasks.
 
 The spec's planner module is looked for in the spec file's folder, then each
-``--planner-path DIR``, then the usual import path (:mod:`passage_jax.run.planner_path`);
+``--planner-path DIR``, then the usual import path (:mod:`passage_jax.run.specification.planner_path`);
 :func:`check` refuses a missing spec, a bad spec or a planner module that cannot be found
 before JAX loads. Every launch writes ``resolved_protocol.json`` into ``--output``; ``--dry-run`` admits the
 spec and writes that record only (no request runs, no seed folder is made). Progress
@@ -62,7 +62,7 @@ def main(args) -> int:
         SpecError,
         load_spec,
     )
-    from passage_jax.run.planner_path import planner_import_path  # noqa: PLC0415 (CLI start-up)
+    from passage_jax.run.specification import planner_import_path  # noqa: PLC0415 (CLI start-up)
 
     code = launch.join(args, "run")
     if code is not None:
@@ -125,8 +125,8 @@ def _test_admission(spec, args):
     gate found in each seed manifest; raises TestAdmissionRefused (a RunError) when a
     ``split_role: test`` spec has no green receipt that fits and ``--without-admission`` is
     not given. A dry run runs nothing and is not gated."""
-    from passage_jax.run.provenance import test_admission_recorded  # noqa: PLC0415 (CLI start-up)
-    from passage_jax.run.test_gate import require_admission  # noqa: PLC0415 (CLI start-up)
+    from passage_jax.run.admission import require_admission  # noqa: PLC0415 (CLI start-up)
+    from passage_jax.run.record import test_admission_recorded  # noqa: PLC0415 (CLI start-up)
 
     if args.dry_run:
         return contextlib.nullcontext()
@@ -163,7 +163,7 @@ def _admit_across_processes(spec, args):
     no process qualifies anything for a refused run."""
     from passage_jax import cluster  # noqa: PLC0415 (CLI start-up)
     from passage_jax.run import OutputFolderTaken, admit, holds_run  # noqa: PLC0415 (CLI start-up)
-    from passage_jax.run.session_shares import splits_requests  # noqa: PLC0415 (CLI start-up)
+    from passage_jax.run.execution import splits_requests  # noqa: PLC0415 (CLI start-up)
 
     why = holds_run(args.output) if cluster.is_writer() and not args.resume else None
     why = cluster.gather_shares(why, what="run: checking the output folder")[0]

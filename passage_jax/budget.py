@@ -2,7 +2,7 @@
 each limit requires (:data:`LIMIT_COUNTER`) and :class:`ProtocolError`.
 
 A leaf module (it imports no stage): the run spec's check
-(:mod:`passage_jax.run.spec`) validates a spec's ``budget`` with it before anything
+(:mod:`passage_jax.run.specification`) validates a spec's ``budget`` with it before anything
 loads JAX. :mod:`passage_jax.protocol.contracts` re-exports every name.
 """
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Every module that names a primary metric, its direction, the censoring of failed
 routes, the default training seeds, the block of a task without a tile, a timing
 profile, an objective or task variant, or a planner's input format imports it from
-here. This module imports nothing, so the run spec's check (``passage_jax.run.spec``)
+here. This module imports nothing, so the run spec's check (``passage_jax.run.specification.parse``)
 loads without JAX.
 """
 from __future__ import annotations

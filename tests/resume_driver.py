@@ -25,8 +25,9 @@ from pathlib import Path
 from passage_jax import fileio
 from passage_jax.planners import bfs
 from passage_jax.protocol import records
-from passage_jax.run import admission, journal, loop
-from passage_jax.run.spec import load_spec
+from passage_jax.run import loop
+from passage_jax.run.record import journal
+from passage_jax.run.specification.parse import load_spec
 
 
 def _die():
@@ -38,14 +39,14 @@ def arm(point: str) -> None:
     if kind == "none":
         return
     if kind == "admit":
-        real_admit = admission.admit
+        real_admit = loop.admit
 
         def admit(spec, *a, **k):
             real_admit(spec, *a, **k)
             _die()
-        admission.admit = admit
+        loop.admit = admit
     elif kind == "between":
-        real_run_seed = loop.run_seed
+        real_run_seed = loop._run_seed
         calls = [0]
 
         def run_seed(*a, **k):
@@ -53,7 +54,7 @@ def arm(point: str) -> None:
             if calls[0] == 2:
                 _die()
             return real_run_seed(*a, **k)
-        loop.run_seed = run_seed
+        loop._run_seed = run_seed
     elif kind == "planner":
         n = int(arg)
         real_plan = bfs.BFSPlanner.plan

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from cli.__main__ import main
-from passage_jax.run.planner_path import (
+from passage_jax.run.specification.planner_path import (
     planner_folders,
     planner_import_path,
     planner_module_problem,
@@ -247,7 +247,7 @@ def test_run_package_names_resolve_lazily_and_conform_stays_the_function():
     from passage_jax.run import RunError, conform, load_spec, run_spec
 
     assert conform.__module__ == "passage_jax.run.conform" and callable(run_spec)
-    assert RunError.__name__ == "RunError" and load_spec.__module__ == "passage_jax.run.spec"
+    assert RunError.__name__ == "RunError" and load_spec.__module__ == "passage_jax.run.specification.parse"
     assert set(run.__all__) <= set(dir(run))
 
 

@@ -12,7 +12,7 @@ import yaml
 import cli.__main__ as M
 from cli import doctor
 from passage_jax.run import parse_spec
-from passage_jax.run.spec import STARTER_SPEC, SpecError, load_spec
+from passage_jax.run.specification.parse import STARTER_SPEC, SpecError, load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 MARKUP = ("``", ":func:", ":class:", ":mod:", ":meth:", ":data:", ":attr:")

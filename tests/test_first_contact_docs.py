@@ -7,7 +7,7 @@ import pytest
 
 from passage_jax.graph.routes import route_problem
 from passage_jax.protocol.records import ROUTE_FORMATS, snapshot_route
-from passage_jax.run.spec import load_spec
+from passage_jax.run.specification.parse import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()

@@ -32,8 +32,8 @@ from passage_jax.protocol.records import (
     route_of,
     snapshot_route,
 )
-from passage_jax.run import interrupts
-from passage_jax.run.timing import call_planner, execute
+from passage_jax.run.execution import interrupts
+from passage_jax.run.execution.timing import call_planner, execute
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = {"latency_warmup": 0, "latency_repeats": 1, "quality_repeat_index": 0}

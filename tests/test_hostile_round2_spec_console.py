@@ -3,7 +3,7 @@ lazily, console text that rich would read as markup or the terminal as control s
 cost weights whose edge costs overflow, and ``references_from: ""``.
 
 Each family is fixed at its mechanism: every count and limit of the spec has a cap
-(``passage_jax.run.spec_schema.CAPS``) checked when the spec is loaded; the requests of a
+(``passage_jax.run.specification.schema.CAPS``) checked when the spec is loaded; the requests of a
 seed are computed from the counts, never listed; every user-named or file-read string on
 the console goes through ``cli.console.printable`` (control characters escaped) and reaches
 rich as text, never as markup; a weight is at most ``MAX_COST_WEIGHT`` and a scene's largest
@@ -31,9 +31,9 @@ from cli.console import printable
 from passage_jax.checks import MAX_COST_WEIGHT
 from passage_jax.data.validate import MAX_EDGE_COST, DataError, RowRef, parse_metadata
 from passage_jax.run import SpecError, parse_spec
-from passage_jax.run.plan import RequestPlan, n_passes, pass_at, passes
-from passage_jax.run.reused_references import earlier_seed_folder
-from passage_jax.run.spec_schema import CAPS
+from passage_jax.run.admission.reused_references import earlier_seed_folder
+from passage_jax.run.specification.plan import RequestPlan, n_passes, pass_at, passes
+from passage_jax.run.specification.schema import CAPS
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = {"latency_warmup": 0, "latency_repeats": 1, "quality_repeat_index": 0}

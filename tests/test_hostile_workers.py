@@ -18,8 +18,9 @@ import fixtures_runner as F
 import pytest
 
 from passage_jax.protocol import BudgetSpec
-from passage_jax.run import executors as X
-from passage_jax.run.executors import SupervisedExecutor, kill_worker_processes, worker_processes
+from passage_jax.run.execution import SupervisedExecutor
+from passage_jax.run.execution import supervised as X
+from passage_jax.run.execution.worker_processes import kill_worker_processes, worker_processes
 
 TESTS = Path(__file__).resolve().parent
 
@@ -116,8 +117,8 @@ def test_interpreter_exit_sweep(tasks, tmp_path):
         ex.execute(t, BudgetSpec(wall_time_ms=20_000))
         pids = _pids(tmp_path, t) + [ex._worker.pid]
         assert all(_alive(p) for p in pids)
-        assert list(X._LIVE) == [ex._worker]  # the hook kills every live worker of the process
-        X._kill_live_workers()
+        assert list(X.LIVE_WORKERS) == [ex._worker]  # the hook kills every live worker of the process
+        X.kill_live_workers()
         assert _wait_gone(pids) == []
     finally:
         ex.close()
@@ -147,7 +148,7 @@ def test_run_process_sigkilled_leaves_nothing(tasks, tmp_path):
         sys.path.insert(0, {str(TESTS)!r})
         import fixtures_runner as F
         from passage_jax.protocol import BudgetSpec
-        from passage_jax.run.executors import SupervisedExecutor
+        from passage_jax.run.execution import SupervisedExecutor
         if __name__ == "__main__":
             t = F.load(sys.argv[1])[0]
             ex = SupervisedExecutor("fault_planners:make_spawner", warmup=0,
@@ -179,7 +180,7 @@ def test_memory_cap_counts_the_planners_processes(tasks, tmp_path):
     t = tasks[1]
     with _spawner(tmp_path, t, ["hog"], "hang", child_mb=300, memory_mb=1_000_000) as ex:
         ex.execute(tasks[0], BudgetSpec(wall_time_ms=20_000))
-        own = X._rss_mb(ex._worker.pid)
+        own = X.rss_mb(ex._worker.pid)
         ex.memory_mb = int(own) + 150  # the worker alone stays under it, worker + child does not
         rec, _ = ex.execute(t, BudgetSpec(wall_time_ms=20_000))
         assert rec["status"] == "oom" and rec["error_type"] == "WorkerMemoryLimit", rec

@@ -6,8 +6,9 @@ import os
 
 import numpy as np
 
-import passage_jax.run.journal as journal
+import passage_jax.run.record.journal as journal
 from passage_jax.protocol.records import snapshot_route
+from passage_jax.protocol.runfolder import JOURNAL
 
 
 def test_appends_are_flushed_each_and_fsynced_by_interval_and_at_close(tmp_path, monkeypatch):
@@ -16,7 +17,7 @@ def test_appends_are_flushed_each_and_fsynced_by_interval_and_at_close(tmp_path,
     synced = []
     real_fsync = os.fsync
     monkeypatch.setattr(journal.os, "fsync", lambda fd: synced.append(fd) or real_fsync(fd))
-    path = tmp_path / journal.JOURNAL_NAME
+    path = tmp_path / JOURNAL
     j, _ = journal.Journal.open(path)
     opened = len(synced)
     snap = snapshot_route(np.array([[0, 0], [1, 1]], np.int32))

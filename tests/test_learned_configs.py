@@ -17,7 +17,7 @@ from passage_jax.learned.planner import make_planner
 from passage_jax.protocol import build_request
 from passage_jax.reference.search import search
 from passage_jax.run import load_spec
-from passage_jax.run.admission import AdmissionError, checkpoint_files
+from passage_jax.run.admission.checks import AdmissionError, checkpoint_files
 
 REPO = Path(__file__).resolve().parents[1]
 DECODERS = ("direct", "bounded_repair", "prediction_free", "exact_fallback")
@@ -146,7 +146,7 @@ def test_the_256_specs_carry_the_operating_point_frozen_on_calibration():
             (decided["max_expansions"], decided["accept_ratio"], decided["refine_radius"],
              decided["max_escapes"], decided["backups"])
     assert specs["bounded_repair"].budget.max_expansions == decided["max_expansions"]
-    from passage_jax.run.provenance import canonical_json_sha256  # noqa: PLC0415
+    from passage_jax.run.record.provenance import canonical_json_sha256  # noqa: PLC0415
     quoted = f"canonical-JSON sha256 {canonical_json_sha256(cal)}"
     for d in DECODERS:  # each spec quotes the hash of the decisions it was frozen with
         assert quoted in (REPO / "configs" / f"learned256_{d}.yaml").read_text()

@@ -24,7 +24,7 @@ from passage_jax.learned.planner import LearnedPlanner, guide_from_flax, make_pl
 from passage_jax.protocol import BudgetSpec, PlanRequest, as_planner, build_request, load_planner
 from passage_jax.protocol.contracts import normalise_result
 from passage_jax.reference.search import search
-from passage_jax.run.timing import execute
+from passage_jax.run.execution.timing import execute
 from passage_jax.testing import cost_to_go, exact_route, make_scene
 
 MODELS = {"elevation": 62.4, "slope_uphill": 10.0, "energy": 62.4}

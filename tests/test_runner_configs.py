@@ -9,7 +9,7 @@ from passage_jax.data import resolve_dataset_root, shipped_cohort_root
 from passage_jax.graph import route_cost
 from passage_jax.protocol.records import load_paths, read_requests, route_of
 from passage_jax.run import load_spec, run_spec
-from passage_jax.run.admission import entry_identity
+from passage_jax.run.admission.checks import entry_identity
 
 REPO = Path(__file__).resolve().parents[1]
 # run specs only: configs/train_*.yaml are training configurations (passage_jax.learned.train)
@@ -27,7 +27,7 @@ def test_config_is_valid(path, monkeypatch):
 
 def test_exact_and_bfs_on_shipped_cohort(tmp_path, monkeypatch):
     monkeypatch.chdir(REPO)
-    from passage_jax.run.admission import admit
+    from passage_jax.run.admission.checks import admit
 
     spec = dataclasses.replace(load_spec(REPO / "configs" / "exact.yaml"), n_samples=2,
                                seeds=(1234,), latency_warmup=0)

@@ -8,7 +8,7 @@ import pytest
 from passage_jax.graph import route_cost
 from passage_jax.planners import bfs, greedy
 from passage_jax.protocol import BudgetSpec, PlanResult, as_planner
-from passage_jax.run.timing import execute
+from passage_jax.run.execution.timing import execute
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from passage_jax.planners import bfs
 from passage_jax.protocol import build_request
 from passage_jax.protocol.records import load_paths, read_requests, route_of
 from passage_jax.run import AdmissionError, RunError, parse_spec, run_spec
-from passage_jax.run.admission import admit
+from passage_jax.run.admission.checks import admit
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +32,7 @@ def _run(cohort, out, admitted=None, **over):
     if admitted is not None:  # reuse the admitted tasks and references, new spec
         import dataclasses
 
-        from passage_jax.run.admission import entry_identity
+        from passage_jax.run.admission.checks import entry_identity
         admitted = dataclasses.replace(admitted, spec=spec, entry=entry_identity(spec))
     return spec, run_spec(spec, out, progress=False, admitted=admitted)
 

@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from passage_jax.contract import DEFAULT_SEEDS
-from passage_jax.run.spec import STARTER_SPEC, SpecError, load_spec, parse_spec
+from passage_jax.run.specification.parse import STARTER_SPEC, SpecError, load_spec, parse_spec
 
 BASE = {"method_name": "m", "inference": "passage_jax.planners.bfs:make_planner",
         "resolution": 64, "cost_model": "energy", "split": "val", "dataset_path": "data"}

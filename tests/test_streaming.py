@@ -16,9 +16,9 @@ import pytest
 from passage_jax.data import DataError, load_tasks, open_tasks, shipped_cohort_root
 from passage_jax.fileio import NpzMember, NpzStreamWriter, atomic_file
 from passage_jax.protocol.records import PathsReader, PathsWriter, load_paths, route_of, snapshot_route
-from passage_jax.run import admission
+from passage_jax.run.admission import checks as admission
 from passage_jax.run.loop import run_spec
-from passage_jax.run.spec import load_spec
+from passage_jax.run.specification.parse import load_spec
 
 ROOT = shipped_cohort_root()
 

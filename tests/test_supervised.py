@@ -17,15 +17,10 @@ from passage_jax.contract import IN_PROCESS_TIMING_PROFILE, SUPERVISED_TIMING_PR
 from passage_jax.data import load_tasks, shipped_cohort_root
 from passage_jax.protocol import BudgetSpec, as_planner
 from passage_jax.protocol.records import RECORD_KEYS
-from passage_jax.run.executors import (
-    InProcessExecutor,
-    PlannerBuildError,
-    SupervisedExecutor,
-    open_executor,
-    warmup_task,
-)
-from passage_jax.run.spec import SpecError, load_spec, parse_spec
-from passage_jax.run.timing import execute
+from passage_jax.run.execution import InProcessExecutor, PlannerBuildError, SupervisedExecutor, open_executor
+from passage_jax.run.execution.supervised import warmup_task
+from passage_jax.run.execution.timing import execute
+from passage_jax.run.specification.parse import SpecError, load_spec, parse_spec
 
 # fields a supervised request must share with the in-process request on the same planner
 SAME = ("status", "reported_status", "route_format", "route_len", "route_cost", "problem", "work",

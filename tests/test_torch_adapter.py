@@ -14,7 +14,7 @@ from passage_jax.graph.moves import MOVES
 from passage_jax.planners.greedy import GreedyPlanner
 from passage_jax.protocol import PlanRequest, PlanResult, as_planner, build_request, load_planner
 from passage_jax.protocol.records import load_paths, read_requests, route_of
-from passage_jax.run.timing import execute
+from passage_jax.run.execution.timing import execute
 
 SKIP = "the torch extra is not installed (pip install -e '.[torch]')"
 

@@ -296,7 +296,7 @@ class PathsWriter:
     def write_streamed(self, path, scan) -> Path:
         """Write the file, reading the routes again with ``scan(visit)``, which must call
         ``visit(index, line, (fmt, route, raw, desc))`` for every record in order (as
-        :func:`passage_jax.run.journal.scan_journal` does); the sizes must be those given
+        :func:`passage_jax.run.record.journal.scan_journal` does); the sizes must be those given
         to :meth:`add_sizes` (ValueError otherwise)."""
         idx = self._index_arrays()
         n_cells, n_raw = int(idx["offsets"][-1]), int(idx["raw_offsets"][-1])

@@ -3,7 +3,7 @@ only here), and one verification of a finished run folder, for every reader of o
 
 ``score``, ``compare``, ``trust``, ``check-entry`` and the other evaluation commands
 (:mod:`passage_jax.evaluate`), and a run that takes an earlier run's references
-(``references_from``, :mod:`passage_jax.run.reused_references`), read a run folder only
+(``references_from``, :mod:`passage_jax.run.admission.reused_references`), read a run folder only
 after :meth:`RunRecords.seed_folders` (a run folder) or :func:`verify_seed_folder` (one seed
 folder) held that it is what a finished run left:
 
@@ -72,7 +72,7 @@ REFERENCES = "references.npz"
 RUN_FILES = (REQUESTS, PATHS, REFERENCES)
 #: the record journal the run files were built from, hashed by the manifest (``journal``)
 JOURNAL = "records.journal"
-#: the state of a seed in progress, kept by ``run`` (``passage_jax.run.seed_state``)
+#: the state of a seed in progress, kept by ``run`` (``passage_jax.run.record.seed_state``)
 SEED_STATE = "seed_state.json"
 #: the lock file held while a process runs the folder
 LOCK = ".run.lock"

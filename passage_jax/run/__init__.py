@@ -6,6 +6,15 @@ seed (formats in :mod:`passage_jax.protocol.records`; every record is made durab
 a journal as it completes, and ``run_spec(..., resume=True)`` continues a killed
 run; ``progress=`` takes a callable that receives :class:`ProgressEvent` values);
 :mod:`passage_jax.evaluate` scores those folders offline and never imports this package.
+
+Four subpackages, each reached through its ``__init__``, arrows pointing down:
+:mod:`~passage_jax.run.specification` (the spec and its requests; no JAX),
+:mod:`~passage_jax.run.record` (what a run writes and keeps),
+:mod:`~passage_jax.run.admission` (what a run checks before the first planner call, and
+the test admission gate) and :mod:`~passage_jax.run.execution` (a seed's requests, timed,
+through an executor). Above them :mod:`~passage_jax.run.loop` (``run_spec``) and
+:mod:`~passage_jax.run.conform`; beneath everything :mod:`~passage_jax.run.context`,
+:mod:`~passage_jax.run.progress` and :mod:`~passage_jax.run.errors`.
 """
 import sys
 import types
@@ -13,19 +22,18 @@ import types
 from passage_jax.exports import lazy_exports
 
 # re-exports, by module: each module is imported when one of its names is first used, so
-# ``passage_jax.run.spec`` (the spec check, which the CLI runs before anything loads JAX)
+# ``passage_jax.run.specification`` (the spec check, which the CLI runs before anything loads JAX)
 # imports no executor, kernel or JAX
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
-    "passage_jax.run.spec": (
+    "passage_jax.run.specification": (
         "RunSpec", "SpecError", "load_spec", "parse_spec", "DEFAULTS", "KNOWN", "REQUIRED",
-        "STARTER_SPEC",
+        "STARTER_SPEC", "passes",
     ),
+    "passage_jax.run.errors": ("RunError", "OutputFolderTaken", "ResumeError"),
     "passage_jax.run.admission": ("Admitted", "AdmissionError", "References", "admit"),
-    "passage_jax.run.timing": ("execute", "block_until_ready"),
-    "passage_jax.run.loop": (
-        "RunError", "OutputFolderTaken", "ResumeError", "holds_run", "passes", "run_seed",
-        "run_spec",
-    ),
+    "passage_jax.run.execution": ("execute", "block_until_ready"),
+    "passage_jax.run.record": ("holds_run",),
+    "passage_jax.run.loop": ("run_seed", "run_spec"),
     "passage_jax.run.conform": ("conform",),
     "passage_jax.run.progress": ("ProgressEvent",),
 })

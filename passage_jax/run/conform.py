@@ -55,10 +55,10 @@ from passage_jax.protocol.contracts import (
 )
 from passage_jax.protocol.records import code_hash, package_versions
 from passage_jax.protocol.requests import build_request
-from passage_jax.run import admission as adm
-from passage_jax.run.loop import create_folder, refuse_inside_dataset, spec_and_output
-from passage_jax.run.spec import RunSpec
-from passage_jax.run.timing import execute
+from passage_jax.run.admission import Admitted, admit
+from passage_jax.run.execution import execute
+from passage_jax.run.record import create_folder, hardware, refuse_inside_dataset, spec_and_output
+from passage_jax.run.specification import RunSpec
 
 __all__ = ["conform", "analytic_task", "RECEIPT_FORMAT", "SCOPE", "Probe", "CheckResult", "run_checks",
            "check_isolation", "failure_reason"]
@@ -381,7 +381,7 @@ def run_checks(probe: Probe) -> list:
 # the receipt
 # --------------------------------------------------------------------------- #
 
-def _receipt(spec: RunSpec, admitted: adm.Admitted, probe: Probe, seed: int, checks: list) -> dict:
+def _receipt(spec: RunSpec, admitted: Admitted, probe: Probe, seed: int, checks: list) -> dict:
     return {
         "format": RECEIPT_FORMAT,
         "passed": all(c.passed for c in checks),
@@ -394,19 +394,19 @@ def _receipt(spec: RunSpec, admitted: adm.Admitted, probe: Probe, seed: int, che
         "task": {"sample_id": probe.task.id, "c_star": probe.c_star,
                  "shards": admitted.shards, "reference_policy": spec.reference_policy},
         "code": code_hash(),
-        "hardware": adm.hardware(),
+        "hardware": hardware(),
         "versions": package_versions(),
         "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
 
 
-def conform(spec: RunSpec | str, output, admitted: adm.Admitted | None = None) -> dict:
+def conform(spec: RunSpec | str, output, admitted: Admitted | None = None) -> dict:
     """Run the checks and write ``<output>/conformance.json``; returns the receipt. The
     output folder is checked as a run's (:func:`passage_jax.run.loop.output_folder`, new
     or empty, outside the dataset root) before anything runs."""
     spec, output = spec_and_output(spec, output)
     if admitted is None:
-        admitted = adm.admit(dataclasses.replace(spec, n_samples=1))
+        admitted = admit(dataclasses.replace(spec, n_samples=1))
     refuse_inside_dataset(output, admitted.root)
     seed = spec.seeds[0]
     planner = load_planner(spec.inference, spec.inference_format, spec.kwargs_for_seed(seed))

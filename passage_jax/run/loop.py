@@ -7,27 +7,27 @@ find unchanged), then for each seed opens an executor (planner construction is n
 timed), runs one cold pass over the tasks, ``latency_warmup`` recorded warm-up
 passes and ``latency_repeats`` measured warm repeats, one request at a time (under a
 session timing profile: ``session_warmup`` untimed calls on the warm-up scene, then one
-timed request per task; :mod:`passage_jax.run.sessions`), and writes
+timed request per task; :mod:`passage_jax.run.execution.sessions`), and writes
 ``<output>/seed-<seed>/`` (formats in :mod:`passage_jax.protocol.records` and
 ``docs/runner.md``).
 
 A seed in progress lives in ``<output>/.seed-<seed>.partial/``. Each record is
-appended to its journal (:mod:`passage_jax.run.journal`) and fsynced before the
+appended to its journal (:mod:`passage_jax.run.record.journal`) and fsynced before the
 next request starts; when the seed completes, ``requests.jsonl``, ``paths.npz``,
 ``references.npz`` and ``manifest.json`` are built from the journal
-(:mod:`passage_jax.run.seed_files`) and the folder is renamed to ``seed-<seed>``.
+(:mod:`passage_jax.run.record.seed_files`) and the folder is renamed to ``seed-<seed>``.
 ``run_spec(..., resume=True)`` continues a killed run from what is durable
-(:mod:`passage_jax.run.resume`): it checks the stored identities, keeps completed seeds
+(:mod:`passage_jax.run.record.resume`): it checks the stored identities, keeps completed seeds
 (verified, and rebuilt from their journals when a file is torn) and every complete
 journal entry, and re-runs only what is missing. Under a session profile in a
 multi-process launch the processes share each seed's requests out, one session each,
-and process 0 journals the gathered records (:mod:`passage_jax.run.session_shares`).
+and process 0 journals the gathered records (:mod:`passage_jax.run.execution.session_shares`).
 
-The pieces: :mod:`~passage_jax.run.folder` (output folders, refusals, the lock, what a
-failed launch leaves), :mod:`~passage_jax.run.plan` (the requests in order),
-:mod:`~passage_jax.run.seed_state` (``seed_state.json``),
-:mod:`~passage_jax.run.seed_requests` (one planner build's requests),
-:mod:`~passage_jax.run.manifest` (identities and the seed manifest) and
+The pieces: :mod:`~passage_jax.run.record.folder` (output folders, refusals, the lock, what a
+failed launch leaves), :mod:`~passage_jax.run.specification.plan` (the requests in order),
+:mod:`~passage_jax.run.record.seed_state` (``seed_state.json``),
+:mod:`~passage_jax.run.execution.seed_requests` (one planner build's requests),
+:mod:`~passage_jax.run.record.manifest` (identities and the seed manifest) and
 :mod:`~passage_jax.run.progress` (progress events for the command line to draw).
 """
 from __future__ import annotations
@@ -39,52 +39,64 @@ from pathlib import Path
 
 from passage_jax import cluster
 from passage_jax.fileio import atomic_write_json, atomic_write_text, fsync_dir, to_json, utc_now
-from passage_jax.protocol.records import RUN_FORMAT
-from passage_jax.run import admission as adm
-from passage_jax.run.context import RunContext
-from passage_jax.run.errors import OutputFolderTaken, ResumeError, RunError
-from passage_jax.run.folder import (
+from passage_jax.protocol.records import RUN_FORMAT, code_hash
+from passage_jax.protocol.runfolder import (
+    JOURNAL,
     RUN_STARTED,
     RUN_STARTED_FORMAT,
+    RUN_SUMMARY,
+    SEED_STATE,
+    launch_record_name,
+    partial_seed_folder_name,
+    seed_folder_name,
+)
+from passage_jax.run.admission import Admitted, admit
+from passage_jax.run.context import RunContext
+from passage_jax.run.errors import OutputFolderTaken, ResumeError, RunError
+from passage_jax.run.execution import (
+    Leader,
+    RunInterrupted,
+    execute_requests,
+    execute_shared,
+    follow,
+    leading,
+    splits_requests,
+    stop_on_signals,
+)
+from passage_jax.run.record import (
+    Journal,
+    ProvenanceError,
+    SeedState,
+    clear_leftovers,
     create_folder,
+    finish_seed,
+    finished_summary,
+    hardware,
     holds_records,
     holds_run,
+    keep_completed_seed,
+    load_state,
     local_root,
     locked,
     output_folder,
-    refuse_inside_dataset,
-    remove_created,
-    remove_temporaries,
-    spec_and_output,
-    undo_launch,
-)
-from passage_jax.run.interrupts import RunInterrupted, stop_on_signals
-from passage_jax.run.journal import JOURNAL_NAME, Journal
-from passage_jax.run.launch_record import write_resolved_protocol
-from passage_jax.run.manifest import run_identity
-from passage_jax.run.plan import SERIES, RequestPlan, check_entry, passes
-from passage_jax.run.progress import ProgressEvent
-from passage_jax.run.resume import (
-    finished_summary,
-    keep_completed_seed,
     refuse_differences,
+    refuse_inside_dataset,
     refuse_other_spec,
+    remove_temporaries,
+    run_identity,
+    run_provenance,
+    save_state,
     stored_run,
+    undo_launch,
+    write_resolved_protocol,
 )
-from passage_jax.run.seed_files import SEED_FILES, clear_leftovers, finish_seed, references_arrays
-from passage_jax.run.seed_requests import execute_requests
-from passage_jax.run.seed_state import SEED_STATE, SeedState, load_state, save_state
-from passage_jax.run.session_shares import Leader, execute_shared, follow, leading, splits_requests
-from passage_jax.run.spec import RunSpec, load_spec
+from passage_jax.run.specification import RequestPlan, RunSpec, check_entry, load_spec
 
-__all__ = ["RunError", "OutputFolderTaken", "ResumeError", "run_spec", "run_seed", "passes",
-           "holds_run", "spec_and_output", "references_arrays", "run_identity", "SERIES",
-           "output_folder", "create_folder", "remove_created", "refuse_inside_dataset",
-           "RUN_STARTED", "RUN_STARTED_FORMAT", "SEED_STATE", "SEED_FILES", "ProgressEvent"]
+__all__ = ["run_spec", "run_seed"]
 
 
 def run_spec(spec: RunSpec | str | os.PathLike, output, progress=None,
-             admitted: adm.Admitted | None = None, log=None, *, resume: bool = False,
+             admitted: Admitted | None = None, log=None, *, resume: bool = False,
              dry_run: bool = False) -> dict:
     """Admit and run ``spec``, writing ``<output>/seed-<seed>/`` per seed and
     ``<output>/run.json``. Refuses an output folder that is not empty.
@@ -100,20 +112,20 @@ def run_spec(spec: RunSpec | str | os.PathLike, output, progress=None,
     ``output`` is made absolute and checked before admission (:func:`output_folder`,
     :func:`refuse_inside_dataset`); a new run that fails before its first durable record
     leaves only its ``resolved_protocol`` records behind
-    (:func:`passage_jax.run.folder.undo_launch`).
+    (:func:`passage_jax.run.record.folder.undo_launch`).
 
     ``progress``: a callable taking a :class:`~passage_jax.run.progress.ProgressEvent`
     (when a seed starts executing requests and after each request); anything else
     (``None``, ``False``, ``True``) reports nothing: drawing progress is the command
     line's job. ``log``: a callable taking one line, or None.
 
-    Every launch writes ``resolved_protocol.json`` (:mod:`passage_jax.run.launch_record`).
+    Every launch writes ``resolved_protocol.json`` (:mod:`passage_jax.run.record.launch_record`).
     With ``dry_run=True`` the run is admitted and that record written, nothing else: no
     request runs and no seed folder is made; returns ``{"dry_run": True, ...}``.
 
     Under a session timing profile in a multi-process launch every process calls this:
     each runs its own session on its share of each seed's requests
-    (:mod:`passage_jax.run.session_shares`; ``admitted``: the launch's admission, made
+    (:mod:`passage_jax.run.execution.session_shares`; ``admitted``: the launch's admission, made
     here when not given); process 0 writes the run folder and returns the summary, the
     others return ``{"follower": True, ...}``. Under ``complete_request_v1`` the process
     calling this runs every request.
@@ -126,7 +138,7 @@ def run_spec(spec: RunSpec | str | os.PathLike, output, progress=None,
         return _run_spec(spec, output, admitted, progress=progress, log=log, resume=resume,
                          dry_run=dry_run)
     if admitted is None:  # every process of the launch admits, together
-        admitted = adm.admit(spec)
+        admitted = admit(spec)
     if not cluster.is_writer():
         return follow(admitted, log)
     with Leader():  # process 0 leads the others through the run (session_shares.leading)
@@ -134,7 +146,7 @@ def run_spec(spec: RunSpec | str | os.PathLike, output, progress=None,
                          dry_run=dry_run)
 
 
-def _run_spec(spec: RunSpec, output, admitted: adm.Admitted | None, *, progress, log, resume: bool,
+def _run_spec(spec: RunSpec, output, admitted: Admitted | None, *, progress, log, resume: bool,
               dry_run: bool) -> dict:
     """:func:`run_spec` in this process."""
     output = output_folder(output)
@@ -147,23 +159,23 @@ def _run_spec(spec: RunSpec, output, admitted: adm.Admitted | None, *, progress,
             raise OutputFolderTaken(why)
     refuse_inside_dataset(output, local_root(spec))  # before admission: nothing is read
     if admitted is None:
-        admitted = adm.admit(spec)
+        admitted = admit(spec)
     refuse_inside_dataset(output, admitted.root)
     return _launch(admitted, output, stored, progress=progress, log=log, dry_run=dry_run)
 
 
 def _launch(admitted, output: Path, stored: dict | None, *, progress, log, dry_run: bool) -> dict:
     """The identity checks and the run itself in ``output`` (absolute and checked; created
-    here). A launch that fails is undone as far as :func:`~passage_jax.run.folder.undo_launch`
-    says. SIGINT and SIGTERM stop it (:mod:`passage_jax.run.interrupts`: whatever a planner
+    here). A launch that fails is undone as far as :func:`~passage_jax.run.record.folder.undo_launch`
+    says. SIGINT and SIGTERM stop it (:mod:`passage_jax.run.execution.interrupts`: whatever a planner
     raises does not): what it made is undone likewise, ``log`` gets one line saying what is
-    kept, and :class:`~passage_jax.run.interrupts.RunInterrupted` (a ``KeyboardInterrupt``)
+    kept, and :class:`~passage_jax.run.execution.interrupts.RunInterrupted` (a ``KeyboardInterrupt``)
     is raised."""
     created = create_folder(output)
     started = False  # a new run's run_started.json is being written
     try:
         with stop_on_signals():
-            ctx = RunContext.for_launch(admitted, progress, log)
+            ctx = _launch_context(admitted, progress, log)
             identity = run_identity(admitted, ctx.code, ctx.provenance)
             if stored is not None:
                 refuse_differences(str(output / RUN_STARTED), "the run identity", stored["identity"],
@@ -185,6 +197,17 @@ def _launch(admitted, output: Path, stored: dict | None, *, progress, log, dry_r
         raise
 
 
+def _launch_context(admitted: Admitted, progress, log) -> RunContext:
+    """The context of a launch: the code hash and the provenance record are taken now
+    (:class:`RunError` naming the provenance input that is missing or does not fit)."""
+    code = code_hash()
+    try:
+        prov = run_provenance(admitted.spec, admitted.sample_ids)
+    except ProvenanceError as e:
+        raise RunError(str(e)) from None
+    return RunContext(admitted, code, prov, progress, log)
+
+
 def _stopped_line(output: Path, e: RunInterrupted) -> str:
     """The one line saying that the evaluator's signal stopped the run, and what is kept."""
     if holds_records(output):
@@ -202,7 +225,7 @@ def _record_launch(ctx: RunContext, output: Path, stored: dict | None, dry_run: 
         checkpoints=ctx.admitted.checkpoints, device=ctx.admitted.device, log=ctx.log, code=ctx.code)
     if dry_run:
         return {"dry_run": True, "method_name": spec.method_name,
-                "resolved_protocol": str(output / f"resolved_protocol.{record['launch']['index']}.json"),
+                "resolved_protocol": str(output / launch_record_name(record['launch']['index'])),
                 "inference_protocol": record["inference_protocol"], "n_tasks": len(ctx.admitted.tasks)}
     finished = None if stored is None else finished_summary(output, spec)
     if finished is not None:
@@ -217,7 +240,7 @@ def _started_record(spec: RunSpec, identity: dict, stored: dict | None) -> dict:
                 "spec": spec.to_dict(), "spec_sha256": spec.sha256(),
                 "seeds": list(spec.seeds), "identity": identity, "started_utc": utc_now(),
                 "resumes": []}
-    resume = {"utc": utc_now(), "hardware": adm.hardware()}
+    resume = {"utc": utc_now(), "hardware": hardware()}
     return {**stored, "resumes": [*stored["resumes"], resume]}
 
 
@@ -227,35 +250,34 @@ def _run_seeds(ctx: RunContext, output: Path) -> dict:
     summaries = {}
     for seed in spec.seeds:
         m = _one_seed(ctx, output, seed)
-        summaries[str(seed)] = {"folder": f"seed-{seed}", "status_counts": m["status_counts"],
+        summaries[str(seed)] = {"folder": seed_folder_name(seed), "status_counts": m["status_counts"],
                                 "n_records": m["n_records"]}
     summary = {"format": RUN_FORMAT, "method_name": spec.method_name, "spec": spec.to_dict(),
                "spec_sha256": spec.sha256(), "seeds": list(spec.seeds), "per_seed": summaries,
                "code": ctx.code, "finished_utc": utc_now()}
-    atomic_write_text(output / "run.json", to_json(summary) + "\n")
+    atomic_write_text(output / RUN_SUMMARY, to_json(summary) + "\n")
     return summary
 
 
 def _one_seed(ctx: RunContext, output: Path, seed: int) -> dict:
     """The manifest of ``seed-<seed>``: a completed folder verified (and repaired), or the
     seed run in its ``.partial`` folder and renamed when complete."""
-    final = output / f"seed-{seed}"
-    partial = output / f".seed-{seed}.partial"
+    final = output / seed_folder_name(seed)
+    partial = output / partial_seed_folder_name(seed)
     if final.is_dir():
         if partial.exists():  # cannot coexist with a completed seed; nothing in it is needed
             shutil.rmtree(partial)
         m = keep_completed_seed(ctx, seed, final)
         ctx.say(f"seed {seed}: complete ({m['n_records']} records) -> {final}")
         return m
-    m = run_seed(ctx.admitted, seed, partial, ctx.progress, code=ctx.code, log=ctx.log,
-                 provenance=ctx.provenance)
+    m = _run_seed(ctx, seed, partial)
     os.replace(partial, final)
     fsync_dir(output)
     ctx.say(f"seed {seed}: {m['n_records']} records -> {final}")
     return m
 
 
-def run_seed(admitted: adm.Admitted, seed: int, folder: Path, progress=None,
+def run_seed(admitted: Admitted, seed: int, folder: Path, progress=None,
              planner=None, code: dict | None = None, *, log=None,
              provenance: dict | None = None) -> dict:
     """Run every pass for one seed in ``folder`` (created, or continued when it holds the
@@ -267,21 +289,26 @@ def run_seed(admitted: adm.Admitted, seed: int, folder: Path, progress=None,
     first missing request, whose record carries ``resumed: true``. ``progress``: as in
     :func:`run_spec`; ``provenance``: the run's provenance record (None: the manifest
     takes it). On process 0 of a multi-process session run
-    (:func:`~passage_jax.run.session_shares.leading`) the missing requests are shared out
+    (:func:`~passage_jax.run.execution.session_shares.leading`) the missing requests are shared out
     across the launch's processes.
     """
     ctx = RunContext.of(admitted, code, provenance=provenance, progress=progress, log=log)
+    return _run_seed(ctx, seed, folder, planner)
+
+
+def _run_seed(ctx: RunContext, seed: int, folder: Path, planner=None) -> dict:
+    """:func:`run_seed` under the launch's context ``ctx``."""
     leader = leading()
     folder.mkdir(parents=True, exist_ok=True)
     fsync_dir(folder.parent)
     clear_leftovers(folder)
     state = load_state(folder, seed)
-    resumed = state is not None or (folder / JOURNAL_NAME).exists()
+    resumed = state is not None or (folder / JOURNAL).exists()
     state = state or SeedState.new(seed)
     if state.seed != int(seed):
         raise ResumeError(f"{folder / SEED_STATE}: seed {state.seed} is not seed {seed}")
-    rows = RequestPlan(ctx.spec, admitted.tasks.stubs)
-    journal, scan = _open_journal(folder / JOURNAL_NAME, rows, seed)
+    rows = RequestPlan(ctx.spec, ctx.admitted.tasks.stubs)
+    journal, scan = _open_journal(folder / JOURNAL, rows, seed)
     try:
         if resumed:
             state = state.with_resume(scan.count, scan.torn_bytes, scan.torn)

@@ -44,12 +44,10 @@ from pathlib import Path
 import numpy as np
 
 from passage_jax.fileio import atomic_write_bytes, fsync_dir, naming_file
-from passage_jax.protocol.runfolder import JOURNAL
 
-__all__ = ["JOURNAL_NAME", "JOURNAL_HEADER", "JournalError", "JournalScan", "Journal",
+__all__ = ["JOURNAL_HEADER", "JournalError", "JournalScan", "Journal",
            "encode_entry", "decode_entry", "scan_journal", "SYNC_INTERVAL_S"]
 
-JOURNAL_NAME = JOURNAL  # the name's one owner is passage_jax.protocol.runfolder
 #: seconds at most between an append and the journal's fsync
 SYNC_INTERVAL_S = 0.5
 JOURNAL_HEADER = b"passage-jax-journal-v1\n"

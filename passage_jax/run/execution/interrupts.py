@@ -1,7 +1,7 @@
 """The evaluator's own SIGINT and SIGTERM, told apart from what a planner raises.
 
 A planner call contains every exception the planner raises, ``KeyboardInterrupt`` and
-``SystemExit`` included (:func:`passage_jax.run.timing.call_planner` records it as the
+``SystemExit`` included (:func:`passage_jax.run.execution.timing.call_planner` records it as the
 request's ``runtime_error``). A real signal delivered to the evaluator must still stop
 the run, so while a run executes (:func:`stop_on_signals`, entered by
 :func:`passage_jax.run.loop.run_spec`) SIGINT and SIGTERM are caught here: the signal is
@@ -11,7 +11,7 @@ received during the call (:func:`raise_if_received`), even if the planner swallo
 exception or turned it into another one; the run then stops as a ``KeyboardInterrupt``
 always stopped it (every completed record durable, ``run --resume`` continues).
 
-Outside a run (a planner called through :func:`passage_jax.run.timing.execute` by
+Outside a run (a planner called through :func:`passage_jax.run.execution.timing.execute` by
 ``conform`` or a library caller) :func:`planner_call` installs the SIGINT handler for
 the call alone, when it runs in the main thread and SIGINT has Python's default
 handler, so Ctrl-C still stops such a caller. A supervised worker opts out

@@ -10,11 +10,11 @@
    hashes are recorded); a ``runtime_bundle_manifest`` verifies;
 5. the requested device exists;
 6. under a session timing profile, the warm-up scene is found outside the roster
-   (:mod:`passage_jax.run.warmup_scene`).
+   (:mod:`passage_jax.run.admission.warmup_scene`).
 
 With ``references_from`` (an earlier run over the same tasks) step 3 takes that run's
 qualified references after verifying its folder and qualifying a random sample of them
-again (:mod:`passage_jax.run.reused_references`).
+again (:mod:`passage_jax.run.admission.reused_references`).
 
 Nothing here calls the planner.
 """
@@ -24,7 +24,6 @@ import dataclasses
 import hashlib
 import inspect
 import os
-import platform
 import re
 import stat
 import sys
@@ -42,11 +41,11 @@ from passage_jax.learned.guide import shipped_checkpoint
 from passage_jax.protocol.adapters import import_entry, is_factory
 from passage_jax.protocol.records import pack_routes, references_identity
 from passage_jax.reference import qualify_scenes, solve_tasks
-from passage_jax.run.reused_references import ReusedReferences
-from passage_jax.run.spec import SPEC_MAX_BYTES, RunSpec, shown
-from passage_jax.run.warmup_scene import WarmupSceneError, warmup_task
+from passage_jax.run.admission.reused_references import ReusedReferences
+from passage_jax.run.admission.warmup_scene import WarmupSceneError, warmup_task
+from passage_jax.run.specification import SPEC_MAX_BYTES, RunSpec, shown
 
-__all__ = ["Admitted", "AdmissionError", "References", "admit", "hardware", "CHECKPOINT_KEY"]
+__all__ = ["Admitted", "AdmissionError", "References", "admit", "CHECKPOINT_KEY"]
 
 
 class AdmissionError(RuntimeError):
@@ -438,10 +437,3 @@ def admit(spec: RunSpec, qualify: bool = True, *, chunk: int | None = None) -> A
                     entry=entry, checkpoints=checkpoints, runtime_bundle=bundle, device=device,
                     warmup=warmup)
 
-
-def hardware() -> dict:
-    return {"platform": platform.platform(), "machine": platform.machine(),
-            "processor": platform.processor(), "python": platform.python_version(),
-            "cpu_count": os.cpu_count(), "jax_backend": jax.default_backend(),
-            "jax_devices": [str(d) for d in jax.devices()],
-            "device_kinds": sorted({d.device_kind for d in jax.devices()})}

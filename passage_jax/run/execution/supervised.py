@@ -2,14 +2,14 @@
 
 :class:`SupervisedExecutor` builds and calls the planner in a worker process
 started with the ``spawn`` method (no inherited JAX state; the model loads once
-per worker; :mod:`passage_jax.run.worker`) while the parent owns the timer and
+per worker; :mod:`passage_jax.run.execution.worker`) while the parent owns the timer and
 the deadline:
 
 * the parent starts the clock, sends the task's ordinary inputs to the worker,
   which builds the request (:func:`~passage_jax.protocol.requests.build_request`),
   calls the planner, waits for its device arrays and sends back the route
   snapshot; the parent then checks legality and recosts
-  (:func:`~passage_jax.run.timing.finish_record`), so the status precedence is
+  (:func:`~passage_jax.run.execution.timing.finish_record`), so the status precedence is
   the in-process runner's;
 * no reply by the deadline (``budget.wall_time_ms``) plus ``worker_grace_ms``:
   the request is ``timeout``, the worker is killed (SIGKILL) and replaced before
@@ -36,7 +36,7 @@ first collects from ``/proc`` every process that descends from the worker,
 shares its session or process group, or carries its token, including
 ``start_new_session=True`` children and daemons; it freezes them with
 SIGSTOP (collecting again until nothing new appears) and then kills them all
-with SIGKILL (:mod:`passage_jax.run.worker_processes`). A small watchdog process
+with SIGKILL (:mod:`passage_jax.run.execution.worker_processes`). A small watchdog process
 per worker (outside its session) does the same sweep when the worker disappears
 without the parent, e.g. when the run itself is SIGKILLed. The memory cap counts
 the resident memory of the worker and of every process it started. A process that
@@ -68,11 +68,11 @@ from passage_jax.contract import SUPERVISED_TIMING_PROFILE
 from passage_jax.data.scene import PASSAGE_CALIBRATION, Scene, Task, normalise_elevation
 from passage_jax.protocol.contracts import BudgetSpec
 from passage_jax.protocol.records import ROUTE_FORMAT_CODE
-from passage_jax.run.placement import local_position, placement
-from passage_jax.run.planner_build import PlannerBuildError
-from passage_jax.run.timing import finish_record
-from passage_jax.run.worker import task_payload, worker_main
-from passage_jax.run.worker_processes import kill_worker_processes, rss_mb, worker_processes
+from passage_jax.run.execution.devices import local_position, placement
+from passage_jax.run.execution.planner_build import PlannerBuildError
+from passage_jax.run.execution.timing import finish_record
+from passage_jax.run.execution.worker import task_payload, worker_main
+from passage_jax.run.execution.worker_processes import kill_worker_processes, rss_mb, worker_processes
 
 __all__ = ["SupervisedExecutor", "SUPERVISED_TIMER", "warmup_task", "WORKER_START_TIMEOUT_S",
            "WARMUP_MIN_WAIT_S", "RSS_POLL_S", "TREE_POLL_S", "LIVE_WORKERS", "kill_live_workers"]

@@ -1,7 +1,7 @@
-"""What a run records about where its tasks and decisions come from (seed 000 §4, §6;
-seed 003 §5): the role of its split, the calibration decisions frozen before a test
-run, the determinism claim, the container digest, the roster it was admitted with,
-and the evaluator's source commit.
+"""What a run records about where its tasks and decisions come from (docs/runner.md,
+"seed-<seed>/manifest.json", ``provenance``): the role of its split, the calibration
+decisions frozen before a test run, the determinism claim, the container digest, the
+roster it was admitted with, and the evaluator's source commit.
 
 * ``split_role``: ``development``, ``calibration``, ``validation`` or ``test`` (the spec
   checks that the role fits the split); ``null`` is recorded as ``undeclared``.
@@ -20,7 +20,7 @@ and the evaluator's source commit.
   planner's module (``null``: the rest of the import path did).
 
 Both files are read bounded: the calibration decisions at most
-:data:`passage_jax.run.spec.SPEC_MAX_BYTES` (no YAML aliases), a roster at most
+:data:`passage_jax.run.specification.SPEC_MAX_BYTES` (no YAML aliases), a roster at most
 :data:`ROSTER_MAX_BYTES`; a larger file is refused unread, naming it.
 """
 from __future__ import annotations
@@ -34,11 +34,10 @@ import subprocess
 from pathlib import Path
 
 from passage_jax.fileio import read_document
-from passage_jax.run.planner_path import planner_path_record
-from passage_jax.run.spec import SPEC_MAX_BYTES
+from passage_jax.run.specification import SPEC_MAX_BYTES, planner_path_record
 from passage_jax.stats.roster import RosterError, read_roster
 
-__all__ = ["ProvenanceError", "provenance", "canonical_json_sha256", "evaluator_commit",
+__all__ = ["ProvenanceError", "run_provenance", "canonical_json_sha256", "evaluator_commit",
            "roster_record", "calibration_record", "UNDECLARED", "ROSTER_MAX_BYTES", "test_admission_recorded"]
 
 UNDECLARED = "undeclared"
@@ -46,7 +45,7 @@ UNDECLARED = "undeclared"
 ROSTER_MAX_BYTES = 64 << 20
 
 
-#: what ``run`` found at the test admission gate (:mod:`passage_jax.run.test_gate`), set
+#: what ``run`` found at the test admission gate (:mod:`passage_jax.run.admission.gate`), set
 #: for the duration of a launch by :func:`test_admission_recorded`
 _TEST_ADMISSION: contextvars.ContextVar = contextvars.ContextVar("test_admission", default=None)
 
@@ -130,11 +129,11 @@ def evaluator_commit(root=None) -> dict | None:
     return {"commit": head.stdout.strip(), "dirty": bool(status.stdout.strip())}
 
 
-def provenance(spec, sample_ids) -> dict:
+def run_provenance(spec, sample_ids) -> dict:
     """The provenance block of a run's manifest (ProvenanceError when an input is bad);
     ``test_admission`` only when the launch recorded one (:func:`test_admission_recorded`);
     ``planner_path`` only when the launch put folders first on the import path for the
-    planner (:func:`passage_jax.run.planner_path.planner_path_record`)."""
+    planner (:func:`passage_jax.run.specification.planner_path.planner_path_record`)."""
     out = {
         "split_role": spec.split_role or UNDECLARED,
         "split": spec.split,

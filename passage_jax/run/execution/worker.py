@@ -1,16 +1,16 @@
 """The supervised worker process: start-up, the request loop, and tasks across the pipe.
 
 :func:`worker_main` is the target of a worker started with the ``spawn`` method by
-:class:`~passage_jax.run.supervised.SupervisedExecutor`. It arms the death signal
+:class:`~passage_jax.run.execution.supervised.SupervisedExecutor`. It arms the death signal
 (the worker dies with its parent), isolates itself (own session and process group,
 child subreaper of everything it starts, ``PASSAGE_JAX_WORKER=<token>`` in its
 environment, a watchdog outside the session), builds the planner once, then answers
 ``("plan", id, payload, budget, deadline)`` messages with the outcome of
-:func:`~passage_jax.run.timing.call_planner` (the route travels as its snapshot; the
+:func:`~passage_jax.run.execution.timing.call_planner` (the route travels as its snapshot; the
 parent finishes the record) until told to ``stop`` or its pipe closes. Whatever the
 planner raises, ``SystemExit``, ``KeyboardInterrupt`` and ``GeneratorExit`` included, is
 that request's ``runtime_error`` and the worker serves on
-(:func:`passage_jax.run.interrupts.contain_all`).
+(:func:`passage_jax.run.execution.interrupts.contain_all`).
 
 :func:`task_payload` is what crosses the pipe for one task: the ordinary inputs and
 the allowlisted metadata only (never the released routes or the weights table);
@@ -34,10 +34,10 @@ from passage_jax.protocol.adapters import load_planner
 from passage_jax.protocol.contracts import METADATA_ALLOWLIST, BudgetSpec, PlanResult
 from passage_jax.protocol.records import ROUTE_FORMAT_CODE
 from passage_jax.protocol.requests import build_request
-from passage_jax.run import interrupts
-from passage_jax.run.placement import device_label
-from passage_jax.run.timing import call_planner
-from passage_jax.run.worker_processes import WORKER_TOKEN_ENV, watchdog_source
+from passage_jax.run.execution import interrupts
+from passage_jax.run.execution.devices import device_label
+from passage_jax.run.execution.timing import call_planner
+from passage_jax.run.execution.worker_processes import WORKER_TOKEN_ENV, watchdog_source
 
 __all__ = ["worker_main", "task_payload", "task_from_payload", "device_scope"]
 

@@ -4,7 +4,7 @@ validator per key.
 :data:`VALIDATORS` is an ordered table of ``(key, check)``: ``check(value, spec)``
 returns the value to keep (normalised: a tuple of seeds, a :class:`BudgetSpec`, a
 float weight ...) or raises :class:`Invalid` (what the value must be;
-:func:`passage_jax.run.spec.parse_spec` names the key and echoes its value) or
+:func:`passage_jax.run.specification.parse_spec` names the key and echoes its value) or
 :class:`Refused` (a message that stands alone). ``spec`` holds every key, the ones
 earlier in the table already checked and normalised, so a check may read them (a
 seed overlay reads ``seeds``, ``quality_repeat_index`` reads ``latency_repeats``). A
@@ -100,7 +100,7 @@ DEFAULTS: dict[str, Any] = {
     "roster_sha256": None,
 }
 KNOWN = REQUIRED + tuple(DEFAULTS)
-#: what a run's split is used for (seed 000 §4); a ``test`` run must carry the calibration
+#: what a run's split is used for (docs/runner.md, "Spec"); a ``test`` run must carry the calibration
 #: decisions frozen before it (``calibration_decisions``)
 SPLIT_ROLES = ("development", "calibration", "validation", "test")
 #: the split each role may run on (``development`` runs on any split but the test split)

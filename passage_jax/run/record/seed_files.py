@@ -17,30 +17,29 @@ from passage_jax import fileio
 from passage_jax.data.strata import SCENE_STRATIFIERS
 from passage_jax.fileio import atomic_write_json, atomic_write_npz, fsync_dir, sha256_file
 from passage_jax.protocol.records import REFERENCES_FORMAT, PathsWriter, pack_routes
-from passage_jax.run import admission as adm
+from passage_jax.protocol.runfolder import JOURNAL, MANIFEST, PATHS, REFERENCES, REQUESTS, RUN_FILES
 from passage_jax.run.context import RunContext
 from passage_jax.run.errors import ResumeError
-from passage_jax.run.folder import remove_temporaries
-from passage_jax.run.journal import JOURNAL_NAME, JournalError, scan_journal
-from passage_jax.run.manifest import SeedFiles, seed_manifest
-from passage_jax.run.plan import RequestPlan, check_entry
-from passage_jax.run.seed_state import SeedState
+from passage_jax.run.record.folder import remove_temporaries
+from passage_jax.run.record.journal import JournalError, scan_journal
+from passage_jax.run.record.manifest import SeedFiles, seed_manifest
+from passage_jax.run.record.seed_state import SeedState
+from passage_jax.run.specification import RequestPlan, check_entry
 
-__all__ = ["SEED_FILES", "references_arrays", "clear_leftovers", "finish_seed"]
+__all__ = ["references_arrays", "clear_leftovers", "finish_seed"]
 
 #: the files of a finished seed that the manifest hashes (built from the journal)
-SEED_FILES = ("requests.jsonl", "paths.npz", "references.npz")
 
 
 def clear_leftovers(folder: Path) -> None:
     """Remove what a killed run may have left in a seed folder in progress: final files
     (rebuilt from the journal) and temporary files of interrupted atomic writes."""
     remove_temporaries(folder)
-    for name in (*SEED_FILES, "manifest.json"):
+    for name in (*RUN_FILES, MANIFEST):
         (folder / name).unlink(missing_ok=True)
 
 
-def references_arrays(admitted: adm.Admitted) -> dict:
+def references_arrays(admitted) -> dict:
     """The arrays of ``references.npz`` (from the compact task facts: no grids are read).
     Route cells are stored as int16 when the grid fits (every reference and released
     route is a legal in-grid route); readers widen them to int32."""
@@ -97,17 +96,17 @@ def finish_seed(ctx: RunContext, seed: int, folder: Path, state: SeedState) -> d
     admitted = ctx.admitted
     admitted.tasks.release()
     rows = RequestPlan(ctx.spec, admitted.tasks.stubs)
-    jpath = folder / JOURNAL_NAME
+    jpath = folder / JOURNAL
     try:
         sizes, counts = _write_requests(folder, jpath, rows, seed)
-        sizes.write_streamed(folder / "paths.npz", lambda visit: scan_journal(jpath, visit))
+        sizes.write_streamed(folder / PATHS, lambda visit: scan_journal(jpath, visit))
     except (OSError, JournalError) as e:
         raise ResumeError(f"{jpath}: cannot read the record journal: {e}") from None
-    atomic_write_npz(folder / "references.npz", references_arrays(admitted))
+    atomic_write_npz(folder / REFERENCES, references_arrays(admitted))
     made = SeedFiles(n_records=len(rows), status_counts=counts,
-                     files={name: sha256_file(folder / name) for name in SEED_FILES}, journal=jpath)
+                     files={name: sha256_file(folder / name) for name in RUN_FILES}, journal=jpath)
     manifest = seed_manifest(ctx, seed, state, made)
-    atomic_write_json(folder / "manifest.json", manifest)
+    atomic_write_json(folder / MANIFEST, manifest)
     fsync_dir(folder)
     return manifest
 
@@ -133,7 +132,7 @@ def _write_requests(folder: Path, jpath: Path, rows: RequestPlan, seed: int
             counts[rec["series"]][rec["status"]] += 1
         return one
 
-    with fileio.atomic_file(folder / "requests.jsonl") as out:
+    with fileio.atomic_file(folder / REQUESTS) as out:
         scan = scan_journal(jpath, visit(out))
         if scan.torn is not None or scan.count != len(rows):
             raise ResumeError(f"{jpath}: {scan.count} complete entries (torn: {scan.torn}) "

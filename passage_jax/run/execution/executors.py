@@ -1,13 +1,13 @@
 """Executors: where a planner runs and who owns the request timer.
 
 :class:`InProcessExecutor` calls the planner in the run's own process
-(:func:`passage_jax.run.timing.execute`; deadlines are cooperative; its records
-carry ``worker: None``). :class:`~passage_jax.run.supervised.SupervisedExecutor`
+(:func:`passage_jax.run.execution.timing.execute`; deadlines are cooperative; its records
+carry ``worker: None``). :class:`~passage_jax.run.execution.supervised.SupervisedExecutor`
 builds and calls the planner in a worker process while the parent owns the timer
-and the deadline (:mod:`passage_jax.run.supervised`; the worker's side in
-:mod:`passage_jax.run.worker`, the sweep of the processes a worker started in
-:mod:`passage_jax.run.worker_processes`). The session timing profiles have their own
-executors (:mod:`passage_jax.run.sessions`). :func:`open_executor` opens the one a
+and the deadline (:mod:`passage_jax.run.execution.supervised`; the worker's side in
+:mod:`passage_jax.run.execution.worker`, the sweep of the processes a worker started in
+:mod:`passage_jax.run.execution.worker_processes`). The session timing profiles have their own
+executors (:mod:`passage_jax.run.execution.sessions`). :func:`open_executor` opens the one a
 run spec asks for.
 """
 from __future__ import annotations
@@ -17,34 +17,14 @@ from typing import Protocol
 
 from passage_jax.contract import IN_PROCESS_TIMING_PROFILE, NATIVE_SESSION_PROFILE
 from passage_jax.protocol.contracts import BudgetSpec
-from passage_jax.run.placement import placement
-from passage_jax.run.planner_build import PlannerBuildError, build_planner
-from passage_jax.run.sessions import NativeSessionExecutor, SupervisedSessionExecutor
-from passage_jax.run.supervised import (
-    LIVE_WORKERS,
-    RSS_POLL_S,
-    SUPERVISED_TIMER,
-    TREE_POLL_S,
-    WARMUP_MIN_WAIT_S,
-    WORKER_START_TIMEOUT_S,
-    SupervisedExecutor,
-    kill_live_workers,
-    warmup_task,
-)
-from passage_jax.run.timing import execute
-from passage_jax.run.worker import device_scope, task_from_payload, task_payload
-from passage_jax.run.worker_processes import WORKER_TOKEN_ENV, kill_worker_processes, rss_mb, worker_processes
+from passage_jax.run.execution.devices import placement
+from passage_jax.run.execution.planner_build import build_planner
+from passage_jax.run.execution.sessions import NativeSessionExecutor, SupervisedSessionExecutor
+from passage_jax.run.execution.supervised import SupervisedExecutor
+from passage_jax.run.execution.timing import execute
+from passage_jax.run.execution.worker import device_scope
 
-__all__ = ["Executor", "InProcessExecutor", "SupervisedExecutor", "NativeSessionExecutor",
-           "SupervisedSessionExecutor", "PlannerBuildError", "open_executor",
-           "IN_PROCESS_TIMER", "SUPERVISED_TIMER", "warmup_task", "WORKER_START_TIMEOUT_S",
-           "WARMUP_MIN_WAIT_S", "RSS_POLL_S", "TREE_POLL_S", "WORKER_TOKEN_ENV", "task_payload",
-           "task_from_payload", "worker_processes", "kill_worker_processes"]
-
-# the supervised executor's live workers, exit hook and memory reader under their former names
-_LIVE = LIVE_WORKERS
-_kill_live_workers = kill_live_workers
-_rss_mb = rss_mb
+__all__ = ["Executor", "InProcessExecutor", "open_executor", "IN_PROCESS_TIMER"]
 
 #: The in-process timing boundary (manifest ``timing.timer``).
 IN_PROCESS_TIMER = ("time.monotonic; covers input preparation, planning, device sync, route "
@@ -103,10 +83,10 @@ class InProcessExecutor:
 
 
 def open_executor(spec, seed: int, *, device=None, planner=None, warmup_tasks=None):
-    """The executor for ``spec`` (a :class:`~passage_jax.run.spec.RunSpec`) and ``seed``
+    """The executor for ``spec`` (a :class:`~passage_jax.run.specification.RunSpec`) and ``seed``
     (its kwargs are ``spec.kwargs_for_seed(seed)``): supervised when
     ``spec.execution == "supervised"``, otherwise in-process; under a session timing
-    profile its session executor (:mod:`passage_jax.run.sessions`), whose warm-up task
+    profile its session executor (:mod:`passage_jax.run.execution.sessions`), whose warm-up task
     is ``warmup_tasks[0]``. ``device``: the JAX device admission chose (None: the
     default). ``planner``: an already-built planner (in-process only). Raises
     :class:`PlannerBuildError` when the planner cannot be built."""

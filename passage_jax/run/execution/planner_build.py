@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from passage_jax.protocol.adapters import load_planner
-from passage_jax.run import interrupts
+from passage_jax.run.execution import interrupts
 
 __all__ = ["PlannerBuildError", "build_planner"]
 
@@ -15,7 +15,7 @@ def build_planner(inference: str, inference_format: str = "request", kwargs: dic
     """The planner of entry point ``inference`` (:func:`~passage_jax.protocol.adapters.load_planner`);
     any failure, ``SystemExit`` and ``KeyboardInterrupt`` included, is a
     :class:`PlannerBuildError` naming the entry point and the exception (the evaluator's
-    own SIGINT/SIGTERM stops the run: :mod:`passage_jax.run.interrupts`)."""
+    own SIGINT/SIGTERM stops the run: :mod:`passage_jax.run.execution.interrupts`)."""
     with interrupts.planner_call():
         try:
             planner = load_planner(inference, inference_format, kwargs or {})

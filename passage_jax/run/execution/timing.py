@@ -4,7 +4,7 @@
 the clock, builds the request (input preparation; the absolute deadline is
 ``start + budget.wall_time_ms``), calls the planner, waits for any JAX arrays in its
 result (``block_until_ready``) and for an initialised PyTorch CUDA context
-(:func:`~passage_jax.run.device_sync.synchronize_torch`), snapshots the route to host
+(:func:`~passage_jax.run.execution.device_sync.synchronize_torch`), snapshots the route to host
 memory, then checks legality and recosts it, and stops the clock. The deadline is
 judged at the moment the route snapshot is complete (the planner's work is finished
 then); a return after the deadline is ``timeout`` even with a legal route.
@@ -18,7 +18,7 @@ record carries ``validation_recost_ms``, the time of its legality check and reco
 
 Status precedence: planner exception (any ``BaseException``, ``SystemExit`` and
 ``KeyboardInterrupt`` included; only the evaluator's own SIGINT/SIGTERM stops the run:
-:mod:`passage_jax.run.interrupts`) -> ``runtime_error`` (``oom`` for memory
+:mod:`passage_jax.run.execution.interrupts`) -> ``runtime_error`` (``oom`` for memory
 exhaustion); malformed result -> ``runtime_error``; late -> ``timeout``;
 missing counter for a configured limit -> ``runtime_error``; counter above its
 limit -> ``budget_exhausted``; planner said ``ok`` but the route is malformed or
@@ -42,8 +42,8 @@ from passage_jax.protocol.contracts import (
 )
 from passage_jax.protocol.records import ROUTE_FORMAT_CODE, ROUTE_FORMATS, describe_route, snapshot_route
 from passage_jax.protocol.requests import build_request, set_deadline
-from passage_jax.run import interrupts
-from passage_jax.run.device_sync import synchronize_torch
+from passage_jax.run.execution import interrupts
+from passage_jax.run.execution.device_sync import synchronize_torch
 
 __all__ = ["execute", "execute_session", "call_planner", "finish_record", "block_until_ready"]
 
@@ -77,8 +77,8 @@ def call_planner(planner, make_request) -> dict:
     raised: any ``BaseException`` raised by the planner or by converting what it returned
     (``SystemExit``, ``KeyboardInterrupt``, ``GeneratorExit`` included) is the request's
     ``runtime_error`` naming the exception. Only the evaluator's own SIGINT or SIGTERM
-    received during the call (:mod:`passage_jax.run.interrupts`) is raised, as
-    :class:`~passage_jax.run.interrupts.RunInterrupted`. A supervised worker runs exactly
+    received during the call (:mod:`passage_jax.run.execution.interrupts`) is raised, as
+    :class:`~passage_jax.run.execution.interrupts.RunInterrupted`. A supervised worker runs exactly
     this and sends the outcome (with ``result.path`` dropped) to the parent, which
     finishes it with :func:`finish_record`.
     """

@@ -5,27 +5,32 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
+import platform
 from pathlib import Path
+
+import jax
 
 from passage_jax.compilation import compile_stats
 from passage_jax.contract import timing_boundary
 from passage_jax.fileio import jsonable, sha256_file, utc_now
 from passage_jax.protocol.records import RUN_FORMAT, input_hash, package_versions
-from passage_jax.run import admission as adm
+from passage_jax.protocol.runfolder import JOURNAL
 from passage_jax.run.context import RunContext
-from passage_jax.run.journal import JOURNAL_NAME, SYNC_INTERVAL_S
-from passage_jax.run.launch_record import run_protocol
-from passage_jax.run.plan import passes
-from passage_jax.run.provenance import provenance
-from passage_jax.run.seed_state import Build, SeedState
+from passage_jax.run.record.journal import SYNC_INTERVAL_S
+from passage_jax.run.record.launch_record import run_protocol
+from passage_jax.run.record.provenance import run_provenance
+from passage_jax.run.record.seed_state import Build, SeedState
+from passage_jax.run.specification import passes
 
-__all__ = ["run_identity", "tasks_sha256", "tasks_sha256_of", "SeedFiles", "seed_manifest"]
+__all__ = ["run_identity", "tasks_sha256", "tasks_sha256_of", "SeedFiles", "seed_manifest",
+           "hardware"]
 
 _COMPILATION_SCOPE = ("the run's process (admission, references and in-process planners; "
                       "a supervised worker's compilations are its own)")
 
 
-def tasks_sha256(admitted: adm.Admitted) -> str:
+def tasks_sha256(admitted) -> str:
     """sha256 over the tasks' ``sample_id:input_hash`` lines, in task order."""
     return tasks_sha256_of(admitted.sample_ids, admitted.input_hashes())
 
@@ -38,11 +43,11 @@ def tasks_sha256_of(sample_ids, input_hashes) -> str:
     return h.hexdigest()
 
 
-def run_identity(admitted: adm.Admitted, code: dict, prov: dict | None = None) -> dict:
+def run_identity(admitted, code: dict, prov: dict | None = None) -> dict:
     """What a resumed run must share with the stored one: spec hash, data (shards by
     name, sha256 and rows; sample ids; tasks hash), references identity, planner entry,
     checkpoints, runtime bundle, code hash, the calibration decisions and roster
-    (:mod:`passage_jax.run.provenance`), and a session profile's warm-up scene (id and input
+    (:mod:`passage_jax.run.record.provenance`), and a session profile's warm-up scene (id and input
     hash)."""
     spec = admitted.spec
     prov = prov or {}
@@ -65,7 +70,7 @@ def run_identity(admitted: adm.Admitted, code: dict, prov: dict | None = None) -
     })
 
 
-def _warmup_identity(admitted: adm.Admitted) -> dict | None:
+def _warmup_identity(admitted) -> dict | None:
     w = admitted.warmup
     return None if w is None else {"sample_id": w.id, "input_sha256": input_hash(w)}
 
@@ -99,7 +104,7 @@ def seed_manifest(ctx: RunContext, seed: int, state: SeedState, made: SeedFiles)
         "runtime_bundle": admitted.runtime_bundle,
         "component_control": spec.component_control,
         "inference_protocol": run_protocol(spec),
-        "provenance": ctx.provenance or provenance(spec, admitted.sample_ids),
+        "provenance": ctx.provenance or run_provenance(spec, admitted.sample_ids),
         "code": ctx.code,
         "data": _data(admitted),
         "references": _references(admitted.references),
@@ -108,13 +113,13 @@ def seed_manifest(ctx: RunContext, seed: int, state: SeedState, made: SeedFiles)
         "timing": _timing(spec, first),
         "session": _session(admitted, state),
         "budget": spec.budget.to_dict(),
-        "hardware": adm.hardware(),
+        "hardware": hardware(),
         "device": None if admitted.device is None else str(admitted.device),
         "versions": package_versions(),
         "n_records": made.n_records,
         "status_counts": made.status_counts,
         "files": made.files,
-        "journal": {"file": JOURNAL_NAME, "sha256": sha256_file(made.journal),
+        "journal": {"file": JOURNAL, "sha256": sha256_file(made.journal),
                     "entries": made.n_records,
                     "durability": f"each record flushed as it completes, fsynced within "
                                   f"{SYNC_INTERVAL_S} s and at the seed's end"},
@@ -125,7 +130,7 @@ def seed_manifest(ctx: RunContext, seed: int, state: SeedState, made: SeedFiles)
     }
 
 
-def _data(admitted: adm.Admitted) -> dict:
+def _data(admitted) -> dict:
     spec = admitted.spec
     return {
         "dataset_root": str(Path(admitted.root).resolve()),
@@ -141,7 +146,7 @@ def _data(admitted: adm.Admitted) -> dict:
     }
 
 
-def _references(refs: adm.References) -> dict:
+def _references(refs) -> dict:
     return {
         "policy": refs.policy, "cohort_id": refs.cohort_id,
         "reference_max_expansions": refs.max_expansions,
@@ -162,7 +167,7 @@ def _timing(spec, first: Build | None) -> dict:
     }
 
 
-def _session(admitted: adm.Admitted, state: SeedState) -> dict | None:
+def _session(admitted, state: SeedState) -> dict | None:
     """The ``session`` block of a session timing profile (None under the default one): the
     warm-up scene and calls, and one entry per session (planner build; a resume starts a
     new session, which runs its warm-up again)."""
@@ -186,3 +191,12 @@ def _resume(state: SeedState) -> dict:
         "builds": [b.to_dict() for b in state.builds],
         "repairs": list(state.repairs),
     }
+
+
+def hardware() -> dict:
+    """The machine the run runs on: platform, Python, CPUs and JAX's backend and devices."""
+    return {"platform": platform.platform(), "machine": platform.machine(),
+            "processor": platform.processor(), "python": platform.python_version(),
+            "cpu_count": os.cpu_count(), "jax_backend": jax.default_backend(),
+            "jax_devices": [str(d) for d in jax.devices()],
+            "device_kinds": sorted({d.device_kind for d in jax.devices()})}

@@ -2,7 +2,7 @@
 
 A worker runs in its own session and process group, is the child subreaper of
 everything it starts and marks its environment with ``PASSAGE_JAX_WORKER=<token>``
-(:mod:`passage_jax.run.worker`). :func:`kill_worker_processes` collects every
+(:mod:`passage_jax.run.execution.worker`). :func:`kill_worker_processes` collects every
 process that descends from the worker, shares its session or process group, or
 carries its token; it freezes them with SIGSTOP (collecting again until nothing new
 appears) and then kills them all with SIGKILL. The watchdog (a bare interpreter per

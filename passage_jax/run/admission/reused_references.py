@@ -28,7 +28,7 @@ folder>``) takes that run's ``references.npz`` instead, once every check below h
 
 The scene stratifiers the earlier run measured at admission come along (measured here
 when the earlier run predates them). Any difference refuses the run
-(:class:`~passage_jax.run.admission.AdmissionError` naming the file and the field);
+(:class:`~passage_jax.run.admission.checks.AdmissionError` naming the file and the field);
 nothing is recomputed silently. The manifest's ``references`` block records
 ``reused_from`` (the folder, the file's sha256, the identity, and under ``recomputed`` the
 sample's seed, tasks, tolerance and largest relative c* difference).
@@ -46,10 +46,13 @@ from passage_jax.data.strata import SCENE_STRATIFIERS, strata_rows
 from passage_jax.protocol.records import input_hash, unpack_routes
 from passage_jax.protocol.runfolder import (
     MANIFEST,
+    REFERENCES,
+    RUN_STARTED,
     RUN_SUMMARY,
     FolderError,
     RunRecords,
     VerifiedSeed,
+    seed_folder_name,
     seed_of_folder,
 )
 
@@ -107,9 +110,9 @@ def earlier_seed(path, error) -> VerifiedSeed:
         if seed_folder:
             raise error(f"references_from: {path} is a seed folder, but {run_folder} holds no "
                         f"{RUN_SUMMARY}; name a seed folder of a finished run (its references are "
-                        f"checked back to the run's run_started.json)")
-        raise error(f"references_from: {path} is neither a finished run folder (run.json) nor a "
-                    f"seed folder (manifest.json and references.npz)")
+                        f"checked back to the run's {RUN_STARTED})")
+        raise error(f"references_from: {path} is neither a finished run folder ({RUN_SUMMARY}) nor a "
+                    f"seed folder ({MANIFEST} and {REFERENCES})")
     try:
         run = RunRecords.read(run_folder)
         if run.identity is None:
@@ -119,7 +122,7 @@ def earlier_seed(path, error) -> VerifiedSeed:
         verified = run.seed_folders()
     except FolderError as e:
         raise error(f"references_from: {e}") from None
-    return next(v for v in verified if v.path.name == f"seed-{seed}")
+    return next(v for v in verified if v.path.name == seed_folder_name(seed))
 
 
 def earlier_seed_folder(path, error) -> Path:
@@ -131,7 +134,7 @@ class ReusedReferences:
     """Stands in for admission's qualifier (the same calls): the earlier run's references,
     checked against each chunk of tasks as it is read (:meth:`__call__`; the sampled tasks
     qualified again with ``qualifier``, admission's own) and returned by :meth:`finish` as
-    :class:`~passage_jax.run.admission.References`."""
+    :class:`~passage_jax.run.admission.checks.References`."""
 
     def __init__(self, spec, references_cls, error, qualifier):
         self.spec, self.references_cls, self.error = spec, references_cls, error
@@ -139,8 +142,8 @@ class ReusedReferences:
         earlier = earlier_seed(spec.references_from, error)
         self.folder = earlier.path
         self.manifest = self._manifest(earlier.manifest)
-        self.npz_path = self.folder / "references.npz"
-        self.npz_sha256 = earlier.hashes["references.npz"]
+        self.npz_path = self.folder / REFERENCES
+        self.npz_sha256 = earlier.hashes[REFERENCES]
         with np.load(self.npz_path, allow_pickle=False) as z:
             self.arrays = {k: z[k] for k in z.files}
         self._check_settings()
@@ -167,7 +170,7 @@ class ReusedReferences:
 
     def _check_settings(self) -> None:
         spec, data, refs = self.spec, self.manifest["data"], self.manifest["references"]
-        where = self.folder / "manifest.json"
+        where = self.folder / MANIFEST
         for k in _DATA_FIELDS:
             if data.get(k) != getattr(spec, k):
                 raise self.error(f"references_from: {where}: data.{k} is {data.get(k)!r}, this "

@@ -1,4 +1,4 @@
-"""The test admission gate (seed 000 §4, §6; docs/admission.md).
+"""The test admission gate (docs/admission.md, "The gate").
 
 A spec with ``split_role: test`` may run only once everything it will be judged by is
 fixed. :func:`admit_test` checks each condition and names every one that is unmet (not
@@ -46,12 +46,18 @@ from pathlib import Path
 from passage_jax.contract import DEFAULT_SEEDS
 from passage_jax.data import DataError, shard_files
 from passage_jax.fileio import atomic_write_json, jsonable, one_line, read_document, sha256_file, utc_now
-from passage_jax.run import admission as adm
+from passage_jax.run.admission import checks as adm
 from passage_jax.run.errors import RunError
-from passage_jax.run.folder import holds_run, output_folder, refuse_inside_dataset
-from passage_jax.run.manifest import tasks_sha256_of
-from passage_jax.run.provenance import ProvenanceError, calibration_record, evaluator_commit
-from passage_jax.run.spec import SPEC_MAX_BYTES, RunSpec, SpecError, parse_spec, shown
+from passage_jax.run.record import (
+    ProvenanceError,
+    calibration_record,
+    evaluator_commit,
+    holds_run,
+    output_folder,
+    refuse_inside_dataset,
+    tasks_sha256_of,
+)
+from passage_jax.run.specification import SPEC_MAX_BYTES, RunSpec, SpecError, parse_spec, shown
 from passage_jax.stats.roster import RosterError, read_roster
 
 __all__ = ["RECEIPT_FORMAT", "CONDITIONS", "OVERRIDE_FLAG", "GateResult", "TestAdmissionRefused",

@@ -4,11 +4,11 @@ Under ``native_raw_path_persistent_v1`` (:class:`NativeSessionExecutor`, in the 
 process) and ``supervised_service_v1`` / ``supervised_service_rewarm_v1``
 (:class:`SupervisedSessionExecutor`, in a supervised worker) the planner is built once
 (construction is not timed, but recorded), :meth:`open_session` runs ``session_warmup``
-untimed calls on the warm-up task (:mod:`passage_jax.run.warmup_scene`; each call timed
+untimed calls on the warm-up task (:mod:`passage_jax.run.admission.warmup_scene`; each call timed
 for the manifest's ``session`` block), and every timed request follows:
 
 * native: the request is built before the clock starts and the clock stops when the
-  route is returned and snapshotted (:func:`passage_jax.run.timing.execute_session`);
+  route is returned and snapshotted (:func:`passage_jax.run.execution.timing.execute_session`);
 * service: the task's payload is built before the clock starts; the timed value is the
   parent's wall time from sending the request to receiving the route snapshot (IPC
   inside);
@@ -31,11 +31,11 @@ import time
 from passage_jax.contract import NATIVE_SESSION_PROFILE, SUPERVISED_SERVICE_REWARM_PROFILE
 from passage_jax.protocol.contracts import BudgetSpec
 from passage_jax.protocol.requests import build_request
-from passage_jax.run.placement import placement, session_hardware
-from passage_jax.run.planner_build import build_planner
-from passage_jax.run.supervised import SupervisedExecutor
-from passage_jax.run.timing import call_planner, execute_session
-from passage_jax.run.worker import device_scope
+from passage_jax.run.execution.devices import placement, session_hardware
+from passage_jax.run.execution.planner_build import build_planner
+from passage_jax.run.execution.supervised import SupervisedExecutor
+from passage_jax.run.execution.timing import call_planner, execute_session
+from passage_jax.run.execution.worker import device_scope
 
 __all__ = ["Session", "NativeSessionExecutor", "SupervisedSessionExecutor", "NATIVE_SESSION_TIMER",
            "SERVICE_SESSION_TIMER"]
@@ -100,7 +100,7 @@ def _warmup_call(planner, task, budget: BudgetSpec) -> tuple[float, bool]:
 
 class NativeSessionExecutor:
     """``native_raw_path_persistent_v1``: the planner built once in this process, warmed up
-    by :meth:`open_session`, then :func:`~passage_jax.run.timing.execute_session` per
+    by :meth:`open_session`, then :func:`~passage_jax.run.execution.timing.execute_session` per
     request."""
 
     profile = NATIVE_SESSION_PROFILE
@@ -156,7 +156,7 @@ class NativeSessionExecutor:
 
 class SupervisedSessionExecutor(SupervisedExecutor):
     """``supervised_service_v1`` / ``supervised_service_rewarm_v1``: a
-    :class:`~passage_jax.run.supervised.SupervisedExecutor` whose workers warm up on the
+    :class:`~passage_jax.run.execution.supervised.SupervisedExecutor` whose workers warm up on the
     warm-up task (``session_warmup`` calls; a replacement only under the re-warm profile),
     with the legality check and recosting outside the timed value."""
 

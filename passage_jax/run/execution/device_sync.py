@@ -1,6 +1,6 @@
 """Device work a planner may leave running when it returns, finished before the timer stops.
 
-JAX arrays in a result are waited for by :func:`passage_jax.run.timing.block_until_ready`.
+JAX arrays in a result are waited for by :func:`passage_jax.run.execution.timing.block_until_ready`.
 A planner built on PyTorch may leave CUDA kernels queued; :func:`synchronize_torch`
 waits for them, but only where the planner itself already uses PyTorch: the evaluator
 never imports torch, and never creates a CUDA context (a planner that has not initialised

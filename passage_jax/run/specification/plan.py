@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from passage_jax.run.errors import ResumeError
-from passage_jax.run.spec import RunSpec
+from passage_jax.run.specification.parse import RunSpec
 
 __all__ = ["SERIES", "passes", "n_passes", "pass_at", "RequestPlan", "check_entry"]
 

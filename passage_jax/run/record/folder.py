@@ -19,20 +19,20 @@ from pathlib import Path
 
 from passage_jax.data.reader import SHIPPED, shipped_cohort_root
 from passage_jax.fileio import fsync_dir
-from passage_jax.protocol.runfolder import LOCK, RUN_STARTED, RUN_STARTED_FORMAT
+from passage_jax.protocol.runfolder import JOURNAL, LOCK, RUN_STARTED, RUN_SUMMARY
 from passage_jax.run.errors import OutputFolderTaken, ResumeError, RunError
-from passage_jax.run.journal import JOURNAL_HEADER, JOURNAL_NAME
-from passage_jax.run.launch_record import is_protocol_file
-from passage_jax.run.spec import RunSpec, load_spec
+from passage_jax.run.record.journal import JOURNAL_HEADER
+from passage_jax.run.record.launch_record import is_protocol_file
+from passage_jax.run.specification import RunSpec, load_spec
 
-__all__ = ["RUN_STARTED", "RUN_STARTED_FORMAT", "LOCK", "output_folder", "create_folder",
+__all__ = ["output_folder", "create_folder",
            "remove_created", "refuse_inside_dataset", "holds_run", "spec_and_output", "local_root",
            "locked", "holds_records", "undo_launch", "remove_temporaries"]
 
 
 
 def _is_run_entry(name: str) -> bool:
-    return name.startswith(("seed-", ".seed-")) or name in ("run.json", RUN_STARTED)
+    return name.startswith(("seed-", ".seed-")) or name in (RUN_SUMMARY, RUN_STARTED)
 
 
 def _os_problem(folder: Path) -> str | None:
@@ -180,7 +180,7 @@ def holds_records(output: Path) -> bool:
         if p.name.startswith("seed-") and p.is_dir():
             return True
         if p.name.startswith(".seed-") and p.name.endswith(".partial"):
-            j = p / JOURNAL_NAME
+            j = p / JOURNAL
             if j.is_file() and j.stat().st_size > len(JOURNAL_HEADER):
                 return True
     return False

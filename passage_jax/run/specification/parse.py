@@ -2,7 +2,7 @@
 
 A spec is a YAML or JSON mapping. Unknown keys are refused, required keys must
 be present, and every value is type-checked with an error naming the key (the keys,
-their defaults and one validator per key: :mod:`passage_jax.run.spec_schema`).
+their defaults and one validator per key: :mod:`passage_jax.run.specification.schema`).
 
 A spec file is read bounded: at most :data:`SPEC_MAX_BYTES`, UTF-8 text, no YAML
 aliases (:func:`passage_jax.fileio.read_document`); an error echoes at most
@@ -21,21 +21,11 @@ from typing import Any
 from passage_jax.budget import BudgetSpec
 from passage_jax.contract import COMPLETE_REQUEST_PROFILE, DEFAULT_SEEDS, SESSION_PROFILES
 from passage_jax.fileio import one_line, read_document, sha256_bytes
-from passage_jax.run.spec_schema import (
-    COMPONENT_GUIDES,
-    COMPONENT_KEYS,
-    COMPONENT_VARIANTS,
+from passage_jax.run.specification.schema import (
     DEFAULTS,
-    DETERMINISM_CLAIMS,
     ECHO_LIMIT,
-    EXECUTIONS,
     KNOWN,
-    MAX_NAME_LENGTH,
-    PLAIN_NAME,
-    REFERENCE_POLICIES,
     REQUIRED,
-    ROLE_SPLITS,
-    SPLIT_ROLES,
     VALIDATORS,
     Invalid,
     Refused,
@@ -44,13 +34,9 @@ from passage_jax.run.spec_schema import (
     shown,
 )
 
-__all__ = ["RunSpec", "SpecError", "parse_spec", "load_spec", "REQUIRED", "DEFAULTS", "KNOWN",
-           "STARTER_SPEC", "REFERENCE_POLICIES", "EXECUTIONS", "SPEC_MAX_BYTES", "ECHO_LIMIT",
-           "PLAIN_NAME", "MAX_NAME_LENGTH", "shown", "check_plain_name"]
+__all__ = ["RunSpec", "SpecError", "parse_spec", "load_spec", "STARTER_SPEC", "SPEC_MAX_BYTES",
+           "check_plain_name"]
 
-# the schema's other tables stay importable from here
-_TABLES = (COMPONENT_GUIDES, COMPONENT_KEYS, COMPONENT_VARIANTS, DETERMINISM_CLAIMS, ROLE_SPLITS,
-           SPLIT_ROLES)
 #: the largest spec file (and calibration-decisions file) read, in bytes
 SPEC_MAX_BYTES = 1 << 20
 

@@ -1,12 +1,12 @@
 """A seed's requests, executed one at a time on one planner build and journalled.
 
 The planner is built (not timed); under a session timing profile the session's warm-up
-calls run next (:mod:`passage_jax.run.sessions`). The build is recorded in the seed state
+calls run next (:mod:`passage_jax.run.execution.sessions`). The build is recorded in the seed state
 (with its session entry), every missing request runs and its record is appended to the
 journal (fsynced before the next request starts), then the build records what the
 executor saw and what it compiled in the run's process. :func:`serve_requests` is that
 build and its requests with the records handed to any sink: the journal here, a process's
-share of a seed in a multi-process session run (:mod:`passage_jax.run.session_shares`).
+share of a seed in a multi-process session run (:mod:`passage_jax.run.execution.session_shares`).
 
 A record's ``warm_complete``: under a session profile the executor's (the session or
 worker serving it completed its ``session_warmup`` calls); under the default profile a
@@ -25,12 +25,12 @@ from passage_jax.fileio import utc_now
 from passage_jax.protocol.records import RECORD_KEYS
 from passage_jax.run.context import RunContext
 from passage_jax.run.errors import RunError
-from passage_jax.run.executors import PlannerBuildError, open_executor
-from passage_jax.run.journal import Journal
-from passage_jax.run.plan import RequestPlan
+from passage_jax.run.execution.executors import open_executor
+from passage_jax.run.execution.planner_build import PlannerBuildError
+from passage_jax.run.execution.working_directory import WorkingDirectory
 from passage_jax.run.progress import ProgressEvent
-from passage_jax.run.seed_state import Build, SeedState, save_state
-from passage_jax.run.working_directory import WorkingDirectory
+from passage_jax.run.record import Build, Journal, SeedState, save_state
+from passage_jax.run.specification import RequestPlan
 
 __all__ = ["execute_requests", "serve_requests", "report"]
 

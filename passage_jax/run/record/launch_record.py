@@ -1,4 +1,5 @@
-"""The resolved protocol of a launch: ``resolved_protocol.json`` (contract §9, seed 004 §8).
+"""The resolved protocol of a launch: ``resolved_protocol.json`` (docs/runner.md,
+"Resolved protocol").
 
 Every ``run`` launch (a new run, each resume, and ``run --dry-run``) writes into the
 output folder ``resolved_protocol.<n>.json`` (``n`` = 0, 1, ... in launch order) and
@@ -29,20 +30,21 @@ import jax
 from passage_jax.checks import is_int
 from passage_jax.fileio import atomic_write_json, jsonable, sha256_file, utc_now
 from passage_jax.protocol.records import code_hash, package_versions
-from passage_jax.run.spec import RunSpec
+from passage_jax.protocol.runfolder import RESOLVED_PROTOCOL, launch_record_name
+from passage_jax.run.specification import RunSpec
 
 __all__ = ["inference_protocol", "run_protocol", "resolved_protocol", "write_resolved_protocol",
-           "launch_index", "is_protocol_file", "RESOLVED_PROTOCOL", "RESOLVED_PROTOCOL_FORMAT",
+           "launch_index", "is_protocol_file", "RESOLVED_PROTOCOL_FORMAT",
            "NONCANONICAL_MARKER", "CANONICAL_TILED", "WHOLE_SCENE", "TILING_KEYS"]
 
-RESOLVED_PROTOCOL = "resolved_protocol.json"
 RESOLVED_PROTOCOL_FORMAT = "passage-jax-resolved-protocol-v1"
 NONCANONICAL_MARKER = "NONCANONICAL_EVALUATION_PROTOCOL"
 #: name of the canonical tiled protocol
 CANONICAL_TILED = "passage_jax_tiled_v1"
 WHOLE_SCENE = "whole-scene (no tiling)"
 TILING_KEYS = ("tile", "stride", "hflip", "blend", "stitch")
-_LAUNCH_FILE = re.compile(r"^resolved_protocol\.(\d+)\.json$")
+#: a launch record's name, its index captured
+_LAUNCH_FILE = re.compile("^" + re.escape(launch_record_name(0)).replace("0", r"(\d+)") + "$")
 _VERSIONS = ("jax", "jaxlib", "flax", "numpy")
 
 
@@ -159,7 +161,7 @@ def write_resolved_protocol(spec: RunSpec, output, *, kind: str, checkpoints: di
     index = launch_index(output)
     rec = resolved_protocol(spec, output, kind=kind, checkpoints=checkpoints, device=device,
                             index=index, code=code)
-    atomic_write_json(output / f"resolved_protocol.{index}.json", rec)
+    atomic_write_json(output / launch_record_name(index), rec)
     atomic_write_json(output / RESOLVED_PROTOCOL, rec)
     proto = rec["inference_protocol"]
     if not proto["canonical"]:

@@ -7,15 +7,25 @@ import json
 from pathlib import Path
 
 from passage_jax.fileio import read_document, sha256_file, to_json
+from passage_jax.protocol.runfolder import (
+    JOURNAL,
+    LOCK,
+    MANIFEST,
+    RUN_FILES,
+    RUN_STARTED,
+    RUN_STARTED_FORMAT,
+    RUN_SUMMARY,
+    SEED_STATE,
+    seed_folder_name,
+)
 from passage_jax.run.context import RunContext
 from passage_jax.run.errors import ResumeError
-from passage_jax.run.folder import LOCK, RUN_STARTED, RUN_STARTED_FORMAT, remove_temporaries
-from passage_jax.run.journal import JOURNAL_NAME
-from passage_jax.run.launch_record import is_protocol_file
-from passage_jax.run.manifest import tasks_sha256
-from passage_jax.run.seed_files import SEED_FILES, finish_seed
-from passage_jax.run.seed_state import SEED_STATE, load_state, save_state
-from passage_jax.run.spec import RunSpec
+from passage_jax.run.record.folder import remove_temporaries
+from passage_jax.run.record.launch_record import is_protocol_file
+from passage_jax.run.record.manifest import tasks_sha256
+from passage_jax.run.record.seed_files import finish_seed
+from passage_jax.run.record.seed_state import load_state, save_state
+from passage_jax.run.specification import RunSpec
 
 __all__ = ["differences", "refuse_differences", "refuse_other_spec", "stored_run",
            "finished_summary", "seed_problems", "keep_completed_seed"]
@@ -91,13 +101,13 @@ def stored_run(output: Path) -> dict | None:
 def seed_problems(folder: Path) -> tuple[dict | None, list[str]]:
     """The manifest of a completed seed folder and what is wrong with its files."""
     try:
-        manifest = read_document(folder / "manifest.json", ValueError)
+        manifest = read_document(folder / MANIFEST, ValueError)
     except (ValueError, OSError) as e:
-        return None, [f"manifest.json: {e}"]
+        return None, [f"{MANIFEST}: {e}"]
     if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
-        return None, ["manifest.json: not a seed manifest"]
+        return None, [f"{MANIFEST}: not a seed manifest"]
     problems = []
-    for name in SEED_FILES:
+    for name in RUN_FILES:
         p = folder / name
         if not p.is_file():
             problems.append(f"{name}: missing")
@@ -109,13 +119,13 @@ def seed_problems(folder: Path) -> tuple[dict | None, list[str]]:
 def finished_summary(output: Path, spec: RunSpec) -> dict | None:
     """``run.json`` of a finished run whose every seed folder verifies, else None."""
     try:
-        summary = read_document(output / "run.json", ValueError)
+        summary = read_document(output / RUN_SUMMARY, ValueError)
     except ValueError:
         return None
     if not isinstance(summary, dict) or summary.get("spec_sha256") != spec.sha256():
         return None
     for seed in spec.seeds:
-        folder = output / f"seed-{seed}"
+        folder = output / seed_folder_name(seed)
         if not folder.is_dir():
             return None
         manifest, problems = seed_problems(folder)
@@ -127,14 +137,14 @@ def finished_summary(output: Path, spec: RunSpec) -> dict | None:
 def _refuse_other_seed_run(ctx: RunContext, seed: int, folder: Path, manifest: dict) -> None:
     """:class:`ResumeError` when a completed seed's manifest is not of this run and seed."""
     if manifest.get("seed") != int(seed):
-        raise ResumeError(f"{folder / 'manifest.json'}: seed {manifest.get('seed')} is not {seed}")
+        raise ResumeError(f"{folder / MANIFEST}: seed {manifest.get('seed')} is not {seed}")
     admitted = ctx.admitted
     now = {"spec_sha256": admitted.spec.sha256(), "tasks_sha256": tasks_sha256(admitted),
            "references": admitted.references.identity()}
     stored = {"spec_sha256": manifest.get("spec_sha256"),
               "tasks_sha256": (manifest.get("data") or {}).get("tasks_sha256"),
               "references": (manifest.get("references") or {}).get("identity")}
-    refuse_differences(str(folder / "manifest.json"), "the completed seed", stored, now)
+    refuse_differences(str(folder / MANIFEST), "the completed seed", stored, now)
 
 
 def keep_completed_seed(ctx: RunContext, seed: int, folder: Path) -> dict:
@@ -146,12 +156,12 @@ def keep_completed_seed(ctx: RunContext, seed: int, folder: Path) -> dict:
     remove_temporaries(folder)
     if not problems:
         return manifest
-    if not (folder / JOURNAL_NAME).is_file():
-        raise ResumeError(f"{folder}: {'; '.join(problems)}, and there is no {JOURNAL_NAME} "
+    if not (folder / JOURNAL).is_file():
+        raise ResumeError(f"{folder}: {'; '.join(problems)}, and there is no {JOURNAL} "
                           f"to rebuild it from")
     state = load_state(folder, seed)
     if state is None:
         raise ResumeError(f"{folder}: {'; '.join(problems)}, and {SEED_STATE} is unreadable")
     state = save_state(folder, state.with_repair(problems))
-    ctx.say(f"seed {seed}: {'; '.join(problems)}; rebuilding from {JOURNAL_NAME}")
+    ctx.say(f"seed {seed}: {'; '.join(problems)}; rebuilding from {JOURNAL}")
     return finish_seed(ctx, seed, folder, state)

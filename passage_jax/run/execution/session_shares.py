@@ -2,14 +2,14 @@
 multi-process launch runs its own persistent session on its share of a seed's roster,
 and process 0 writes the seed.
 
-Under a session timing profile (:mod:`passage_jax.run.sessions`) in a multi-process
+Under a session timing profile (:mod:`passage_jax.run.execution.sessions`) in a multi-process
 launch (:mod:`passage_jax.cluster`) :func:`splits_requests` is true, and a seed's
 missing records ``[first, T)`` (``first``: the records already durable in process 0's
 journal, 0 for a new seed) are shared out in whole chunks of the admission chunk size,
 contiguous, in process order (:func:`passage_jax.cluster.chunk_share_from`, the rule
 ``score`` uses). Each process builds its planner on its own local device, runs the
 session's warm-up calls on the warm-up scene (the same for every process), then its
-share's requests in roster order (:func:`~passage_jax.run.seed_requests.serve_requests`),
+share's requests in roster order (:func:`~passage_jax.run.execution.seed_requests.serve_requests`),
 keeping the records and route snapshots in memory. The shares are gathered
 (:func:`passage_jax.cluster.run_share`); process 0 records one planner build (one
 session) per process that served records, appends the records to the seed's journal in
@@ -40,10 +40,9 @@ from passage_jax import cluster
 from passage_jax.run.admission import Admitted
 from passage_jax.run.context import RunContext
 from passage_jax.run.errors import RunError
-from passage_jax.run.journal import Journal
-from passage_jax.run.plan import RequestPlan
-from passage_jax.run.seed_requests import report, serve_requests
-from passage_jax.run.seed_state import SeedState, save_state
+from passage_jax.run.execution.seed_requests import report, serve_requests
+from passage_jax.run.record import Journal, SeedState, save_state
+from passage_jax.run.specification import RequestPlan
 
 __all__ = ["splits_requests", "share_of", "Leader", "leading", "execute_shared", "follow"]
 

@@ -12,13 +12,12 @@ import dataclasses
 from pathlib import Path
 
 from passage_jax.fileio import atomic_write_json, read_document, utc_now
-from passage_jax.protocol.runfolder import SEED_STATE as FOLDER_SEED_STATE
+from passage_jax.protocol.runfolder import SEED_STATE
 from passage_jax.run.errors import ResumeError
 
-__all__ = ["SEED_STATE", "SEED_STATE_FORMAT", "Build", "SeedState", "load_state", "save_state"]
+__all__ = ["SEED_STATE_FORMAT", "Build", "SeedState", "load_state", "save_state"]
 
 #: per-seed state: start time, planner builds, resumes and repairs
-SEED_STATE = FOLDER_SEED_STATE  # the name's one owner is passage_jax.protocol.runfolder
 SEED_STATE_FORMAT = "passage-jax-seed-state-v1"
 
 _BUILD_KEYS = ("utc", "at_record", "construction_ms", "planner_name", "profile", "timer")
