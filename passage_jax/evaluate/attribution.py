@@ -1,4 +1,4 @@
-"""Component-attribution table over any number of scored runs (seed 001 §3.B).
+"""Component-attribution table over any number of scored runs (docs/scoring.md, "Component attribution").
 
 :func:`attribution_table` takes scored runs (run folders or seed folders), for
 example four decoder variants and a classical baseline, and returns one row per run:
@@ -52,6 +52,7 @@ from passage_jax.evaluate.score import ScoreError, load_score, seed_folders
 from passage_jax.evaluate.text_safety import md_cell, md_code, md_text
 from passage_jax.fileio import atomic_write_text, jsonable, utc_now
 from passage_jax.protocol.contracts import STAGES, WORK_KEYS
+from passage_jax.protocol.runfolder import REFERENCES
 
 __all__ = [
     "format_number", "markdown_table", "attribution_table", "attribution_rows", "attribution_flags",
@@ -403,7 +404,7 @@ def _search_lines(table: dict) -> list:
            "= mean of cost / c* - 1 over the successful tasks only (failures: see success). Opt = "
            "share of all tasks whose route cost is within a relative 1e-9 of c* (a failure is not "
            "optimal). Octile lower bound: octile distance x 30 m (per-metre scale 1, from "
-           "references.npz start and goal).", ""]
+           f"{REFERENCES} start and goal).", ""]
     if notes:
         out += notes + [""]
     return out

@@ -36,6 +36,7 @@ from passage_jax.evaluate.score import ScoreError
 from passage_jax.graph import GraphSpec
 from passage_jax.metrics.search_report import octile_lower_bound, search_report
 from passage_jax.protocol.records import read_requests
+from passage_jax.protocol.runfolder import PER_SAMPLE, REFERENCES, REQUESTS
 
 __all__ = ["ASTAR_REFERENCE", "PIXEL_SIZE_M", "SearchInputError", "is_astar_reference", "search_inputs",
            "search_figures"]
@@ -78,17 +79,17 @@ def search_inputs(folder, score: dict) -> dict:
     per = score["per_sample"]
     q = np.asarray(per["primary_quality"], bool) & np.asarray(per["reference_qualified"], bool)
     try:
-        records = {int(r["record"]): r for r in read_requests(folder / "requests.jsonl")}
-        refs = load_npz(folder / "references.npz")
+        records = {int(r["record"]): r for r in read_requests(folder / REQUESTS)}
+        refs = load_npz(folder / REFERENCES)
     except (OSError, ValueError, KeyError, TypeError, ScoreError) as e:
         raise SearchInputError(f"{folder}: cannot read the per-task search inputs: {e}") from None
     rec_idx = np.asarray(per["record_index"], np.int64)[q]
     task_idx = np.asarray(per["task_index"], np.int64)[q]
     missing = [int(i) for i in rec_idx if int(i) not in records]
     if missing:
-        raise SearchInputError(f"{folder / 'requests.jsonl'}: no record {missing[0]} of per_sample.npz")
+        raise SearchInputError(f"{folder / REQUESTS}: no record {missing[0]} of {PER_SAMPLE}")
     if "start" not in refs or "goal" not in refs:
-        raise SearchInputError(f"{folder / 'references.npz'}: no start/goal arrays")
+        raise SearchInputError(f"{folder / REFERENCES}: no start/goal arrays")
     start, goal = np.asarray(refs["start"]), np.asarray(refs["goal"])
     return {
         "sample_id": [str(x) for x in np.asarray(per["sample_id"])[q]],

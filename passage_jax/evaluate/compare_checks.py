@@ -27,6 +27,7 @@ from passage_jax.evaluate.compare_errors import (
     PrecisionMismatch,
 )
 from passage_jax.evaluate.score import ScoreError, load_score, seed_folders, timing_profile
+from passage_jax.protocol.runfolder import MANIFEST
 
 __all__ = ["LEGACY_PROTOCOL", "inference_protocol_of", "check_protocols", "load_side", "identity",
            "limits", "reference_precision", "check_precision", "check_identity", "check_limits",
@@ -81,7 +82,7 @@ def run_timing_of(score: dict) -> dict:
     (:func:`~passage_jax.evaluate.score.timing_profile` of its manifest);
     :class:`CompareError` naming the manifest's field when it is malformed."""
     folder = score.get("folder")
-    where = Path(folder) / "manifest.json" if folder is not None else "manifest.json"
+    where = Path(folder) / MANIFEST if folder is not None else MANIFEST
     try:
         return timing_profile(score["manifest"], where)
     except ScoreError as e:

@@ -15,6 +15,7 @@ import numpy as np
 from passage_jax.contract import UNPLACED
 from passage_jax.evaluate.compare_errors import CompareError
 from passage_jax.evaluate.score import STRATIFIERS
+from passage_jax.protocol.runfolder import PER_SAMPLE
 
 __all__ = ["QUALITY_FIELDS", "RECORD_FIELDS", "Draws", "Pairing", "PairedRows", "quality_rows",
            "pairs_of", "paired_rows"]
@@ -157,7 +158,7 @@ def paired_rows(A: dict, B: dict) -> PairedRows:
     ids = [str(s) for s in ra[0]["sample_id"]]
     for r in ra + rb:
         if [str(s) for s in r["sample_id"]] != ids:
-            raise CompareError("per_sample.npz rows are not in the runs' task order")
+            raise CompareError(f"{PER_SAMPLE} rows are not in the runs' task order")
     if any((r["cluster_id"] != ra[0]["cluster_id"]).any() for r in rb):
         raise CompareError("the two runs assign different geographic blocks to the same tasks")
     return PairedRows(tuple(pairs), bool(seed_mean), ra, rb, tuple(ids),

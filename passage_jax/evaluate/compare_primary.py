@@ -25,7 +25,8 @@ from passage_jax.stats.compare import FAMILY_ALPHA
 __all__ = ["EVIDENCE_KEYS", "read_test_evidence", "confirmatory_inputs", "PrimaryOutcome",
            "primary_outcome"]
 
-#: the keys of a paired-test evidence file (seed 003): all required, no others
+#: the keys of a paired-test evidence file (docs/contract.md, "Confirmatory test evidence"): all
+#: required, no others
 EVIDENCE_KEYS = ("p_values", "paired_test", "test_assumptions")
 #: the confirmatory fields copied from the six-metric comparison
 _DECISION_KEYS = ("inference_status", "decision", "winner", "votes", "holm")

@@ -59,6 +59,7 @@ from passage_jax.evaluate.report_markdown import endpoint, failed_delta, regret_
 from passage_jax.evaluate.score import ScoreError, load_score, read_json, seed_folders
 from passage_jax.evaluate.text_safety import md_code, md_text, md_url
 from passage_jax.fileio import atomic_write_json, atomic_write_text, jsonable, utc_now
+from passage_jax.protocol.runfolder import MANIFEST, METRICS, RUN_SUMMARY
 
 __all__ = ["leaderboard", "write_leaderboard", "LeaderboardError", "LeaderboardExists",
            "LEADERBOARD_FORMAT", "COMPARABLE_FIELDS", "render_leaderboard_markdown",
@@ -129,7 +130,7 @@ def _precision(folders) -> str | None:
     found = []
     for f in folders:
         try:
-            m = read_json(Path(f) / "metrics.json", LeaderboardError)
+            m = read_json(Path(f) / METRICS, LeaderboardError)
         except (LeaderboardError, OSError):
             return None
         found += [str(x) for x in ((m.get("precision") or {}).get("planner_reported") or [])]
@@ -190,10 +191,10 @@ def _read_run(path: Path) -> dict:
     except ScoreError as e:
         raise LeaderboardError(str(e)) from None
     m0 = scores[0]["manifest"]
-    where = str(folders[0] / "manifest.json")
+    where = str(folders[0] / MANIFEST)
     identity = _identity(m0.get("data") or {}, scores[0]["metrics"].get("timing_profile"), where,
                          {**{k: f"data.{k}" for k in COMPARABLE_FIELDS},
-                          "timing_profile": "timing_profile.profile (metrics.json)"})
+                          "timing_profile": f"timing_profile.profile ({METRICS})"})
     per_seed = {str(s["manifest"].get("seed")): s["metrics"] for s in scores}
     return _method(m0.get("method_name"), Path(path).resolve(), list(per_seed), per_seed,
                    identity, folders, path)
@@ -211,12 +212,12 @@ def _classify(path: Path):
             raise LeaderboardError(f"{path}: not a {COMPARE_FORMAT} file (format {got!r})")
         return "compare", path
     if path.is_dir():
-        if (path / "run.json").is_file() or (path / "manifest.json").is_file():
+        if (path / RUN_SUMMARY).is_file() or (path / MANIFEST).is_file():
             return "run", path
         if (path / "compare.json").is_file():
             return "compare", path / "compare.json"
         raise LeaderboardError(f"{path}: neither a comparison (no compare.json) nor a scored run "
-                               f"folder (no run.json or manifest.json)")
+                               f"folder (no {RUN_SUMMARY} or {MANIFEST})")
     raise LeaderboardError(f"{path}: not found")
 
 

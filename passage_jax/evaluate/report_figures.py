@@ -22,6 +22,7 @@ from passage_jax.evaluate.score import load_npz, load_score, open_run_tasks, rea
 from passage_jax.evaluate.text_safety import figure_text
 from passage_jax.fileio import atomic_write_bytes
 from passage_jax.protocol.records import PathsReader, unpack_routes
+from passage_jax.protocol.runfolder import MANIFEST, PATHS, REFERENCES
 
 __all__ = ["route_figure", "regret_figure", "SeedRoutes", "choose_tasks", "ROUTE_STYLES",
            "REGRET_AXIS_LABEL"]
@@ -70,7 +71,7 @@ class SeedRoutes:
         sel = np.flatnonzero(p["primary_quality"])
         sel = sel[np.argsort(p["task_index"][sel], kind="stable")]
         return cls({k: p[k][sel] for k in ("regret", "valid_path", "status", "sample_id", "success")},
-                   PathsReader(folder / "paths.npz"), p["record_index"][sel])
+                   PathsReader(folder / PATHS), p["record_index"][sel])
 
     def route(self, i: int):
         """The quality-repeat route of task ``i`` (an integer (L, 2) route, else None)."""
@@ -86,13 +87,13 @@ def _hillshade(z: np.ndarray) -> np.ndarray:
 
 def _tasks_and_references(fa: Path) -> tuple[list, list]:
     """The tasks of seed folder ``fa`` (scenes read on demand) and their reference routes."""
-    ref = load_npz(fa / "references.npz")
+    ref = load_npz(fa / REFERENCES)
     ref_routes = unpack_routes(ref["route_coords"], ref["route_offsets"])
     refs = {"sample_id": [str(s) for s in ref["sample_id"]],
             "objective": [str(x) for x in ref["objective"]],
             "variant": [str(x) for x in ref["variant"]],
             "cost_weight": ref["cost_weight"], "input_sha256": [str(x) for x in ref["input_sha256"]]}
-    tasks, _, _ = open_run_tasks(read_json(fa / "manifest.json"), refs, str(fa))  # read on demand
+    tasks, _, _ = open_run_tasks(read_json(fa / MANIFEST), refs, str(fa))  # read on demand
     return tasks, ref_routes
 
 

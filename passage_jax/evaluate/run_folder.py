@@ -49,6 +49,10 @@ from passage_jax.protocol.records import (
     unpack_routes,
 )
 from passage_jax.protocol.runfolder import (
+    MANIFEST,
+    PATHS,
+    REFERENCES,
+    REQUESTS,
     FolderError,
     FolderForeign,
     FolderIncomplete,
@@ -66,7 +70,7 @@ __all__ = ["RunFolder", "SeedFolder", "SeedInputs", "References", "seed_folders"
            "refuse_links_out", "SEED_FILES", "verified_seed_folders", "folder_errors"]
 
 #: the files of a seed folder that scoring reads or writes
-SEED_FILES = ("manifest.json", *RUN_INPUTS, *OUTPUTS)
+SEED_FILES = (MANIFEST, *RUN_INPUTS, *OUTPUTS)
 
 
 # --------------------------------------------------------------------------- #
@@ -206,7 +210,7 @@ def check_seed_folder(folder) -> dict:
     """The manifest of seed folder ``folder``, checked against its parent run when the
     parent holds a ``run.json`` (:class:`ForeignSeed` naming the field otherwise)."""
     folder = Path(folder)
-    manifest = read_json(folder / "manifest.json")
+    manifest = read_json(folder / MANIFEST)
     run = RunFolder.of_seed(folder)
     if run is not None:
         with folder_errors():
@@ -341,8 +345,8 @@ class SeedFolder:
 
     def manifest(self) -> dict:
         """``manifest.json``, checked against the parent run (:func:`check_seed_folder`)."""
-        if not (self.path / "manifest.json").is_file():
-            raise ScoreError(f"{self.path / 'manifest.json'}: file not found: {self.path} is not a "
+        if not (self.path / MANIFEST).is_file():
+            raise ScoreError(f"{self.path / MANIFEST}: file not found: {self.path} is not a "
                              f"seed folder of a finished run")
         return check_seed_folder(self.path)
 
@@ -360,10 +364,10 @@ class SeedFolder:
         run files read and checked against each other."""
         v = self.verify()
         folder, manifest = self.path, v.manifest
-        q_index, warmup = _manifest_timing(manifest, folder / "manifest.json")
-        records = RecordColumns(folder / "requests.jsonl", str(folder), q_index)
+        q_index, warmup = _manifest_timing(manifest, folder / MANIFEST)
+        records = RecordColumns(folder / REQUESTS, str(folder), q_index)
         paths = self._paths()
-        refs = References.read(folder / "references.npz")
+        refs = References.read(folder / REFERENCES)
         _check_consistency(records, paths.index, refs, manifest, str(folder))
         return SeedInputs(folder=folder, manifest=manifest, input_hashes=dict(v.hashes),
                           quality_repeat=q_index, warmup_declared=warmup, records=records,
@@ -371,9 +375,9 @@ class SeedFolder:
 
     def _paths(self) -> PathsReader:
         try:
-            return PathsReader(self.path / "paths.npz")
+            return PathsReader(self.path / PATHS)
         except (KeyError, ValueError, OSError) as e:
-            text, where = str(e), str(self.path / "paths.npz")
+            text, where = str(e), str(self.path / PATHS)
             raise ScoreError(text if where in text else f"{where}: {text}") from None
 
 
@@ -401,11 +405,11 @@ def _check_consistency(records: RecordColumns, paths: dict, refs: References, ma
     and scene id."""
     n = len(records)
     if len(paths["route_format"]) != n:
-        raise ScoreError(f"{where}: paths.npz holds {len(paths['route_format'])} routes for "
+        raise ScoreError(f"{where}: {PATHS} holds {len(paths['route_format'])} routes for "
                          f"{n} records")
     if manifest.get("n_records") is not None and manifest["n_records"] != n:
         raise ScoreError(f"{where}: manifest says {manifest['n_records']} records, "
-                         f"requests.jsonl has {n}")
+                         f"{REQUESTS} has {n}")
     order = np.arange(n, dtype=np.int64)
     bad = np.flatnonzero((records.record != order) | (np.asarray(paths["record_index"]) != order))
     if bad.size:

@@ -26,6 +26,7 @@ from passage_jax.evaluate.timing_identity import recost_inside_latency, run_timi
 from passage_jax.fileio import jsonable
 from passage_jax.metrics import primary_metrics
 from passage_jax.metrics.aggregate import precision_statement
+from passage_jax.protocol.runfolder import MANIFEST, REFERENCES
 from passage_jax.stats import assign_blocks, block_census
 
 __all__ = ["Collector", "Collected", "Share", "ScoreOutputs", "collect_outputs", "warm_rows",
@@ -144,7 +145,7 @@ def task_clusters(inputs: SeedInputs) -> np.ndarray:
     try:
         return np.asarray(cluster_ids(inputs.refs.tile_json), dtype=str)
     except (ValueError, TypeError, AttributeError) as e:
-        raise ScoreError(f"{inputs.folder / 'references.npz'} (member 'tile_json'): not the JSON tiles "
+        raise ScoreError(f"{inputs.folder / REFERENCES} (member 'tile_json'): not the JSON tiles "
                          f"of the tasks ({type(e).__name__}: {e})") from None
 
 
@@ -299,7 +300,7 @@ def metrics_document(inputs: SeedInputs, collected: Collected, clusters: np.ndar
     components = _components(inputs, per, headline_mask)
     latency, divergence = _latency(inputs, per), _divergence(inputs, per)
     status_counts = _status_counts(inputs)
-    timing = timing_profile(manifest, inputs.folder / "manifest.json")
+    timing = timing_profile(manifest, inputs.folder / MANIFEST)
     headline_idx = np.flatnonzero(headline_mask)
     metrics = {
         "format": SCORE_FORMAT,
@@ -343,7 +344,7 @@ def scoring_precision() -> dict:
     return jsonable(precision_statement())
 
 
-def timing_profile(manifest: dict, where="manifest.json") -> dict:
+def timing_profile(manifest: dict, where=MANIFEST) -> dict:
     """The timing profile of a run (:func:`~passage_jax.evaluate.timing_identity.run_timing`):
     ``profile`` (the manifest's ``timing_profile``; runs written before it was recorded
     read as ``complete_request_v1``), ``timing_boundary`` (the manifest's, else

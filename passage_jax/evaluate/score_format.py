@@ -15,7 +15,10 @@ import json
 
 from passage_jax.checks import is_int, is_number
 from passage_jax.protocol.runfolder import (
+    PATHS,
     RECEIPT,
+    REFERENCES,
+    REQUESTS,
     RUN_STARTED,
     RUN_STARTED_FORMAT,
     RUN_SUMMARY,
@@ -45,7 +48,7 @@ BLOCK_RULE = "main_tile_5deg"
 OUTPUTS = SCORE_OUTPUTS
 #: the series of the timing passes, as the records name them
 SERIES = ("cold", "warmup", "warm")
-RUN_INPUTS = ("requests.jsonl", "paths.npz", "references.npz")
+RUN_INPUTS = (REQUESTS, PATHS, REFERENCES)
 #: per_sample.npz row fields (all of length n_rows), in the order they are written; the
 #: file also holds the 0-d :data:`PER_SAMPLE_SCALARS`
 PER_SAMPLE_FIELDS = (

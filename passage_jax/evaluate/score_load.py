@@ -26,6 +26,7 @@ from passage_jax.evaluate.score_format import (
 )
 from passage_jax.evaluate.score_verify import check_numbers, verify_metrics
 from passage_jax.fileio import sha256_file
+from passage_jax.protocol.runfolder import MANIFEST, METRICS, PER_SAMPLE
 
 __all__ = ["load_score", "METRICS_FIELDS", "MANIFEST_FIELDS"]
 
@@ -121,9 +122,9 @@ def _check_receipt(folder: Path, verify: bool) -> dict:
     outputs, inputs = receipt.get("outputs"), receipt.get("inputs")
     if not isinstance(outputs, dict) or not all(isinstance(v, str) for v in outputs.values()):
         raise ScoreError(f"{folder / RECEIPT}: field 'outputs' must be an object of sha256 hashes")
-    if not isinstance(inputs, dict) or not isinstance(inputs.get("manifest.json"), str):
+    if not isinstance(inputs, dict) or not isinstance(inputs.get(MANIFEST), str):
         raise ScoreError(f"{folder / RECEIPT}: field 'inputs' must be an object with the sha256 of "
-                         f"manifest.json")
+                         f"{MANIFEST}")
     for n in OUTPUTS:
         if not (folder / n).is_file():
             raise ScoreOutdated(f"{folder} is not scored completely ({n} missing, {RECEIPT} "
@@ -134,8 +135,8 @@ def _check_receipt(folder: Path, verify: bool) -> dict:
             if got != h:
                 raise ScoreOutdated(f"{folder / n}: sha256 {got} differs from the score "
                                     f"receipt's {h}; the folder needs scoring again")
-        if sha256_file(folder / "manifest.json") != inputs["manifest.json"]:
-            raise ScoreOutdated(f"{folder / 'manifest.json'} changed after scoring; the folder "
+        if sha256_file(folder / MANIFEST) != inputs[MANIFEST]:
+            raise ScoreOutdated(f"{folder / MANIFEST} changed after scoring; the folder "
                                 f"needs scoring again")
     return receipt
 
@@ -155,19 +156,19 @@ def load_score(folder, verify: bool = True) -> dict:
     if not is_scored(folder):
         raise ScoreError(f"{folder} is not scored ({RECEIPT} missing)")
     receipt = _check_receipt(folder, verify)
-    per = load_npz(folder / "per_sample.npz")
+    per = load_npz(folder / PER_SAMPLE)
     if str(per.get("metric_contract")) != METRIC_CONTRACT:
-        raise ScoreError(f"{folder / 'per_sample.npz'}: metric_contract "
+        raise ScoreError(f"{folder / PER_SAMPLE}: metric_contract "
                          f"{per.get('metric_contract')!r} is not {METRIC_CONTRACT}")
-    _check_per_sample(per, folder / "per_sample.npz")
-    manifest = read_json(folder / "manifest.json")
-    _check_fields(manifest, MANIFEST_FIELDS[:1], folder / "manifest.json")
-    _check_fields(manifest, MANIFEST_FIELDS[1:], folder / "manifest.json", required=False)
-    check_data_fields(manifest.get("data") or {}, str(folder / "manifest.json"))
-    metrics = read_json(folder / "metrics.json")
-    check_numbers(metrics, folder / "metrics.json")
-    _check_fields(metrics, METRICS_FIELDS[:7], folder / "metrics.json")
-    _check_fields(metrics, METRICS_FIELDS[7:], folder / "metrics.json", required=False)
+    _check_per_sample(per, folder / PER_SAMPLE)
+    manifest = read_json(folder / MANIFEST)
+    _check_fields(manifest, MANIFEST_FIELDS[:1], folder / MANIFEST)
+    _check_fields(manifest, MANIFEST_FIELDS[1:], folder / MANIFEST, required=False)
+    check_data_fields(manifest.get("data") or {}, str(folder / MANIFEST))
+    metrics = read_json(folder / METRICS)
+    check_numbers(metrics, folder / METRICS)
+    _check_fields(metrics, METRICS_FIELDS[:7], folder / METRICS)
+    _check_fields(metrics, METRICS_FIELDS[7:], folder / METRICS, required=False)
     verify_metrics(metrics, per, manifest, folder)
     return {"folder": folder, "manifest": manifest, "metrics": metrics, "receipt": receipt,
             "per_sample": per}

@@ -41,6 +41,7 @@ from passage_jax.evaluate.latency import censored_latency_block, interpolated_pe
 from passage_jax.evaluate.score_collect import HEADLINE_COMPANIONS, quality_summary, timing_profile
 from passage_jax.evaluate.score_format import BLOCK_RULE, METRIC_CONTRACT, ScoreError, short
 from passage_jax.fileio import jsonable
+from passage_jax.protocol.runfolder import MANIFEST, METRICS, PER_SAMPLE
 from passage_jax.stats import block_census
 
 __all__ = ["check_numbers", "verify_metrics", "derived_metrics", "first_difference",
@@ -274,15 +275,15 @@ def verify_metrics(metrics: dict, per: dict, manifest: dict, folder) -> None:
     its numbers (:func:`check_numbers`), then what its ``per_sample.npz`` (``per``) and its
     manifest give of it (:func:`derived_metrics`); :class:`ScoreError` naming the file and
     the first field that differs."""
-    where = folder / "metrics.json"
+    where = folder / METRICS
     check_numbers(metrics, where)
     again = "(edited after scoring?); score the folder again with score --force"
     try:
         want = derived_metrics(per)
     except (ValueError, TypeError, IndexError) as e:
-        raise ScoreError(f"{folder / 'per_sample.npz'}: its rows cannot be summarised "
+        raise ScoreError(f"{folder / PER_SAMPLE}: its rows cannot be summarised "
                          f"({type(e).__name__}: {e})") from None
-    _refuse_difference(metrics, want, where, "per_sample.npz",
-                       f"metrics.json must be what its per_sample.npz gives {again}")
-    _refuse_difference(metrics, _from_manifest(manifest, folder / "manifest.json"), where,
-                       "manifest.json", f"metrics.json must state its manifest's run {again}")
+    _refuse_difference(metrics, want, where, PER_SAMPLE,
+                       f"{METRICS} must be what its {PER_SAMPLE} gives {again}")
+    _refuse_difference(metrics, _from_manifest(manifest, folder / MANIFEST), where,
+                       MANIFEST, f"{METRICS} must state its manifest's run {again}")

@@ -17,6 +17,7 @@ from passage_jax.evaluate.score_format import METRIC_CONTRACT, RECEIPT, RECEIPT_
 from passage_jax.fileio import fsync_dir, sha256_file, utc_now
 from passage_jax.metrics import sharding_devices
 from passage_jax.protocol.records import code_hash, package_versions
+from passage_jax.protocol.runfolder import METRICS, PER_SAMPLE
 
 __all__ = ["Writers", "Receipt", "write_score", "COMPILATION_FIELDS"]
 
@@ -55,7 +56,7 @@ class Receipt:
             "run_folder": str(folder.resolve()),
             "dataset_root": str(Path(self.dataset_root).resolve()),
             "inputs": self.inputs,
-            "outputs": {n: sha256_file(folder / n) for n in ("per_sample.npz", "metrics.json")},
+            "outputs": {n: sha256_file(folder / n) for n in (PER_SAMPLE, METRICS)},
             "evaluator": code_hash(),
             "versions": package_versions(),
             "devices": sharding_devices(SCORE_SHARDING),
@@ -71,8 +72,8 @@ def write_score(folder: Path, outputs: ScoreOutputs, receipt: Receipt, writers: 
     first)."""
     (folder / RECEIPT).unlink(missing_ok=True)
     fsync_dir(folder)
-    writers.npz(folder / "per_sample.npz", outputs.rows)
-    writers.json(folder / "metrics.json", outputs.metrics)
+    writers.npz(folder / PER_SAMPLE, outputs.rows)
+    writers.json(folder / METRICS, outputs.metrics)
     fsync_dir(folder)
     writers.json(folder / RECEIPT, receipt.document(folder))
 

@@ -24,6 +24,7 @@ from passage_jax.contract import (
     TIMING_PROFILES,
 )
 from passage_jax.evaluate.score_format import ScoreError, short
+from passage_jax.protocol.runfolder import MANIFEST
 
 __all__ = ["run_timing", "recost_inside_latency"]
 
@@ -34,7 +35,7 @@ def _text(where, key: str, value) -> str:
     return value
 
 
-def run_timing(manifest: dict, where="manifest.json") -> dict:
+def run_timing(manifest: dict, where=MANIFEST) -> dict:
     """``{"profile", "timing_boundary", "timer", "runner_format"}`` of a seed manifest
     (``where`` names it in errors): an unknown profile, or a profile or boundary that is
     not a string, is a :class:`~passage_jax.evaluate.score_format.ScoreError` naming the
