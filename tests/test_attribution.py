@@ -438,7 +438,7 @@ def test_learned_search_pairing_exclusions_and_missing_counters():
     assert s["ratio_note"] == "n/a: 1 of 4 rows report no expansions"
     assert s["all"]["ratio_median"] is None and s["all"]["n_ratio"] is None
     assert s["all"]["optimal_rate"] == pytest.approx(0.75)
-    from passage_jax.evaluate.attribution import _search_lines
+    from passage_jax.evaluate.attribution._table import _search_lines
 
     md = "\n".join(_search_lines(attribution_rows([learned, astar], search=True)))
     assert "learned: expansion ratio n/a: 1 of 4 rows report no expansions" in md

@@ -125,7 +125,7 @@ def test_report_seed_mean_header_when_seeds_match(R, tmp_path):
 def test_regret_figure_shows_a_curve_at_zero(R, tmp_path, monkeypatch):
     """An exact planner's regrets are 0 (to an ulp); its CDF must not sit on the left spine,
     and the legend must not cover the plotting area."""
-    import passage_jax.evaluate.report_figures as rep
+    import passage_jax.evaluate.report._figures as rep
 
     res = compare_runs(R["bfs"], R["exact"], tmp_path / "c.json", n_resamples=B)
     seen = {}

@@ -20,7 +20,7 @@ from passage_jax.evaluate.compare import CompareError, compare_runs
 from passage_jax.evaluate.leaderboard import LeaderboardError, leaderboard
 from passage_jax.evaluate.report import ReportError, write_report
 from passage_jax.evaluate.score import ScoreError, load_score
-from passage_jax.evaluate.score_verify import check_numbers, derived_metrics, first_difference
+from passage_jax.evaluate.score._verify import check_numbers, derived_metrics, first_difference
 from passage_jax.fileio import sha256_file
 
 B = 20  # bootstrap draws: enough to write a comparison file

@@ -18,12 +18,12 @@ import pytest
 
 from passage_jax.data.writer import write_split
 from passage_jax.evaluate.compare import CompareError, LimitsDiffer, compare_runs
-from passage_jax.evaluate.compare_checks import identity, limits
+from passage_jax.evaluate.compare._checks import identity, limits
 from passage_jax.evaluate.latency import censored_latency_block, validation_recost_block
-from passage_jax.evaluate.run_records import check_record
 from passage_jax.evaluate.score import ScoreError, score_run
-from passage_jax.evaluate.score_collect import warm_requests
-from passage_jax.evaluate.timing_identity import run_timing
+from passage_jax.evaluate.score._collect import warm_requests
+from passage_jax.evaluate.score._records import check_record
+from passage_jax.evaluate.score._timing import run_timing
 from passage_jax.protocol.records import read_requests
 from passage_jax.run import parse_spec, run_spec
 

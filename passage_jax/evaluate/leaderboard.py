@@ -28,7 +28,7 @@ first), then latency p50 (lower first).
 A regret median that reaches a failed task in any seed (``failure_coded`` in the row) is shown
 as ``failed (x% of tasks)``, its Δ as ``— (method failed)`` (``baseline``, ``both``), and an
 interval endpoint made of the failure regret as ``failure-coded``: never the code itself
-(:mod:`~passage_jax.evaluate.report_markdown`; docs/scoring.md).
+(:mod:`~passage_jax.evaluate.report._markdown`; docs/scoring.md).
 
 Every name, path, precision string and reason on the page goes through
 :mod:`~passage_jax.evaluate.text_safety` (a report link's destination percent-encoded), and
@@ -53,9 +53,16 @@ from passage_jax.contract import FAILURE_REGRET
 from passage_jax.evaluate.attribution import format_number as _fmt
 from passage_jax.evaluate.attribution import markdown_table
 from passage_jax.evaluate.compare import COMPARE_FORMAT, compare_runs
-from passage_jax.evaluate.report_html import ReportHtmlError, html_page, markdown_body
-from passage_jax.evaluate.report_input import ReportError, read_comparison
-from passage_jax.evaluate.report_markdown import endpoint, failed_delta, regret_failed
+from passage_jax.evaluate.report import (
+    ReportError,
+    ReportHtmlError,
+    endpoint,
+    failed_delta,
+    html_page,
+    markdown_body,
+    read_comparison,
+    regret_failed,
+)
 from passage_jax.evaluate.score import ScoreError, load_score, read_json, seed_folders
 from passage_jax.evaluate.text_safety import md_code, md_text, md_url
 from passage_jax.fileio import atomic_write_json, atomic_write_text, jsonable, utc_now

@@ -14,9 +14,9 @@ import numpy as np
 
 from passage_jax.checks import is_number
 from passage_jax.contract import PRIMARY_METRICS
-from passage_jax.evaluate.compare_contrasts import Measure, contrast
-from passage_jax.evaluate.compare_errors import CompareError
-from passage_jax.evaluate.compare_pairing import Pairing
+from passage_jax.evaluate.compare._contrasts import Measure, contrast
+from passage_jax.evaluate.compare._errors import CompareError
+from passage_jax.evaluate.compare._pairing import Pairing
 from passage_jax.evaluate.score import STRATIFIERS, read_doc
 from passage_jax.fileio import sha256_file
 

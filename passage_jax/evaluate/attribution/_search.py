@@ -31,8 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from passage_jax.evaluate.run_folder import load_npz
-from passage_jax.evaluate.score import ScoreError
+from passage_jax.evaluate.score import ScoreError, load_npz
 from passage_jax.graph import GraphSpec
 from passage_jax.metrics.search_report import octile_lower_bound, search_report
 from passage_jax.protocol.records import read_requests

@@ -15,7 +15,7 @@ import numpy as np
 
 from passage_jax import cluster
 from passage_jax.data import chunk_scenes
-from passage_jax.evaluate.run_folder import SeedInputs
+from passage_jax.evaluate.score._folder import SeedInputs
 from passage_jax.metrics.host_batch import kernel_keys
 from passage_jax.protocol.records import ROUTE_FORMAT_CODE
 

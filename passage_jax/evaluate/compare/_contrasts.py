@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from passage_jax.contract import DIRECTIONS, METRIC_SPEC, PRIMARY_METRICS
-from passage_jax.evaluate.compare_errors import CompareError
-from passage_jax.evaluate.compare_pairing import Pairing
+from passage_jax.evaluate.compare._errors import CompareError
+from passage_jax.evaluate.compare._pairing import Pairing
 from passage_jax.fileio import jsonable
 from passage_jax.stats import parse_statistic, seed_mean_bootstrap
 from passage_jax.stats.bootstrap import seed_mean_result

@@ -37,14 +37,15 @@ written as ``primary_comparison``); any other contrast from
 blocks do not support an interval, from the same seed-mean result without draws
 (estimates only, keys :data:`ESTIMATE_KEYS`).
 
-The steps, one module each: the options (:mod:`~passage_jax.evaluate.compare_options`),
-the checks of the two runs (:mod:`~passage_jax.evaluate.compare_checks`), their seed pairs
-and rows (:mod:`~passage_jax.evaluate.compare_pairing`), the blocks
-(:mod:`~passage_jax.evaluate.compare_blocks`), the six-metric comparison and its
-confirmatory test (:mod:`~passage_jax.evaluate.compare_primary`), the contrasts
-(:mod:`~passage_jax.evaluate.compare_contrasts`) and the ODD bins
-(:mod:`~passage_jax.evaluate.compare_odd`); errors in
-:mod:`~passage_jax.evaluate.compare_errors`. Their public names are importable from here.
+The steps, one module each: the options (:mod:`~passage_jax.evaluate.compare._options`),
+the checks of the two runs (:mod:`~passage_jax.evaluate.compare._checks`), their seed pairs
+and rows (:mod:`~passage_jax.evaluate.compare._pairing`), the blocks
+(:mod:`~passage_jax.evaluate.compare._blocks`), the six-metric comparison and its
+confirmatory test (:mod:`~passage_jax.evaluate.compare._primary`), the contrasts
+(:mod:`~passage_jax.evaluate.compare._contrasts`) and the ODD bins
+(:mod:`~passage_jax.evaluate.compare._odd`); errors in
+:mod:`~passage_jax.evaluate.compare._errors`. Their public names are importable from
+:mod:`passage_jax.evaluate.compare`.
 """
 from __future__ import annotations
 
@@ -52,85 +53,45 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from passage_jax.evaluate.attribution import AttributionError, attribution_rows, run_entry
-from passage_jax.evaluate.compare_blocks import blocks_for, bound_roster, run_blocks
-from passage_jax.evaluate.compare_checks import (
-    LEGACY_PROTOCOL,
+from passage_jax.evaluate.compare._blocks import run_blocks
+from passage_jax.evaluate.compare._checks import (
     Checks,
-    check_identity,
-    check_limits,
-    check_precision,
-    check_protocols,
     check_runs,
-    identity,
-    inference_protocol_of,
-    limits,
     load_side,
-    reference_precision,
     split_role_of,
 )
-from passage_jax.evaluate.compare_contrasts import (
-    ESTIMATE_KEYS,
+from passage_jax.evaluate.compare._contrasts import (
     BothValid,
-    Measure,
-    contrast,
     geometry_intersection,
     latency_contrast,
     method_summary,
-    metric_contrast,
     primary_contrasts,
 )
-from passage_jax.evaluate.compare_errors import (
+from passage_jax.evaluate.compare._errors import (
     CompareError,
-    InvalidResamples,
-    LimitsDiffer,
-    NoncanonicalPairing,
     OutputExists,
     OutputIsFolder,
-    PrecisionMismatch,
-    RosterHashMissing,
-    RosterMismatch,
-    TestEvidenceError,
 )
-from passage_jax.evaluate.compare_odd import ODD_FORMAT, bin_index, odd_bins, read_odd_spec
-from passage_jax.evaluate.compare_options import (
-    DEFAULT_RESAMPLES,
-    PAIRED_TESTS,
+from passage_jax.evaluate.compare._odd import odd_bins, read_odd_spec
+from passage_jax.evaluate.compare._options import (
     CompareOptions,
 )
-from passage_jax.evaluate.compare_pairing import (
-    QUALITY_FIELDS,
+from passage_jax.evaluate.compare._pairing import (
     Draws,
     PairedRows,
-    Pairing,
     paired_rows,
-    pairs_of,
-    quality_rows,
 )
-from passage_jax.evaluate.compare_primary import (
-    EVIDENCE_KEYS,
+from passage_jax.evaluate.compare._primary import (
     PrimaryOutcome,
-    confirmatory_inputs,
     primary_outcome,
     read_test_evidence,
 )
 from passage_jax.fileio import atomic_write_json, jsonable, utc_now
 from passage_jax.options import merge_options
 
-__all__ = ["RosterMismatch", "bound_roster", "split_role_of", "PrecisionMismatch",
-           "check_precision", "reference_precision",
-           "compare_runs", "CompareError", "OutputExists", "OutputIsFolder", "InvalidResamples",
-           "LimitsDiffer",
-           "RosterHashMissing", "bin_index",
-           "blocks_for", "check_identity", "latency_contrast", "contrast", "COMPARE_FORMAT",
-           "ODD_FORMAT", "DEFAULT_RESAMPLES", "ESTIMATE_KEYS", "attribution_of", "NoncanonicalPairing",
-           "inference_protocol_of", "LEGACY_PROTOCOL", "load_side", "read_test_evidence",
-           "TestEvidenceError", "PAIRED_TESTS", "EVIDENCE_KEYS", "confirmatory_inputs",
-           "CompareOptions", "Pairing", "Draws", "Measure", "PairedRows", "Checks", "BothValid",
-           "PrimaryOutcome", "Comparison", "metric_contrast", "primary_contrasts",
-           "geometry_intersection", "method_summary", "odd_bins", "read_odd_spec", "check_limits",
-           "check_protocols", "check_runs", "identity", "limits", "pairs_of", "paired_rows",
-           "quality_rows", "QUALITY_FIELDS", "primary_outcome", "run_blocks",
-           "RESTATED", "restated"]
+__all__ = [
+    "compare_runs", "COMPARE_FORMAT", "attribution_of", "Comparison", "RESTATED", "restated",
+]
 
 COMPARE_FORMAT = "passage-jax-compare-v1"
 
@@ -192,7 +153,7 @@ class Comparison:
 
 #: the blocks of a comparison file that restate its two runs: what their manifests and
 #: scores give, before any draw (:func:`restated`); a comparison file read back must hold
-#: them as its runs give them (:mod:`~passage_jax.evaluate.compare_verify`)
+#: them as its runs give them (:mod:`~passage_jax.evaluate.compare._verify`)
 RESTATED = ("runs", "identity", "procedure_limits", "reference_precision", "split_roles",
             "test_set_result", "inference_protocols", "pairs", "seed_mean", "methods",
             "validation_recost_ms")

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from passage_jax.evaluate.compare_blocks import first_diff as _first_diff
-from passage_jax.evaluate.compare_errors import (
+from passage_jax.evaluate.compare._blocks import first_diff as _first_diff
+from passage_jax.evaluate.compare._errors import (
     CompareError,
     LimitsDiffer,
     NoncanonicalPairing,
@@ -234,7 +234,7 @@ class Checks:
 
 def check_runs(A: dict, B: dict, options) -> Checks:
     """Every check of two loaded runs under ``options`` (a
-    :class:`~passage_jax.evaluate.compare_options.CompareOptions`), in order: reference
+    :class:`~passage_jax.evaluate.compare._options.CompareOptions`), in order: reference
     precision, identity, inference protocols, procedure limits."""
     precision = check_precision(A, B, options.allow_precision_mix)
     shared = check_identity(A, B, precision_mix=precision["mixed"])

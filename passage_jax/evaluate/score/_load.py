@@ -1,7 +1,7 @@
 """Reading a score back (:func:`load_score`): a scored seed folder's manifest, metrics,
 receipt and ``per_sample.npz`` arrays, verified against the receipt, checked to be of
 the structure ``compare``, ``report`` and ``trust`` read, and the metrics checked against
-what the rows and the manifest give (:mod:`~passage_jax.evaluate.score_verify`)."""
+what the rows and the manifest give (:mod:`~passage_jax.evaluate.score._verify`)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,9 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from passage_jax.contract import PRIMARY_METRICS
-from passage_jax.evaluate.run_folder import is_scored, load_npz, read_json
-from passage_jax.evaluate.run_scenes import check_data_fields
-from passage_jax.evaluate.score_format import (
+from passage_jax.evaluate.score._folder import is_scored, load_npz, read_json
+from passage_jax.evaluate.score._format import (
     METRIC_CONTRACT,
     OUTPUTS,
     PER_SAMPLE_FIELDS,
@@ -24,7 +23,8 @@ from passage_jax.evaluate.score_format import (
     is_number_or_none,
     short,
 )
-from passage_jax.evaluate.score_verify import check_numbers, verify_metrics
+from passage_jax.evaluate.score._scenes import check_data_fields
+from passage_jax.evaluate.score._verify import check_numbers, verify_metrics
 from passage_jax.fileio import sha256_file
 from passage_jax.protocol.runfolder import MANIFEST, METRICS, PER_SAMPLE
 
@@ -145,13 +145,13 @@ def load_score(folder, verify: bool = True) -> dict:
     """Read a scored seed folder: manifest, metrics, receipt and per_sample arrays.
 
     A folder is scored when its ``score_receipt.json`` exists, as for ``score``
-    (:func:`~passage_jax.evaluate.run_folder.is_scored`); without it the folder is not
+    (:func:`~passage_jax.evaluate.score._folder.is_scored`); without it the folder is not
     scored (whatever other outputs a stopped score left). With ``verify``, the outputs and
     the manifest must match the receipt's hashes (:class:`ScoreOutdated` otherwise). Every
     file must be readable and of the structure compare, report and trust read
     (:class:`ScoreError` naming the file and field otherwise), its numbers finite and in
     their domain, and ``metrics.json`` what ``per_sample.npz`` and the manifest give of it
-    (:func:`~passage_jax.evaluate.score_verify.verify_metrics`), whatever the receipt says."""
+    (:func:`~passage_jax.evaluate.score._verify.verify_metrics`), whatever the receipt says."""
     folder = Path(folder)
     if not is_scored(folder):
         raise ScoreError(f"{folder} is not scored ({RECEIPT} missing)")

@@ -1,9 +1,9 @@
-"""The kernel stage of scoring: each :class:`~passage_jax.evaluate.score_batch.Batch` in
+"""The kernel stage of scoring: each :class:`~passage_jax.evaluate.score._batch.Batch` in
 (:func:`submit_batch`), their :class:`BatchScores` out once the last is in
 (:func:`finish_batches`). The records' routes go through the scoring kernel as one stream
 (:class:`passage_jax.metrics.RouteStream`, given by the caller: every batch's rows share
 full kernel calls), the tasks' stratifiers
-(:data:`~passage_jax.evaluate.score_format.STRATIFIERS`) are taken from the run or
+(:data:`~passage_jax.evaluate.score._format.STRATIFIERS`) are taken from the run or
 measured on the host, and each integer route's length in cells is taken."""
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import dataclasses
 import numpy as np
 
 from passage_jax.data.strata import SCENE_STRATIFIERS, scene_strata, strata_rows
-from passage_jax.evaluate.score_batch import Batch
-from passage_jax.evaluate.score_format import STRATIFIERS
+from passage_jax.evaluate.score._batch import Batch
+from passage_jax.evaluate.score._format import STRATIFIERS
 from passage_jax.graph.routes import route_length_pixels
 from passage_jax.protocol.records import ROUTE_FORMAT_CODE
 
@@ -111,7 +111,7 @@ class SceneStrata:
 
 
 def task_strata(scenes, ref_routes, measured: np.ndarray | None = None) -> dict:
-    """The :data:`~passage_jax.evaluate.score_format.STRATIFIERS` of each task; the
+    """The :data:`~passage_jax.evaluate.score._format.STRATIFIERS` of each task; the
     :data:`SCENE_STRATIFIERS` from ``measured`` (rows of :func:`scene_strata`) when given."""
     rows = strata_rows(scenes) if measured is None else measured
     out = {k: np.empty(len(scenes), np.float64) for k in STRATIFIERS}

@@ -40,14 +40,11 @@ from pathlib import Path
 from typing import Any
 
 from passage_jax.data import DataError, present_splits, resolve_dataset_root, shard_files
-from passage_jax.evaluate.analyze_export import (
+from passage_jax.evaluate.analyze._export import (
     DATA_FOLDER,
     SOURCES_FOLDER,
-    STAGING_METHODS,
     AnalyzeError,
-    MissingDependency,
     StagingExists,
-    StagingRefused,
     _clear_export,
     _require,
     copy_source_notebooks,
@@ -60,11 +57,9 @@ from passage_jax.protocol.records import code_hash, package_versions
 
 __all__ = [
     "ANALYSIS_FORMAT", "TEMPLATES", "MANIFEST_NAME", "NOTEBOOK_PACKAGES", "KERNEL_NAME",
-    "AnalyzeError", "MissingDependency", "StagingExists", "analyze_notebooks", "default_template_dir",
-    "parameters_source", "parameterise", "execute_notebook", "data_identity", "evaluator_identity",
-    "resolution_folder_name", "AnalyzeOptions", "AnalysisPlan", "PreparedNotebook", "plan_analysis",
-    "StagingRefused", "stage_shards", "copy_source_notebooks", "export_states", "DATA_FOLDER",
-    "SOURCES_FOLDER", "STAGING_METHODS",
+    "analyze_notebooks", "default_template_dir", "parameters_source", "parameterise",
+    "execute_notebook", "data_identity", "evaluator_identity", "resolution_folder_name",
+    "AnalyzeOptions", "AnalysisPlan", "PreparedNotebook", "plan_analysis",
 ]
 
 ANALYSIS_FORMAT = "passage-jax-analysis-v1"
@@ -80,7 +75,7 @@ DEFAULT_CELL_TIMEOUT = 1800
 
 def default_template_dir() -> Path:
     """``notebooks/`` of the source tree this package is installed from (editable install)."""
-    return Path(__file__).resolve().parents[2] / "notebooks"
+    return Path(__file__).resolve().parents[3] / "notebooks"
 
 
 def resolution_folder_name(resolution: int) -> str:

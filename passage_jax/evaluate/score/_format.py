@@ -2,12 +2,12 @@
 the names of the run-folder files scoring reads, the formats and fields of the files it
 writes, its errors, and the checks of one JSON value that the readers apply.
 
-The stages, in order: read (:mod:`~passage_jax.evaluate.run_folder`, with the records of
-:mod:`~passage_jax.evaluate.run_records` and the scenes of
-:mod:`~passage_jax.evaluate.run_scenes`), batch (:mod:`~passage_jax.evaluate.score_batch`),
-kernel (:mod:`~passage_jax.evaluate.score_kernel`), collect
-(:mod:`~passage_jax.evaluate.score_collect`), write (:mod:`~passage_jax.evaluate.score_write`);
-reading a score back is :mod:`~passage_jax.evaluate.score_load`.
+The stages, in order: read (:mod:`~passage_jax.evaluate.score._folder`, with the records of
+:mod:`~passage_jax.evaluate.score._records` and the scenes of
+:mod:`~passage_jax.evaluate.score._scenes`), batch (:mod:`~passage_jax.evaluate.score._batch`),
+kernel (:mod:`~passage_jax.evaluate.score._kernel`), collect
+(:mod:`~passage_jax.evaluate.score._collect`), write (:mod:`~passage_jax.evaluate.score._write`);
+reading a score back is :mod:`~passage_jax.evaluate.score._load`.
 """
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from passage_jax.contract import UNPLACED
-from passage_jax.evaluate.compare_errors import CompareError, RosterHashMissing, RosterMismatch
+from passage_jax.evaluate.compare._errors import CompareError, RosterHashMissing, RosterMismatch
 from passage_jax.fileio import jsonable
 from passage_jax.stats import RosterError, block_census, read_roster
 
@@ -114,7 +114,7 @@ def blocks_for(ids: list, clusters: np.ndarray, roster=None, roster_sha256=None)
 
 def run_blocks(A: dict, B: dict, ids: list, clusters: np.ndarray, options) -> dict:
     """The blocks record of two loaded runs under ``options`` (a
-    :class:`~passage_jax.evaluate.compare_options.CompareOptions`: its roster), with the
+    :class:`~passage_jax.evaluate.compare._options.CompareOptions`: its roster), with the
     roster's ``roster_origin``."""
     roster, roster_sha256, origin = bound_roster(A, B, options.roster, options.roster_sha256)
     blk = blocks_for(ids, clusters, roster, roster_sha256)

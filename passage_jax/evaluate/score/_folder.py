@@ -6,7 +6,7 @@ checked in one place.
   ``seed-<seed>/`` folders they declare, each verified.
 * :class:`SeedFolder` is one seed's folder: :meth:`SeedFolder.verify` holds it to be what a
   finished run left, and :meth:`SeedFolder.read_inputs` reads the records
-  (:mod:`~passage_jax.evaluate.run_records`), the routes (``paths.npz``, read by seeking)
+  (:mod:`~passage_jax.evaluate.score._records`), the routes (``paths.npz``, read by seeking)
   and the references into one frozen :class:`SeedInputs`.
 
 The verification is the one every reader of a run folder uses
@@ -16,7 +16,7 @@ hashes); here its refusals are :class:`ScoreError` (:class:`RunIncomplete`,
 :class:`ForeignSeed`). ``compare``, ``trust``, the leaderboard, the attribution table and
 ``check-entry`` read runs through :func:`seed_folders` too.
 
-The scenes are reloaded from the run's dataset by :mod:`~passage_jax.evaluate.run_scenes`;
+The scenes are reloaded from the run's dataset by :mod:`~passage_jax.evaluate.score._scenes`;
 the npz and document readers here (:func:`read_json`, :func:`read_doc`, :func:`load_npz`)
 are the ones every evaluation command uses.
 """
@@ -29,8 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from passage_jax.data.strata import SCENE_STRATIFIERS
-from passage_jax.evaluate.run_records import RecordColumns
-from passage_jax.evaluate.score_format import (
+from passage_jax.evaluate.score._format import (
     OUTPUTS,
     RECEIPT,
     RUN_INPUTS,
@@ -40,6 +39,7 @@ from passage_jax.evaluate.score_format import (
     is_int,
     short,
 )
+from passage_jax.evaluate.score._records import RecordColumns
 from passage_jax.fileio import read_document
 from passage_jax.protocol.records import (
     PathsReader,

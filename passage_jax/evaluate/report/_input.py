@@ -1,7 +1,7 @@
 """Reading a comparison file for the report and the leaderboard: :func:`read_comparison`
 checks the format and the fields the report reads (:data:`COMPARE_FIELDS`, the runs and the
 seed pairs), every number (finite and in its domain), then the file against its runs read
-again (:mod:`~passage_jax.evaluate.compare_verify`), and returns the document with every
+again (:mod:`~passage_jax.evaluate.compare._verify`), and returns the document with every
 JSON object wrapped so that a missing nested field is named by its dotted path when read
 (and the last field read is kept for other errors).
 """
@@ -10,10 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from passage_jax.checks import is_int
-from passage_jax.evaluate.compare import COMPARE_FORMAT
-from passage_jax.evaluate.compare_verify import verify_comparison
-from passage_jax.evaluate.score import read_json
-from passage_jax.evaluate.score_verify import check_numbers
+from passage_jax.evaluate.compare import COMPARE_FORMAT, verify_comparison
+from passage_jax.evaluate.score import check_numbers, read_json
 
 __all__ = ["ReportError", "ReportExists", "COMPARE_FIELDS", "read_comparison"]
 
@@ -85,7 +83,7 @@ def read_comparison(path) -> dict:
     :data:`~passage_jax.evaluate.compare.COMPARE_FORMAT` with the fields the report reads
     (:data:`COMPARE_FIELDS`, the runs and the seed pairs) of their types, its numbers finite
     and in their domain, and what it states of its runs what the runs give when read again
-    (:func:`~passage_jax.evaluate.compare_verify.verify_comparison`); :class:`ReportError`
+    (:func:`~passage_jax.evaluate.compare._verify.verify_comparison`); :class:`ReportError`
     naming the file and field otherwise. Missing nested fields are named when read."""
     path = Path(path)
     where = str(path)

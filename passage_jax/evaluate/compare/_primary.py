@@ -15,8 +15,8 @@ from pathlib import Path
 
 from passage_jax.checks import is_number
 from passage_jax.contract import DEFAULT_SEEDS, PRIMARY_METRICS
-from passage_jax.evaluate.compare_errors import TestEvidenceError
-from passage_jax.evaluate.compare_pairing import Pairing
+from passage_jax.evaluate.compare._errors import TestEvidenceError
+from passage_jax.evaluate.compare._pairing import Pairing
 from passage_jax.evaluate.score import read_doc
 from passage_jax.fileio import jsonable, sha256_file
 from passage_jax.stats import block_randomization_test, compare_primary_metrics

@@ -2,7 +2,7 @@
 header, per-method metrics, contrasts, valid routes and the both-valid geometry, latency,
 components (and the attribution table), procedure limits, blocks, ODD bins, figures.
 
-Every section reads the comparison file (:func:`~passage_jax.evaluate.report_input.read_comparison`)
+Every section reads the comparison file (:func:`~passage_jax.evaluate.report._input.read_comparison`)
 and returns its lines.
 
 A regret figure that reaches a failed task (whose regret is the contract's failure code) is

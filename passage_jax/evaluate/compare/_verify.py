@@ -6,22 +6,21 @@ timing profile), their limits and protocols, and each seed's figures. A comparis
 a plain JSON file anyone can edit, so each of these is compared with what the runs it names
 give when they are read again: the runs are loaded as ``compare`` loads them (each seed's
 score verified against its receipt, its ``metrics.json`` against its ``per_sample.npz``:
-:mod:`~passage_jax.evaluate.score_verify`), checked and paired again, and the blocks the
+:mod:`~passage_jax.evaluate.score._verify`), checked and paired again, and the blocks the
 comparison restates (:data:`~passage_jax.evaluate.compare.RESTATED`) must be the ones
 :func:`~passage_jax.evaluate.compare.restated` gives. Every number of the file is finite and
-in its domain (:func:`~passage_jax.evaluate.score_verify.check_numbers`, applied by the
-reader, :func:`~passage_jax.evaluate.report_input.read_comparison`). The contrasts
+in its domain (:func:`~passage_jax.evaluate.score._verify.check_numbers`, applied by the
+reader, :func:`~passage_jax.evaluate.report._input.read_comparison`). The contrasts
 themselves, drawn by the bootstrap, are not drawn again.
 """
 from __future__ import annotations
 
-from passage_jax.evaluate.compare import restated
-from passage_jax.evaluate.compare_checks import check_runs, load_side, split_role_of
-from passage_jax.evaluate.compare_errors import CompareError
-from passage_jax.evaluate.compare_options import CompareOptions
-from passage_jax.evaluate.compare_pairing import paired_rows
-from passage_jax.evaluate.score_format import ScoreError
-from passage_jax.evaluate.score_verify import Partial, difference_text, first_difference
+from passage_jax.evaluate.compare._checks import check_runs, load_side, split_role_of
+from passage_jax.evaluate.compare._errors import CompareError
+from passage_jax.evaluate.compare._options import CompareOptions
+from passage_jax.evaluate.compare._pairing import paired_rows
+from passage_jax.evaluate.compare._pipeline import restated
+from passage_jax.evaluate.score import Partial, ScoreError, difference_text, first_difference
 from passage_jax.options import merge_options
 
 __all__ = ["verify_comparison"]
@@ -35,7 +34,7 @@ def _flag(cmp: dict, block: str, key: str) -> bool:
 def verify_comparison(cmp: dict, where, error) -> None:
     """The comparison file ``cmp`` (read from ``where``; its runs' ``path`` fields already
     checked to be strings, its numbers by
-    :func:`~passage_jax.evaluate.score_verify.check_numbers`) checked: every block it
+    :func:`~passage_jax.evaluate.score._verify.check_numbers`) checked: every block it
     restates against its runs read again; ``error`` naming the file and the field otherwise."""
     sides = {}
     for n in ("A", "B"):

@@ -36,12 +36,12 @@ must hold nothing but what a finished run holds, inside them
 (:class:`RunIncomplete`, :class:`ForeignSeed`, :class:`ScoreError`).
 
 This module orchestrates; each stage is its own module, with frozen dataclasses between
-them: read (:mod:`~passage_jax.evaluate.run_folder`: ``SeedFolder.read_inputs`` ->
-``SeedInputs``; scenes reloaded by :mod:`~passage_jax.evaluate.run_scenes`), batch
-(:mod:`~passage_jax.evaluate.score_batch`: ``Batch``), kernel
-(:mod:`~passage_jax.evaluate.score_kernel`: ``BatchScores``), collect
-(:mod:`~passage_jax.evaluate.score_collect`: ``Collected`` -> ``ScoreOutputs``) and write
-(:mod:`~passage_jax.evaluate.score_write`). The kernel (:func:`score_routes`) and the file
+them: read (:mod:`~passage_jax.evaluate.score._folder`: ``SeedFolder.read_inputs`` ->
+``SeedInputs``; scenes reloaded by :mod:`~passage_jax.evaluate.score._scenes`), batch
+(:mod:`~passage_jax.evaluate.score._batch`: ``Batch``), kernel
+(:mod:`~passage_jax.evaluate.score._kernel`: ``BatchScores``), collect
+(:mod:`~passage_jax.evaluate.score._collect`: ``Collected`` -> ``ScoreOutputs``) and write
+(:mod:`~passage_jax.evaluate.score._write`). The kernel (:func:`score_routes`) and the file
 writers are bound here, when a folder is scored.
 """
 from __future__ import annotations
@@ -52,76 +52,32 @@ from pathlib import Path
 
 from passage_jax import cluster
 from passage_jax.compilation import CompileCounter
-from passage_jax.evaluate.run_folder import (
+from passage_jax.evaluate.score._batch import BatchPlan, batch_label, kernel_keys_of, make_batch
+from passage_jax.evaluate.score._collect import Collected, Collector, collect_outputs
+from passage_jax.evaluate.score._folder import (
     SeedFolder,
     SeedInputs,
-    check_seed_folder,
     is_scored,
-    load_npz,
-    read_doc,
-    read_json,
-    references_from_npz,  # noqa: F401 (re-exported: the read stage's helpers)
-    seed_folders,
     verified_seed_folders,
-    verify_run_files,  # noqa: F401 (re-exported)
 )
-from passage_jax.evaluate.run_records import RECORD_FIELDS, RecordColumns, check_record
-from passage_jax.evaluate.run_scenes import (
+from passage_jax.evaluate.score._format import (
+    RECEIPT,
+    SCORE_SHARDING,
+    AlreadyScored,
+    ScoreError,
+)
+from passage_jax.evaluate.score._kernel import SceneStrata, finish_batches, submit_batch
+from passage_jax.evaluate.score._load import load_score
+from passage_jax.evaluate.score._scenes import (
     ChunkCheck,
-    dataset_root,  # noqa: F401 (re-exported)
     input_check,
     open_run_tasks,
-    reload_tasks,
 )
-from passage_jax.evaluate.score_batch import BatchPlan, batch_label, kernel_keys_of, make_batch
-from passage_jax.evaluate.score_collect import (
-    Collected,
-    Collector,
-    cluster_ids,  # noqa: F401 (re-exported)
-    collect_outputs,
-    quality_summary,  # noqa: F401 (re-exported)
-    scoring_precision,  # noqa: F401 (re-exported)
-    timing_profile,
-)
-from passage_jax.evaluate.score_format import (
-    BLOCK_RULE,
-    METRIC_CONTRACT,
-    OUTPUTS,
-    PER_SAMPLE_FIELDS,
-    PER_SAMPLE_SCALARS,
-    RECEIPT,
-    RECEIPT_FORMAT,
-    RUN_INPUTS,
-    RUN_STARTED,
-    RUN_SUMMARY,
-    SCORE_FORMAT,
-    SCORE_SHARDING,
-    STRATIFIERS,
-    AlreadyScored,
-    DatasetNotFound,
-    ForeignSeed,
-    RunIncomplete,
-    ScoreError,
-    ScoreOutdated,
-)
-from passage_jax.evaluate.score_kernel import SceneStrata, finish_batches, submit_batch
-from passage_jax.evaluate.score_load import load_score
-from passage_jax.evaluate.score_write import Receipt, Writers, write_score
+from passage_jax.evaluate.score._write import Receipt, Writers, write_score
 from passage_jax.fileio import atomic_write_json, atomic_write_npz
 from passage_jax.metrics import RouteStream
 
-# Public names. The shape of this block (an import list, then __all__) recurs in every
-# module that re-exports names; only the names differ.
-__all__ = [
-    "score_run", "score_folder", "load_score", "seed_folders", "timing_profile", "reload_tasks",
-    "open_run_tasks", "RecordColumns", "check_record", "RECORD_FIELDS", "is_scored", "check_seed_folder",
-    "read_json", "read_doc", "load_npz",
-    "ScoreError", "AlreadyScored", "DatasetNotFound", "ScoreOutdated", "RunIncomplete", "ForeignSeed",
-    "PER_SAMPLE_FIELDS",
-    "PER_SAMPLE_SCALARS", "STRATIFIERS", "METRIC_CONTRACT", "SCORE_FORMAT", "RECEIPT_FORMAT",
-    "BLOCK_RULE", "OUTPUTS", "RECEIPT", "RUN_SUMMARY", "RUN_STARTED",
-    "RUN_INPUTS",
-]
+__all__ = ["score_run", "score_folder"]
 
 
 def _stream(seeds: list) -> RouteStream:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from passage_jax.contract import UNPLACED
-from passage_jax.evaluate.compare_errors import CompareError
+from passage_jax.evaluate.compare._errors import CompareError
 from passage_jax.evaluate.score import STRATIFIERS
 from passage_jax.protocol.runfolder import PER_SAMPLE
 

@@ -23,15 +23,15 @@ All or nothing: every file is first written into a hidden staging folder beside 
 fails leaves no file of its own behind (nor a folder it created), so the rerun needs no
 ``--force``. Every text from the comparison file is escaped on its way into the Markdown
 (:mod:`~passage_jax.evaluate.text_safety`), and the page embeds images only from the
-report's own folder (:mod:`~passage_jax.evaluate.report_html`).
+report's own folder (:mod:`~passage_jax.evaluate.report._html`).
 
 Also :func:`metrics_rows` and :data:`METRICS_COLUMNS`: the six-metric table of
 ``score`` and ``bench`` as data (``cli/console.py`` draws it).
 
 The pieces: the comparison file is read and checked by
-:mod:`~passage_jax.evaluate.report_input`, the Markdown written section by section by
-:mod:`~passage_jax.evaluate.report_markdown`, the figures drawn by
-:mod:`~passage_jax.evaluate.report_figures`; their public names are importable from here.
+:mod:`~passage_jax.evaluate.report._input`, the Markdown written section by section by
+:mod:`~passage_jax.evaluate.report._markdown`, the figures drawn by
+:mod:`~passage_jax.evaluate.report._figures`; their public names are importable from here.
 """
 from __future__ import annotations
 
@@ -44,18 +44,17 @@ import numpy as np
 
 from passage_jax.contract import PRIMARY_METRICS, PRIMARY_SHORT
 from passage_jax.evaluate.attribution import format_number as _fmt
-from passage_jax.evaluate.report_figures import regret_figure, route_figure
-from passage_jax.evaluate.report_html import ReportHtmlError, write_report_html
-from passage_jax.evaluate.report_input import COMPARE_FIELDS, ReportError, ReportExists, read_comparison
-from passage_jax.evaluate.report_markdown import components_section, render_markdown
+from passage_jax.evaluate.report._figures import regret_figure, route_figure
+from passage_jax.evaluate.report._html import ReportHtmlError, write_report_html
+from passage_jax.evaluate.report._input import ReportError, ReportExists, read_comparison
+from passage_jax.evaluate.report._markdown import render_markdown
 from passage_jax.evaluate.score import ScoreError
 from passage_jax.fileio import atomic_write_text
 from passage_jax.protocol.records import RecordFileError
 
-__all__ = ["write_report", "html_path_of", "check_report_name", "write_report_html", "render_markdown",
-           "METRICS_COLUMNS", "metrics_rows",
-           "components_section", "read_comparison",
-           "route_figure", "regret_figure", "ReportError", "ReportExists", "COMPARE_FIELDS"]
+__all__ = [
+    "write_report", "html_path_of", "check_report_name", "METRICS_COLUMNS", "metrics_rows",
+]
 
 
 # --------------------------------------------------------------------------- #
@@ -142,7 +141,7 @@ def write_report(compare_json, output, n_route_tasks: int = 4, force: bool = Fal
     object, a field missing or of the wrong type) raises :class:`ReportError` naming the file
     and the field; existing outputs are replaced only with ``force`` (never a folder).
     ``html``: also write the self-contained page (:func:`html_path_of`; figures inline,
-    sortable tables; :mod:`~passage_jax.evaluate.report_html`). All or nothing: the files are
+    sortable tables; :mod:`~passage_jax.evaluate.report._html`). All or nothing: the files are
     built in a staging folder beside ``output`` and moved into place only once every one of
     them is built; on any failure nothing this call wrote is left behind."""
     compare_json, output = Path(compare_json), check_report_name(output)

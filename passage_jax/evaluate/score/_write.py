@@ -1,4 +1,4 @@
-"""The write stage of scoring: a seed folder's :class:`~passage_jax.evaluate.score_collect.
+"""The write stage of scoring: a seed folder's :class:`~passage_jax.evaluate.score._collect.
 ScoreOutputs` written, each file atomically, and the receipt last.
 
 An earlier receipt is removed first and the new one written after ``per_sample.npz`` and
@@ -12,8 +12,8 @@ import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
-from passage_jax.evaluate.score_collect import ScoreOutputs
-from passage_jax.evaluate.score_format import METRIC_CONTRACT, RECEIPT, RECEIPT_FORMAT, SCORE_SHARDING
+from passage_jax.evaluate.score._collect import ScoreOutputs
+from passage_jax.evaluate.score._format import METRIC_CONTRACT, RECEIPT, RECEIPT_FORMAT, SCORE_SHARDING
 from passage_jax.fileio import fsync_dir, sha256_file, utc_now
 from passage_jax.metrics import sharding_devices
 from passage_jax.protocol.records import code_hash, package_versions
@@ -40,7 +40,7 @@ class Receipt:
     every input (manifest, run files, shards), the dataset root, whether the score was
     forced, what scoring the folder compiled
     (:meth:`passage_jax.compilation.CompileStats.to_dict`), and how the reloaded tasks were
-    vouched for (:func:`passage_jax.evaluate.run_scenes.input_check`)."""
+    vouched for (:func:`passage_jax.evaluate.score._scenes.input_check`)."""
 
     inputs: dict
     dataset_root: Path

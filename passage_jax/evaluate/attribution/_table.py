@@ -31,7 +31,7 @@ writes it to a Markdown file (``python -m cli report --attribution DIR ... --out
 --attribution``; not the two-run table of ``compare``): when one of the scored runs is
 plain A* (its spec declares ``family: classical``, ``architecture: astar``), each row
 gets ``search``, the learned-search report against it, rendered as a second table
-(:mod:`passage_jax.evaluate.attribution_search` reads the per-task inputs and states
+(:mod:`passage_jax.evaluate.attribution._search` reads the per-task inputs and states
 every decision).
 """
 from __future__ import annotations
@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from passage_jax.contract import FAILURE_REGRET
-from passage_jax.evaluate.attribution_search import (
+from passage_jax.evaluate.attribution._search import (
     SearchInputError,
     is_astar_reference,
     search_figures,

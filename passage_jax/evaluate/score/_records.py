@@ -1,5 +1,5 @@
 """Reading a run's ``requests.jsonl`` for scoring (part of the read stage,
-:mod:`passage_jax.evaluate.run_folder`): every line checked (:func:`check_record`) and
+:mod:`passage_jax.evaluate.score._folder`): every line checked (:func:`check_record`) and
 the fields scoring uses held as columns (:class:`RecordColumns`).
 
 The timing-profile fields (``validation_recost_ms``, ``warm_complete``, ``process_index``,
@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from passage_jax.evaluate.score_format import (
+from passage_jax.evaluate.score._format import (
     SERIES,
     ScoreError,
     is_index,

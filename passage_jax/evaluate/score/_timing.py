@@ -23,7 +23,7 @@ from passage_jax.contract import (
     SESSION_PROFILES,
     TIMING_PROFILES,
 )
-from passage_jax.evaluate.score_format import ScoreError, short
+from passage_jax.evaluate.score._format import ScoreError, short
 from passage_jax.protocol.runfolder import MANIFEST
 
 __all__ = ["run_timing", "recost_inside_latency"]
@@ -38,7 +38,7 @@ def _text(where, key: str, value) -> str:
 def run_timing(manifest: dict, where=MANIFEST) -> dict:
     """``{"profile", "timing_boundary", "timer", "runner_format"}`` of a seed manifest
     (``where`` names it in errors): an unknown profile, or a profile or boundary that is
-    not a string, is a :class:`~passage_jax.evaluate.score_format.ScoreError` naming the
+    not a string, is a :class:`~passage_jax.evaluate.score._format.ScoreError` naming the
     field."""
     timing = manifest.get("timing") if isinstance(manifest.get("timing"), dict) else {}
     old = timing.get("profile")

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from passage_jax.checks import is_int
-from passage_jax.evaluate.compare_errors import InvalidResamples, RosterHashMissing, TestEvidenceError
-from passage_jax.evaluate.compare_pairing import Draws
+from passage_jax.evaluate.compare._errors import InvalidResamples, RosterHashMissing, TestEvidenceError
+from passage_jax.evaluate.compare._pairing import Draws
 
 __all__ = ["CompareOptions", "DEFAULT_RESAMPLES", "PAIRED_TESTS"]
 

@@ -12,8 +12,8 @@ import numpy as np
 from passage_jax.contract import PRIMARY_METRICS, UNPLACED
 from passage_jax.evaluate.components import component_summary, route_stage_column
 from passage_jax.evaluate.latency import series_latency, validation_recost_block
-from passage_jax.evaluate.run_folder import SeedInputs
-from passage_jax.evaluate.score_format import (
+from passage_jax.evaluate.score._folder import SeedInputs
+from passage_jax.evaluate.score._format import (
     BLOCK_RULE,
     METRIC_CONTRACT,
     SCORE_FORMAT,
@@ -21,8 +21,8 @@ from passage_jax.evaluate.score_format import (
     STRATIFIERS,
     ScoreError,
 )
-from passage_jax.evaluate.score_kernel import BatchScores
-from passage_jax.evaluate.timing_identity import recost_inside_latency, run_timing
+from passage_jax.evaluate.score._kernel import BatchScores
+from passage_jax.evaluate.score._timing import recost_inside_latency, run_timing
 from passage_jax.fileio import jsonable
 from passage_jax.metrics import primary_metrics
 from passage_jax.metrics.aggregate import precision_statement
@@ -58,7 +58,7 @@ class Collected:
 
 
 class Collector:
-    """Gathers :class:`~passage_jax.evaluate.score_kernel.BatchScores` into columns of
+    """Gathers :class:`~passage_jax.evaluate.score._kernel.BatchScores` into columns of
     ``n_records`` records and ``n_tasks`` tasks. A kernel field's column takes the dtype
     of its first batch."""
 
@@ -133,7 +133,7 @@ def warm_rows(inputs: SeedInputs) -> np.ndarray:
 
 
 def cluster_ids(tile_json) -> list[str]:
-    """The geographic block (:data:`~passage_jax.evaluate.score_format.BLOCK_RULE`) of each
+    """The geographic block (:data:`~passage_jax.evaluate.score._format.BLOCK_RULE`) of each
     task's tile (JSON text; ``unplaced`` without one)."""
     tiles = [json.loads(s) if str(s) else None for s in tile_json]
     return [UNPLACED if b is None else b for b in assign_blocks(tiles, BLOCK_RULE)]
@@ -159,7 +159,7 @@ _KERNEL_ROWS = (("regret", np.float64), ("assd", np.float64), ("h95", np.float64
 def per_sample_rows(inputs: SeedInputs, collected: Collected, warm: np.ndarray,
                     clusters: np.ndarray) -> dict:
     """The ``per_sample.npz`` arrays: one row per warm record ``warm``
-    (:data:`~passage_jax.evaluate.score_format.PER_SAMPLE_FIELDS`) and the 0-d scalars."""
+    (:data:`~passage_jax.evaluate.score._format.PER_SAMPLE_FIELDS`) and the 0-d scalars."""
     rec, refs, per = inputs.records, inputs.refs, collected.fields
     ti, repeat, q_index = rec.task_index, rec.repeat, inputs.quality_repeat
     tw = ti[warm]
@@ -345,7 +345,7 @@ def scoring_precision() -> dict:
 
 
 def timing_profile(manifest: dict, where=MANIFEST) -> dict:
-    """The timing profile of a run (:func:`~passage_jax.evaluate.timing_identity.run_timing`):
+    """The timing profile of a run (:func:`~passage_jax.evaluate.score._timing.run_timing`):
     ``profile`` (the manifest's ``timing_profile``; runs written before it was recorded
     read as ``complete_request_v1``), ``timing_boundary`` (the manifest's, else
     ``timing.profile``), the timer text and the runner's format."""

@@ -2,11 +2,11 @@
 
 A ``metrics.json`` is a summary of its ``per_sample.npz``; a receipt whose hash was updated
 after the summary was edited proves nothing about it. So a score read back
-(:func:`~passage_jax.evaluate.score_load.load_score`) is checked here, in two steps, and any
+(:func:`~passage_jax.evaluate.score._load.load_score`) is checked here, in two steps, and any
 difference is refused in one line naming the file and the field:
 
 * :func:`check_numbers` (also applied to comparison files,
-  :mod:`~passage_jax.evaluate.compare_verify`): every number is finite (``NaN``,
+  :mod:`~passage_jax.evaluate.compare._verify`): every number is finite (``NaN``,
   ``Infinity`` and literals beyond the float range such as ``1e400`` parse to non-finite
   floats and are refused) and in its domain by its name: a count (``n_*``, ``recorded``,
   ``rank``, ``quality_repeat_index``, and the entries of ``status_counts``,
@@ -17,7 +17,7 @@ difference is refused in one line naming the file and the field:
   ``ci_high`` below a rate's name) in [-1, 1]; and an interval's ``ci_low`` is not above
   its ``ci_high``.
 * :func:`verify_metrics`: what ``per_sample.npz`` gives of ``metrics.json`` is computed
-  again with the code that wrote it (:func:`~passage_jax.evaluate.score_collect.quality_summary`
+  again with the code that wrote it (:func:`~passage_jax.evaluate.score._collect.quality_summary`
   for the headline and every warm pass, the latency summaries of
   :mod:`~passage_jax.evaluate.latency`, the block census, the route-stage figures of
   :func:`~passage_jax.evaluate.components.component_summary`, the warm status counts) and
@@ -38,8 +38,8 @@ from passage_jax.checks import is_int
 from passage_jax.contract import CENSORED_STATUSES, PRIMARY_METRICS, UNPLACED
 from passage_jax.evaluate.components import component_summary
 from passage_jax.evaluate.latency import censored_latency_block, interpolated_percentiles
-from passage_jax.evaluate.score_collect import HEADLINE_COMPANIONS, quality_summary, timing_profile
-from passage_jax.evaluate.score_format import BLOCK_RULE, METRIC_CONTRACT, ScoreError, short
+from passage_jax.evaluate.score._collect import HEADLINE_COMPANIONS, quality_summary, timing_profile
+from passage_jax.evaluate.score._format import BLOCK_RULE, METRIC_CONTRACT, ScoreError, short
 from passage_jax.fileio import jsonable
 from passage_jax.protocol.runfolder import MANIFEST, METRICS, PER_SAMPLE
 from passage_jax.stats import block_census
