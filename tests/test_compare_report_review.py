@@ -11,6 +11,7 @@ import pytest
 from test_score_support import runs
 
 from passage_jax.evaluate.compare import CompareError, blocks_for, check_identity, compare_runs
+from passage_jax.evaluate.score import Score
 
 B = 200
 
@@ -21,7 +22,8 @@ def R():
 
 
 def _side(manifest, path="run"):
-    return {"path": path, "seeds": {1234: {"manifest": manifest}}}
+    return {"path": path, "seeds": {1234: Score(folder=None, manifest=manifest, metrics={}, receipt={},
+                                            per_sample={})}}
 
 
 def _manifest(**data_over):

@@ -203,8 +203,8 @@ def test_killed_score_is_scored_again_without_force(runs, tmp_path, capsys):
     assert f"kept {run / 'seed-1'}" in err and f"scored {seed}" in err
     assert (run / "seed-1" / "score_receipt.json").read_bytes() == kept
     got, ref = load_score(seed), load_score(runs["scored"] / "seed-2")
-    assert got["metrics"]["primary"] == ref["metrics"]["primary"]
-    assert got["receipt"]["forced"] is False
+    assert got.metrics["primary"] == ref.metrics["primary"]
+    assert got.receipt["forced"] is False
     # now every seed holds a receipt: a plain score refuses, naming the receipt
     rc, err = cli(["score", "--run", run], capsys)
     assert rc == 2 and "already scored (score_receipt.json exists)" in err and "--force" in err
@@ -455,5 +455,5 @@ def test_dataset_path_shipped_alias(tmp_path, capsys):
     run_spec(parse_spec(spec), tmp_path / "run", progress=False)
     rc, err = cli(["score", "--run", tmp_path / "run", "--dataset-path", "shipped"], capsys)
     assert rc == 0, err
-    rec = load_score(tmp_path / "run" / "seed-1")["receipt"]
+    rec = load_score(tmp_path / "run" / "seed-1").receipt
     assert Path(rec["dataset_root"]) == shipped_cohort_root().resolve()

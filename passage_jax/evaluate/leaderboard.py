@@ -197,12 +197,12 @@ def _read_run(path: Path) -> dict:
         scores = [load_score(f) for f in folders]
     except ScoreError as e:
         raise LeaderboardError(str(e)) from None
-    m0 = scores[0]["manifest"]
+    m0 = scores[0].manifest
     where = str(folders[0] / MANIFEST)
-    identity = _identity(m0.get("data") or {}, scores[0]["metrics"].get("timing_profile"), where,
+    identity = _identity(m0.get("data") or {}, scores[0].metrics.get("timing_profile"), where,
                          {**{k: f"data.{k}" for k in COMPARABLE_FIELDS},
                           "timing_profile": f"timing_profile.profile ({METRICS})"})
-    per_seed = {str(s["manifest"].get("seed")): s["metrics"] for s in scores}
+    per_seed = {str(s.manifest.get("seed")): s.metrics for s in scores}
     return _method(m0.get("method_name"), Path(path).resolve(), list(per_seed), per_seed,
                    identity, folders, path)
 

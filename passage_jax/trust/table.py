@@ -1,10 +1,11 @@
 """The trust table over scored runs (seed 000 §5).
 
 A scored run is given as a mapping ``{"path", "method_name", "seeds": {seed: scored seed}}``,
-each scored seed ``{"manifest", "metrics", "per_sample"}`` as read from a scored seed folder
-(``manifest.json``, ``metrics.json``, ``per_sample.npz``; the offline evaluation reads and
-verifies them). The rows used are the quality repeat's reference-qualified tasks
-(``primary_quality & reference_qualified``) in task order.
+each scored seed an object with the fields ``manifest``, ``metrics`` and ``per_sample`` as
+read from a scored seed folder (``manifest.json``, ``metrics.json``, ``per_sample.npz``; the
+offline evaluation reads and verifies them into a ``passage_jax.evaluate.score.Score``). The
+rows used are the quality repeat's reference-qualified tasks (``primary_quality &
+reference_qualified``) in task order.
 
 Rows of the table, per scored run: ``stability`` (per-seed ``metrics.json``
 ``primary.regret_p90``), one ``odd_boundary`` row per ``stratum_*`` column of
@@ -53,7 +54,7 @@ def _where(run: Mapping, seed=None) -> str:
 def quality_rows(run: Mapping, seed, field_name: str) -> np.ndarray:
     """The per-task ``field_name`` of one seed's quality repeat (reference-qualified tasks,
     in task order) as float64."""
-    p = run["seeds"][seed]["per_sample"]
+    p = run["seeds"][seed].per_sample
     for k in ("primary_quality", "reference_qualified", "task_index", field_name):
         if k not in p:
             raise TrustError(f"{_where(run, seed)}: per_sample.npz has no field {k!r}")
@@ -68,7 +69,7 @@ def stratifier_names(run: Mapping) -> list[str]:
     identical for every seed."""
     names = None
     for seed, s in run["seeds"].items():
-        got = sorted(k[len("stratum_"):] for k in s["per_sample"] if k.startswith("stratum_"))
+        got = sorted(k[len("stratum_"):] for k in s.per_sample if k.startswith("stratum_"))
         if names is not None and got != names:
             raise TrustError(f"{_where(run, seed)}: stratifier columns {got} differ from "
                              f"another seed's {names}")
@@ -81,7 +82,7 @@ def device_identity(run: Mapping) -> dict:
     (identical across the run's seeds)."""
     ids = {}
     for seed, s in run["seeds"].items():
-        m = s["manifest"]
+        m = s.manifest
         t = m.get("timing") or {}
         ids[seed] = {"hardware": m.get("hardware"), "device": m.get("device"),
                      "timing_profile": t.get("profile"), "timer": t.get("timer")}
@@ -105,7 +106,7 @@ def _stability(run) -> AxisResult:
                             f"needs at least two training seeds, the run has {seeds}")
     vals = []
     for s in seeds:
-        prim = (run["seeds"][s]["metrics"] or {}).get("primary") or {}
+        prim = (run["seeds"][s].metrics or {}).get("primary") or {}
         v = prim.get("regret_p90")
         if v is None:
             raise TrustError(f"{_where(run, s)}: metrics.json has no primary.regret_p90")
@@ -138,7 +139,7 @@ def _odd(run, name: str, field_name: str, top_quantile: float) -> AxisResult:
 def _warm_p50(run) -> dict:
     out = {}
     for s in sorted(run["seeds"]):
-        lat = ((run["seeds"][s]["metrics"] or {}).get("latency") or {}).get("warm") or {}
+        lat = ((run["seeds"][s].metrics or {}).get("latency") or {}).get("warm") or {}
         out[s] = (lat.get("interpolated") or {}).get("p50")
     return out
 

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from passage_jax.evaluate.score import ScoreError, load_npz
+from passage_jax.evaluate.score import Score, ScoreError, load_npz
 from passage_jax.graph import GraphSpec
 from passage_jax.metrics.search_report import octile_lower_bound, search_report
 from passage_jax.protocol.records import read_requests
@@ -67,7 +67,7 @@ def _expansions_of(rec: dict) -> float:
     return math.nan
 
 
-def search_inputs(folder, score: dict) -> dict:
+def search_inputs(folder, score: Score) -> dict:
     """The per-task inputs of the learned-search report of one scored seed folder
     (``score`` = its :func:`load_score`): over the quality rows whose reference is
     qualified, ``sample_id``, ``success``, ``cost`` (``predicted_cost``), ``c_star``
@@ -75,7 +75,7 @@ def search_inputs(folder, score: dict) -> dict:
     total, NaN where not reported) and ``lower_bound`` (the octile bound from
     ``references.npz``'s start and goal, :data:`PIXEL_SIZE_M`, scale 1)."""
     folder = Path(folder)
-    per = score["per_sample"]
+    per = score.per_sample
     q = np.asarray(per["primary_quality"], bool) & np.asarray(per["reference_qualified"], bool)
     try:
         records = {int(r["record"]): r for r in read_requests(folder / REQUESTS)}

@@ -131,7 +131,7 @@ def _stage_medians(comps: list, stage: str) -> dict:
 def _entry_search(folders, scores) -> dict:
     """Per seed, the per-task inputs of the learned-search table (``search_inputs``)."""
     try:
-        return {str(s["manifest"].get("seed")): search_inputs(f, s) for f, s in zip(folders, scores)}
+        return {str(s.manifest.get("seed")): search_inputs(f, s) for f, s in zip(folders, scores)}
     except SearchInputError as e:
         raise AttributionError(str(e)) from None
 
@@ -145,16 +145,16 @@ def run_entry(path, name: str | None = None, search: bool = False) -> dict:
         scores = [load_score(f) for f in folders]
     except ScoreError as e:
         raise AttributionError(str(e)) from None
-    m0 = scores[0]["manifest"]
+    m0 = scores[0].manifest
     cc = m0.get("component_control")
     if cc is None:
         cc = (m0.get("spec") or {}).get("component_control")
     per_seed = {}
     for s in scores:
-        m = s["manifest"]
+        m = s.manifest
         per_seed[str(m.get("seed"))] = {
-            "figures": _seed_figures(s["metrics"]),
-            "components": s["metrics"].get("components"),
+            "figures": _seed_figures(s.metrics),
+            "components": s.metrics.get("components"),
             "budget": {k: v for k, v in (m.get("budget") or {}).items() if v is not None},
             "device": m.get("device"),
             "tasks_sha256": (m.get("data") or {}).get("tasks_sha256"),

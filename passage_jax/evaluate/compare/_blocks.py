@@ -31,7 +31,7 @@ def _recorded_rosters(A: dict, B: dict) -> dict:
     recorded = {}
     for side, S in (("A", A), ("B", B)):
         for seed, sc in S["seeds"].items():
-            r = (sc["manifest"].get("provenance") or {}).get("roster")
+            r = (sc.manifest.get("provenance") or {}).get("roster")
             recorded[f"{side} seed {seed}"] = None if r is None else (r.get("sha256"), r.get("path"))
     return recorded
 

@@ -26,7 +26,7 @@ from passage_jax.evaluate.compare._errors import (
     NoncanonicalPairing,
     PrecisionMismatch,
 )
-from passage_jax.evaluate.score import ScoreError, load_score, seed_folders, timing_profile
+from passage_jax.evaluate.score import Score, ScoreError, load_score, seed_folders, timing_profile
 from passage_jax.protocol.runfolder import MANIFEST
 
 __all__ = ["LEGACY_PROTOCOL", "inference_protocol_of", "check_protocols", "load_side", "identity",
@@ -43,7 +43,7 @@ def inference_protocol_of(side: dict) -> dict:
     """The inference protocol of a loaded side (from its seed manifests'
     ``inference_protocol``; a run without one is canonical whole-scene inference);
     noncanonical when any seed is."""
-    protos = [s["manifest"].get("inference_protocol") for s in side["seeds"].values()]
+    protos = [s.manifest.get("inference_protocol") for s in side["seeds"].values()]
     protos = [{**p, "recorded": True} if isinstance(p, dict) else dict(LEGACY_PROTOCOL) for p in protos]
     bad = [p for p in protos if not p.get("canonical", True)]
     return bad[0] if bad else protos[0]
@@ -70,27 +70,27 @@ def load_side(path) -> dict:
         raise CompareError(str(e)) from None
     seeds = {}
     for s in scores:
-        seed = int(s["manifest"]["seed"])
+        seed = int(s.manifest["seed"])
         seeds[seed] = s
     first = scores[0]
     return {"path": str(Path(path).resolve()), "seeds": seeds,
-            "method_name": first["manifest"].get("method_name")}
+            "method_name": first.manifest.get("method_name")}
 
 
-def run_timing_of(score: dict) -> dict:
+def run_timing_of(score: Score) -> dict:
     """The timing profile, boundary and timer of a loaded seed score
     (:func:`~passage_jax.evaluate.score.timing_profile` of its manifest);
     :class:`CompareError` naming the manifest's field when it is malformed."""
-    folder = score.get("folder")
+    folder = score.folder
     where = Path(folder) / MANIFEST if folder is not None else MANIFEST
     try:
-        return timing_profile(score["manifest"], where)
+        return timing_profile(score.manifest, where)
     except ScoreError as e:
         raise CompareError(str(e)) from None
 
 
-def identity(score: dict) -> dict:
-    m = score["manifest"]
+def identity(score: Score) -> dict:
+    m = score.manifest
     d = m.get("data") or {}
     return {
         "tasks": {"sample_ids": list(d.get("sample_ids") or []),
@@ -105,8 +105,8 @@ def identity(score: dict) -> dict:
     }
 
 
-def limits(score: dict) -> dict:
-    m = score["manifest"]
+def limits(score: Score) -> dict:
+    m = score.manifest
     t = m.get("timing") or {}
     timing = run_timing_of(score)
     budget = {k: v for k, v in (m.get("budget") or {}).items() if v is not None}
@@ -125,7 +125,7 @@ def reference_precision(side: dict) -> dict:
     runs written before it was recorded were float64) and its stated relative tolerance."""
     got = set()
     for sc in side["seeds"].values():
-        ref = sc["manifest"].get("references") or {}
+        ref = sc.manifest.get("references") or {}
         got.add((ref.get("precision", "float64"), float(ref.get("precision_rtol", 1e-12))))
     if len(got) != 1:
         raise CompareError(f"{side['path']}: its seeds record different reference precisions "
@@ -147,8 +147,8 @@ def check_precision(A: dict, B: dict, allow_mix: bool) -> dict:
                                 f"{pa['rtol']:g}) and those of B from the {pb['path']} path (rtol "
                                 f"{pb['rtol']:g}); pairing them must be asked for")
     rtol = max(pa["rtol"], pb["rtol"])
-    ca = next(iter(A["seeds"].values()))["per_sample"]["oracle_cost"]
-    cb = next(iter(B["seeds"].values()))["per_sample"]["oracle_cost"]
+    ca = next(iter(A["seeds"].values())).per_sample["oracle_cost"]
+    cb = next(iter(B["seeds"].values())).per_sample["oracle_cost"]
     if ca.shape != cb.shape or not np.allclose(ca, cb, rtol=rtol, atol=0.0):
         worst = float(np.max(np.abs(ca - cb) / np.maximum(np.abs(cb), 1e-300))) \
             if ca.shape == cb.shape else float("inf")
@@ -211,7 +211,7 @@ def split_role_of(side: dict) -> dict:
     """A run's split role and calibration-decisions hash (every seed must agree)."""
     got = set()
     for sc in side["seeds"].values():
-        prov = sc["manifest"].get("provenance") or {}
+        prov = sc.manifest.get("provenance") or {}
         cal = prov.get("calibration_decisions") or {}
         got.add((prov.get("split_role", "undeclared"), cal.get("canonical_sha256")))
     if len(got) != 1:

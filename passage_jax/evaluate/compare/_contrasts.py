@@ -16,6 +16,7 @@ import numpy as np
 from passage_jax.contract import DIRECTIONS, METRIC_SPEC, PRIMARY_METRICS
 from passage_jax.evaluate.compare._errors import CompareError
 from passage_jax.evaluate.compare._pairing import Pairing
+from passage_jax.evaluate.score import Score
 from passage_jax.fileio import jsonable
 from passage_jax.stats import parse_statistic, seed_mean_bootstrap
 from passage_jax.stats.bootstrap import seed_mean_result
@@ -165,9 +166,9 @@ def latency_contrast(pairing, *group) -> dict:
     return out
 
 
-def method_summary(score: dict) -> dict:
+def method_summary(score: Score) -> dict:
     """One seed's figures in the comparison file's ``methods`` block."""
-    m = score["metrics"]
+    m = score.metrics
     return {"primary": m["primary"], "n_tasks": m["n_tasks"], "n_path_valid": m["n_path_valid"],
             "connected_rate": m["connected_rate"],
             "mean_traversals_given_violation": m["mean_traversals_given_violation"],

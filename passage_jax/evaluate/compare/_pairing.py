@@ -14,7 +14,7 @@ import numpy as np
 
 from passage_jax.contract import UNPLACED
 from passage_jax.evaluate.compare._errors import CompareError
-from passage_jax.evaluate.score import STRATIFIERS
+from passage_jax.evaluate.score import STRATIFIERS, Score
 from passage_jax.protocol.runfolder import PER_SAMPLE
 
 __all__ = ["QUALITY_FIELDS", "RECORD_FIELDS", "Draws", "Pairing", "PairedRows", "quality_rows",
@@ -99,9 +99,9 @@ class Pairing:
                 for lab, r in zip(self.labels, rows)}
 
 
-def quality_rows(score: dict) -> dict:
+def quality_rows(score: Score) -> dict:
     """The quality repeat's rows in task order."""
-    p = score["per_sample"]
+    p = score.per_sample
     sel = np.flatnonzero(p["primary_quality"])
     sel = sel[np.argsort(p["task_index"][sel], kind="stable")]
     out = {k: p[k][sel] for k in QUALITY_FIELDS}

@@ -99,7 +99,7 @@ COMPARE_FORMAT = "passage-jax-compare-v1"
 def attribution_of(A: dict, B: dict) -> dict | None:
     """The component-attribution table of the two runs when either declares a
     ``component_control`` (:mod:`passage_jax.evaluate.attribution`); None otherwise."""
-    if not any(s["manifest"].get("component_control") for side in (A, B)
+    if not any(s.manifest.get("component_control") for side in (A, B)
                for s in side["seeds"].values()):
         return None
     try:
@@ -166,7 +166,7 @@ def restated(sides: dict, checks: Checks, roles: dict, rows: PairedRows) -> dict
     runs = {n: {"path": s["path"], "method_name": s["method_name"], "seeds": sorted(s["seeds"]),
                 "canonical": bool(protocols[n].get("canonical", True)),
                 "inference_protocol": protocols[n],
-                "folders": {str(k): str(v["folder"].resolve()) for k, v in s["seeds"].items()}}
+                "folders": {str(k): str(v.folder.resolve()) for k, v in s["seeds"].items()}}
             for n, s in sides.items()}
     ident = {"n_tasks": len(rows.task_ids), "sample_ids": list(rows.task_ids),
              "tasks_sha256": shared["tasks"]["tasks_sha256"], "data": shared["data"],
@@ -176,7 +176,7 @@ def restated(sides: dict, checks: Checks, roles: dict, rows: PairedRows) -> dict
                    "per_seed": {p[0]: method_summary(s["seeds"][p[1 if n == "A" else 2]])
                                 for p in rows.pairs}}
                for n, s in sides.items()}
-    recost = {n: {str(seed): sc["metrics"].get("validation_recost_ms")
+    recost = {n: {str(seed): sc.metrics.get("validation_recost_ms")
                   for seed, sc in sorted(s["seeds"].items())}
               for n, s in sides.items()}
     return jsonable({

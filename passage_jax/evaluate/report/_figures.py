@@ -67,7 +67,7 @@ class SeedRoutes:
 
     @classmethod
     def load(cls, folder: Path) -> SeedRoutes:
-        p = load_score(folder)["per_sample"]
+        p = load_score(folder).per_sample
         sel = np.flatnonzero(p["primary_quality"])
         sel = sel[np.argsort(p["task_index"][sel], kind="stable")]
         return cls({k: p[k][sel] for k in ("regret", "valid_path", "status", "sample_id", "success")},
@@ -181,7 +181,7 @@ def _pooled_regrets(cmp: dict, side: str) -> tuple[np.ndarray, int, int]:
     vals, fails, n = [], 0, 0
     for pair in cmp["pairs"]:
         seed = pair["seed_a"] if side == "A" else pair["seed_b"]
-        p = load_score(Path(run["folders"][str(seed)]))["per_sample"]
+        p = load_score(Path(run["folders"][str(seed)])).per_sample
         r = p["regret"][p["primary_quality"]]
         n += r.size
         fails += int(np.sum(r >= FAILURE_REGRET))

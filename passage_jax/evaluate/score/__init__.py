@@ -43,6 +43,7 @@ from passage_jax.evaluate.score._format import (
     ScoreOutdated,
 )
 from passage_jax.evaluate.score._load import (
+    Score,
     load_score,
 )
 from passage_jax.evaluate.score._pipeline import (
@@ -66,7 +67,7 @@ from passage_jax.evaluate.score._verify import (
 )
 
 __all__ = [
-    "score_run", "score_folder", "load_score", "seed_folders", "timing_profile", "reload_tasks",
+    "score_run", "score_folder", "load_score", "Score", "seed_folders", "timing_profile", "reload_tasks",
     "open_run_tasks", "RecordColumns", "check_record", "RECORD_FIELDS", "is_scored",
     "check_seed_folder", "read_json", "read_doc", "load_npz", "references_from_npz",
     "check_numbers", "Partial", "difference_text", "first_difference", "ScoreError",

@@ -1,9 +1,10 @@
 """The read stage of scoring: everything a score reads from a run folder, read and
 checked in one place.
 
-* :class:`RunFolder` is a finished run: its ``run.json`` (written last by ``run``; it
-  declares the seeds) and ``run_started.json`` (the run identity), checked, and the
-  ``seed-<seed>/`` folders they declare, each verified.
+* :func:`verified_seed_folders` is a finished run: its ``run.json`` (written last by
+  ``run``; it declares the seeds) and ``run_started.json`` (the run identity), checked, and
+  the ``seed-<seed>/`` folders they declare, each verified
+  (:func:`~passage_jax.protocol.runfolder.verify_run_folder`).
 * :class:`SeedFolder` is one seed's folder: :meth:`SeedFolder.verify` holds it to be what a
   finished run left, and :meth:`SeedFolder.read_inputs` reads the records
   (:mod:`~passage_jax.evaluate.score._records`), the routes (``paths.npz``, read by seeking)
@@ -65,7 +66,7 @@ from passage_jax.protocol.runfolder import (
 )
 from passage_jax.protocol.runfolder import refuse_links_out as check_links
 
-__all__ = ["RunFolder", "SeedFolder", "SeedInputs", "References", "seed_folders", "check_seed_folder",
+__all__ = ["SeedFolder", "SeedInputs", "References", "seed_folders", "check_seed_folder",
            "is_scored", "read_doc", "read_json", "load_npz", "verify_run_files", "references_from_npz",
            "refuse_links_out", "SEED_FILES", "verified_seed_folders", "folder_errors"]
 
@@ -145,42 +146,6 @@ def is_scored(folder) -> bool:
 # the run
 # --------------------------------------------------------------------------- #
 
-class RunFolder(RunRecords):
-    """A finished run folder: what its ``run.json`` (and ``run_started.json`` when present)
-    declare, checked (:meth:`read`), and its seed folders verified (:meth:`seed_folders`);
-    the checks are :class:`~passage_jax.protocol.runfolder.RunRecords`', every refusal a
-    :class:`ScoreError`."""
-
-    @classmethod
-    def read(cls, path) -> RunFolder:
-        """The run records of ``path``, checked; :class:`RunIncomplete` naming what is
-        missing otherwise."""
-        with folder_errors():
-            return super().read(path)
-
-    @classmethod
-    def of_seed(cls, folder) -> RunFolder | None:
-        """The run holding seed folder ``folder``, or None when its parent holds no
-        ``run.json`` (a seed folder on its own)."""
-        with folder_errors():
-            return super().of_seed(folder)
-
-    def seed_folders(self) -> list[SeedFolder]:
-        """Exactly the seed folders ``run.json`` declares, in seed order, each verified
-        (links, listed contents, manifest against the run, hashes, references identity), and
-        nothing unlisted in the run folder; a missing seed, one the run does not declare or
-        an unlisted entry refused by name."""
-        with folder_errors():
-            verified = super().seed_folders()
-        return [SeedFolder(v.path, v) for v in verified]
-
-    def check_manifest(self, folder: Path, manifest: dict, seed: int) -> None:
-        """The seed folder's manifest must be the run's: seed, method name, spec hash, code
-        and the fields of the run identity (:data:`IDENTITY_FIELDS`)."""
-        with folder_errors():
-            super().check_manifest(folder, manifest, seed)
-
-
 def verified_seed_folders(path) -> list[SeedFolder]:
     """The seed folders of ``path``, verified
     (:func:`~passage_jax.protocol.runfolder.verify_run_folder`): itself when it holds a
@@ -211,11 +176,10 @@ def check_seed_folder(folder) -> dict:
     parent holds a ``run.json`` (:class:`ForeignSeed` naming the field otherwise)."""
     folder = Path(folder)
     manifest = read_json(folder / MANIFEST)
-    run = RunFolder.of_seed(folder)
-    if run is not None:
-        with folder_errors():
-            seed = seed_of_folder(folder, run)
-        run.check_manifest(folder, manifest, seed)
+    with folder_errors():
+        run = RunRecords.of_seed(folder)
+        if run is not None:
+            run.check_manifest(folder, manifest, seed_of_folder(folder, run))
     return manifest
 
 

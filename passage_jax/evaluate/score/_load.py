@@ -4,6 +4,7 @@ the structure ``compare``, ``report`` and ``trust`` read, and the metrics checke
 what the rows and the manifest give (:mod:`~passage_jax.evaluate.score._verify`)."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +29,24 @@ from passage_jax.evaluate.score._verify import check_numbers, verify_metrics
 from passage_jax.fileio import sha256_file
 from passage_jax.protocol.runfolder import MANIFEST, METRICS, PER_SAMPLE
 
-__all__ = ["load_score", "METRICS_FIELDS", "MANIFEST_FIELDS"]
+__all__ = ["load_score", "Score", "METRICS_FIELDS", "MANIFEST_FIELDS"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Score:
+    """A scored seed folder read back (:func:`load_score`): its files, each checked."""
+
+    #: the seed folder
+    folder: Path
+    #: ``manifest.json``: the run's identities, settings and hashes of the run files
+    manifest: dict
+    #: ``metrics.json``: the seed's metrics (:data:`METRICS_FIELDS` checked)
+    metrics: dict
+    #: ``score_receipt.json``: hashes of the inputs and outputs, versions, compilation
+    receipt: dict
+    #: ``per_sample.npz``: {field: array}, the rows and the 0-d scalars
+    #: (:data:`~passage_jax.evaluate.score._format.PER_SAMPLE_FIELDS`)
+    per_sample: dict
 
 
 def _is_counter_summary(v) -> bool:
@@ -141,7 +159,7 @@ def _check_receipt(folder: Path, verify: bool) -> dict:
     return receipt
 
 
-def load_score(folder, verify: bool = True) -> dict:
+def load_score(folder, verify: bool = True) -> Score:
     """Read a scored seed folder: manifest, metrics, receipt and per_sample arrays.
 
     A folder is scored when its ``score_receipt.json`` exists, as for ``score``
@@ -170,5 +188,4 @@ def load_score(folder, verify: bool = True) -> dict:
     _check_fields(metrics, METRICS_FIELDS[:7], folder / METRICS)
     _check_fields(metrics, METRICS_FIELDS[7:], folder / METRICS, required=False)
     verify_metrics(metrics, per, manifest, folder)
-    return {"folder": folder, "manifest": manifest, "metrics": metrics, "receipt": receipt,
-            "per_sample": per}
+    return Score(folder=folder, manifest=manifest, metrics=metrics, receipt=receipt, per_sample=per)

@@ -302,7 +302,7 @@ def score_run(path, force: bool = False, dataset_path=None, log=None, *,
     if done and len(done) == len(folders):
         raise AlreadyScored(f"{done[0]} is already scored ({RECEIPT} exists)")
     for f in done:
-        out[f.name] = load_score(f)["metrics"]
+        out[f.name] = load_score(f).metrics
         if log:
             log(f"kept {f} (already scored)")
     for group in _same_tasks([f for f in folders if f not in done]):
