@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from test_score_support import runs
 
-from passage_jax.evaluate.compare import CompareError, blocks_for, check_identity, compare_runs
+from passage_jax.evaluate.compare import CompareError, Side, blocks_for, check_identity, compare_runs
 from passage_jax.evaluate.score import Score
 
 B = 200
@@ -22,8 +22,8 @@ def R():
 
 
 def _side(manifest, path="run"):
-    return {"path": path, "seeds": {1234: Score(folder=None, manifest=manifest, metrics={}, receipt={},
-                                            per_sample={})}}
+    return Side(path=path, seeds={1234: Score(folder=None, manifest=manifest, metrics={}, receipt={},
+                                              per_sample={})}, method_name=None)
 
 
 def _manifest(**data_over):

@@ -11,6 +11,7 @@ from passage_jax.evaluate.compare._blocks import (
     blocks_for,
 )
 from passage_jax.evaluate.compare._checks import (
+    Side,
     check_identity,
     check_limits,
     load_side,
@@ -59,7 +60,7 @@ from passage_jax.evaluate.compare._verify import (
 )
 
 __all__ = [
-    "compare_runs", "Comparison", "CompareOptions", "verify_comparison", "load_side",
+    "compare_runs", "Comparison", "CompareOptions", "verify_comparison", "load_side", "Side",
     "quality_rows", "QUALITY_FIELDS", "bin_index", "blocks_for", "check_identity", "check_limits",
     "latency_contrast", "read_test_evidence", "read_odd_spec", "COMPARE_FORMAT", "ODD_FORMAT",
     "DEFAULT_RESAMPLES", "PAIRED_TESTS", "EVIDENCE_KEYS", "ESTIMATE_KEYS", "CompareError",

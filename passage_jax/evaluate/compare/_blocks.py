@@ -27,16 +27,16 @@ def first_diff(a: list, b: list, name_a: str = "A", name_b: str = "B") -> str:
     return f"position {i}: {name_a} {a[i]!r}, {name_b} {b[i]!r}"
 
 
-def _recorded_rosters(A: dict, B: dict) -> dict:
+def _recorded_rosters(A, B) -> dict:
     recorded = {}
     for side, S in (("A", A), ("B", B)):
-        for seed, sc in S["seeds"].items():
+        for seed, sc in S.seeds.items():
             r = (sc.manifest.get("provenance") or {}).get("roster")
             recorded[f"{side} seed {seed}"] = None if r is None else (r.get("sha256"), r.get("path"))
     return recorded
 
 
-def bound_roster(A: dict, B: dict, roster=None, roster_sha256=None) -> tuple:
+def bound_roster(A, B, roster=None, roster_sha256=None) -> tuple:
     """The roster to use: every seed of both runs must have been admitted with the same
     roster (or none: :class:`RosterMismatch` otherwise); the recorded roster is used when
     none is given, and a given one must be it. Returns ``(roster, sha256, origin)`` with
@@ -112,7 +112,7 @@ def blocks_for(ids: list, clusters: np.ndarray, roster=None, roster_sha256=None)
             "reason": reason}
 
 
-def run_blocks(A: dict, B: dict, ids: list, clusters: np.ndarray, options) -> dict:
+def run_blocks(A, B, ids: list, clusters: np.ndarray, options) -> dict:
     """The blocks record of two loaded runs under ``options`` (a
     :class:`~passage_jax.evaluate.compare._options.CompareOptions`: its roster), with the
     roster's ``roster_origin``."""

@@ -9,8 +9,8 @@ The timing boundary (in process or supervised under the default profile) and the
 text are procedure limits: listed when they differ, refused only with identical limits
 required.
 
-A loaded run (a *side*, :func:`load_side`) is ``{"path", "seeds": {seed: score},
-"method_name"}`` with each seed's :func:`~passage_jax.evaluate.score.load_score` result.
+A loaded run (a *side*, :func:`load_side`) is a frozen :class:`Side`: its path, each seed's
+:class:`~passage_jax.evaluate.score.Score` and its method name.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from passage_jax.evaluate.compare._errors import (
 from passage_jax.evaluate.score import Score, ScoreError, load_score, seed_folders, timing_profile
 from passage_jax.protocol.runfolder import MANIFEST
 
-__all__ = ["LEGACY_PROTOCOL", "inference_protocol_of", "check_protocols", "load_side", "identity",
+__all__ = ["LEGACY_PROTOCOL", "inference_protocol_of", "check_protocols", "Side", "load_side", "identity",
            "limits", "reference_precision", "check_precision", "check_identity", "check_limits",
            "split_role_of", "Checks", "check_runs", "run_timing_of"]
 
@@ -39,17 +39,17 @@ LEGACY_PROTOCOL = {"name": "whole-scene (no tiling)", "settings": {"tiling": Non
                    "deviations": [], "recorded": False}
 
 
-def inference_protocol_of(side: dict) -> dict:
+def inference_protocol_of(side: Side) -> dict:
     """The inference protocol of a loaded side (from its seed manifests'
     ``inference_protocol``; a run without one is canonical whole-scene inference);
     noncanonical when any seed is."""
-    protos = [s.manifest.get("inference_protocol") for s in side["seeds"].values()]
+    protos = [s.manifest.get("inference_protocol") for s in side.seeds.values()]
     protos = [{**p, "recorded": True} if isinstance(p, dict) else dict(LEGACY_PROTOCOL) for p in protos]
     bad = [p for p in protos if not p.get("canonical", True)]
     return bad[0] if bad else protos[0]
 
 
-def check_protocols(A: dict, B: dict, allow_noncanonical: bool) -> dict:
+def check_protocols(A: Side, B: Side, allow_noncanonical: bool) -> dict:
     pa, pb = inference_protocol_of(A), inference_protocol_of(B)
     ca, cb = bool(pa.get("canonical", True)), bool(pb.get("canonical", True))
     if ca != cb and not allow_noncanonical:
@@ -60,9 +60,21 @@ def check_protocols(A: dict, B: dict, allow_noncanonical: bool) -> dict:
     return {"A": pa, "B": pb, "allow_noncanonical": bool(allow_noncanonical)}
 
 
-def load_side(path) -> dict:
-    """A scored run (run folder or seed folder) loaded as a side: ``{"path", "seeds": {seed:
-    load_score result}, "method_name"}``; :class:`CompareError` when it is not scored."""
+@dataclass(frozen=True)
+class Side:
+    """A scored run loaded for a comparison (:func:`load_side`)."""
+
+    #: the run folder or seed folder, resolved
+    path: str
+    #: {seed: its :class:`~passage_jax.evaluate.score.Score`}
+    seeds: dict
+    #: the method name of its first seed's manifest
+    method_name: str | None
+
+
+def load_side(path) -> Side:
+    """A scored run (run folder or seed folder) loaded as a :class:`Side`;
+    :class:`CompareError` when it is not scored."""
     try:
         folders = seed_folders(path)
         scores = [load_score(f) for f in folders]
@@ -73,8 +85,8 @@ def load_side(path) -> dict:
         seed = int(s.manifest["seed"])
         seeds[seed] = s
     first = scores[0]
-    return {"path": str(Path(path).resolve()), "seeds": seeds,
-            "method_name": first.manifest.get("method_name")}
+    return Side(path=str(Path(path).resolve()), seeds=seeds,
+                method_name=first.manifest.get("method_name"))
 
 
 def run_timing_of(score: Score) -> dict:
@@ -120,21 +132,21 @@ def limits(score: Score) -> dict:
             "device": m.get("device")}
 
 
-def reference_precision(side: dict) -> dict:
+def reference_precision(side: Side) -> dict:
     """The arithmetic path of a run's references (``references.precision`` in its manifests;
     runs written before it was recorded were float64) and its stated relative tolerance."""
     got = set()
-    for sc in side["seeds"].values():
+    for sc in side.seeds.values():
         ref = sc.manifest.get("references") or {}
         got.add((ref.get("precision", "float64"), float(ref.get("precision_rtol", 1e-12))))
     if len(got) != 1:
-        raise CompareError(f"{side['path']}: its seeds record different reference precisions "
+        raise CompareError(f"{side.path}: its seeds record different reference precisions "
                            f"{sorted(got)}")
     path, rtol = got.pop()
     return {"path": path, "rtol": rtol}
 
 
-def check_precision(A: dict, B: dict, allow_mix: bool) -> dict:
+def check_precision(A: Side, B: Side, allow_mix: bool) -> dict:
     """Refuse runs whose references came from paths with different stated tolerances unless
     ``allow_mix``; then their c* must still agree within the looser tolerance (task by task,
     from per_sample ``oracle_cost``). Returns both statements."""
@@ -147,8 +159,8 @@ def check_precision(A: dict, B: dict, allow_mix: bool) -> dict:
                                 f"{pa['rtol']:g}) and those of B from the {pb['path']} path (rtol "
                                 f"{pb['rtol']:g}); pairing them must be asked for")
     rtol = max(pa["rtol"], pb["rtol"])
-    ca = next(iter(A["seeds"].values())).per_sample["oracle_cost"]
-    cb = next(iter(B["seeds"].values())).per_sample["oracle_cost"]
+    ca = next(iter(A.seeds.values())).per_sample["oracle_cost"]
+    cb = next(iter(B.seeds.values())).per_sample["oracle_cost"]
     if ca.shape != cb.shape or not np.allclose(ca, cb, rtol=rtol, atol=0.0):
         worst = float(np.max(np.abs(ca - cb) / np.maximum(np.abs(cb), 1e-300))) \
             if ca.shape == cb.shape else float("inf")
@@ -158,16 +170,16 @@ def check_precision(A: dict, B: dict, allow_mix: bool) -> dict:
     return out
 
 
-def check_identity(A: dict, B: dict, *, precision_mix: bool = False) -> dict:
+def check_identity(A: Side, B: Side, *, precision_mix: bool = False) -> dict:
     """Refuse mismatched runs; returns the shared identity. With ``precision_mix`` (runs
     whose references came from different arithmetic paths, c* checked within tolerance by
     :func:`check_precision`) the references' identity hash may differ."""
     ids = {}
     for name, side in (("A", A), ("B", B)):
-        per = [identity(s) for s in side["seeds"].values()]
+        per = [identity(s) for s in side.seeds.values()]
         for p in per[1:]:
             if p != per[0]:
-                raise CompareError(f"run {name} ({side['path']}): its seed folders disagree on "
+                raise CompareError(f"run {name} ({side.path}): its seed folders disagree on "
                                    f"tasks, data, references or timing profile")
         ids[name] = per[0]
     a, b = ids["A"], ids["B"]
@@ -195,9 +207,9 @@ def check_identity(A: dict, B: dict, *, precision_mix: bool = False) -> dict:
     return a
 
 
-def check_limits(A: dict, B: dict, require_identical: bool) -> dict:
-    la = [limits(s) for s in A["seeds"].values()]
-    lb = [limits(s) for s in B["seeds"].values()]
+def check_limits(A: Side, B: Side, require_identical: bool) -> dict:
+    la = [limits(s) for s in A.seeds.values()]
+    lb = [limits(s) for s in B.seeds.values()]
     a, b = la[0], lb[0]
     differ = sorted({k for x in la + lb for k in x if x[k] != a[k]})
     out = {"A": a, "B": b, "differ": differ, "required_identical": bool(require_identical)}
@@ -207,15 +219,15 @@ def check_limits(A: dict, B: dict, require_identical: bool) -> dict:
     return out
 
 
-def split_role_of(side: dict) -> dict:
+def split_role_of(side: Side) -> dict:
     """A run's split role and calibration-decisions hash (every seed must agree)."""
     got = set()
-    for sc in side["seeds"].values():
+    for sc in side.seeds.values():
         prov = sc.manifest.get("provenance") or {}
         cal = prov.get("calibration_decisions") or {}
         got.add((prov.get("split_role", "undeclared"), cal.get("canonical_sha256")))
     if len(got) != 1:
-        raise CompareError(f"{side['path']}: its seeds record different split roles or calibration "
+        raise CompareError(f"{side.path}: its seeds record different split roles or calibration "
                            f"decisions {sorted(got, key=str)}")
     role, cal = got.pop()
     return {"split_role": role, "calibration_decisions_sha256": cal}
@@ -232,7 +244,7 @@ class Checks:
     limits: dict
 
 
-def check_runs(A: dict, B: dict, options) -> Checks:
+def check_runs(A: Side, B: Side, options) -> Checks:
     """Every check of two loaded runs under ``options`` (a
     :class:`~passage_jax.evaluate.compare._options.CompareOptions`), in order: reference
     precision, identity, inference protocols, procedure limits."""

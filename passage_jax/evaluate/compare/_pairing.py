@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from passage_jax.contract import UNPLACED
+from passage_jax.evaluate.compare._checks import Side
 from passage_jax.evaluate.compare._errors import CompareError
 from passage_jax.evaluate.score import STRATIFIERS, Score
 from passage_jax.protocol.runfolder import PER_SAMPLE
@@ -110,8 +111,8 @@ def quality_rows(score: Score) -> dict:
     return out
 
 
-def pairs_of(A: dict, B: dict) -> tuple[list, bool]:
-    sa, sb = sorted(A["seeds"]), sorted(B["seeds"])
+def pairs_of(A: Side, B: Side) -> tuple[list, bool]:
+    sa, sb = sorted(A.seeds), sorted(B.seeds)
     if sa == sb:
         return [(f"{s}", s, s) for s in sa], True
     common = sorted(set(sa) & set(sb))
@@ -149,12 +150,12 @@ class PairedRows:
         return [{"label": p[0], "seed_a": p[1], "seed_b": p[2]} for p in self.pairs]
 
 
-def paired_rows(A: dict, B: dict) -> PairedRows:
+def paired_rows(A: Side, B: Side) -> PairedRows:
     """The seed pairs of runs ``A`` and ``B`` (loaded sides) and their quality rows; refused
     when the rows are not in the runs' task order or the runs block the tasks differently."""
     pairs, seed_mean = pairs_of(A, B)
-    ra = tuple(quality_rows(A["seeds"][p[1]]) for p in pairs)
-    rb = tuple(quality_rows(B["seeds"][p[2]]) for p in pairs)
+    ra = tuple(quality_rows(A.seeds[p[1]]) for p in pairs)
+    rb = tuple(quality_rows(B.seeds[p[2]]) for p in pairs)
     ids = [str(s) for s in ra[0]["sample_id"]]
     for r in ra + rb:
         if [str(s) for s in r["sample_id"]] != ids:
@@ -162,4 +163,4 @@ def paired_rows(A: dict, B: dict) -> PairedRows:
     if any((r["cluster_id"] != ra[0]["cluster_id"]).any() for r in rb):
         raise CompareError("the two runs assign different geographic blocks to the same tasks")
     return PairedRows(tuple(pairs), bool(seed_mean), ra, rb, tuple(ids),
-                      {"A": sorted(A["seeds"]), "B": sorted(B["seeds"])})
+                      {"A": sorted(A.seeds), "B": sorted(B.seeds)})

@@ -56,6 +56,7 @@ from passage_jax.evaluate.attribution import AttributionError, attribution_rows,
 from passage_jax.evaluate.compare._blocks import run_blocks
 from passage_jax.evaluate.compare._checks import (
     Checks,
+    Side,
     check_runs,
     load_side,
     split_role_of,
@@ -96,14 +97,14 @@ __all__ = [
 COMPARE_FORMAT = "passage-jax-compare-v1"
 
 
-def attribution_of(A: dict, B: dict) -> dict | None:
+def attribution_of(A: Side, B: Side) -> dict | None:
     """The component-attribution table of the two runs when either declares a
     ``component_control`` (:mod:`passage_jax.evaluate.attribution`); None otherwise."""
     if not any(s.manifest.get("component_control") for side in (A, B)
-               for s in side["seeds"].values()):
+               for s in side.seeds.values()):
         return None
     try:
-        entries = [run_entry(side["path"], f"{n}: {side['method_name']}")
+        entries = [run_entry(side.path, f"{n}: {side.method_name}")
                    for n, side in (("A", A), ("B", B))]
     except AttributionError as e:
         raise CompareError(str(e)) from None
@@ -163,21 +164,21 @@ def restated(sides: dict, checks: Checks, roles: dict, rows: PairedRows) -> dict
     """The :data:`RESTATED` blocks of the comparison of the loaded runs ``sides`` ("A",
     "B") from their checks, split roles and paired rows (JSON types)."""
     protocols, shared = checks.protocols, checks.shared
-    runs = {n: {"path": s["path"], "method_name": s["method_name"], "seeds": sorted(s["seeds"]),
+    runs = {n: {"path": s.path, "method_name": s.method_name, "seeds": sorted(s.seeds),
                 "canonical": bool(protocols[n].get("canonical", True)),
                 "inference_protocol": protocols[n],
-                "folders": {str(k): str(v.folder.resolve()) for k, v in s["seeds"].items()}}
+                "folders": {str(k): str(v.folder.resolve()) for k, v in s.seeds.items()}}
             for n, s in sides.items()}
     ident = {"n_tasks": len(rows.task_ids), "sample_ids": list(rows.task_ids),
              "tasks_sha256": shared["tasks"]["tasks_sha256"], "data": shared["data"],
              "references": shared["references"],
              "timing_profile": {"profile": shared["timing_profile"]}}
-    methods = {n: {"method_name": s["method_name"],
-                   "per_seed": {p[0]: method_summary(s["seeds"][p[1 if n == "A" else 2]])
+    methods = {n: {"method_name": s.method_name,
+                   "per_seed": {p[0]: method_summary(s.seeds[p[1 if n == "A" else 2]])
                                 for p in rows.pairs}}
                for n, s in sides.items()}
     recost = {n: {str(seed): sc.metrics.get("validation_recost_ms")
-                  for seed, sc in sorted(s["seeds"].items())}
+                  for seed, sc in sorted(s.seeds.items())}
               for n, s in sides.items()}
     return jsonable({
         "runs": runs,
@@ -213,7 +214,7 @@ def _with_boundaries(latency: dict, lim: dict) -> dict:
     return {**latency, "timing_boundary": bounds, "same_boundary": bounds["A"] == bounds["B"]}
 
 
-def _compare(A: dict, B: dict, options: CompareOptions, evidence, odd) -> Comparison:
+def _compare(A: Side, B: Side, options: CompareOptions, evidence, odd) -> Comparison:
     """The comparison of two loaded runs, step by step."""
     checks = check_runs(A, B, options)
     rows = paired_rows(A, B)
