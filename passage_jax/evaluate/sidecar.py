@@ -1,4 +1,4 @@
-"""The bench sidecar (SPEC §7): what a reader needs to place a scored run.
+"""The bench sidecar (docs/scoring.md; docs/contract.md §7): what a reader needs to place a scored run.
 
 ``python -m cli bench --spec S`` runs the spec through :func:`passage_jax.run.run_spec`,
 scores it with :func:`passage_jax.evaluate.score_run`, then writes

@@ -1,4 +1,4 @@
-"""Paired comparison of two scored runs (SPEC §5, §7).
+"""Paired comparison of two scored runs (docs/scoring.md; docs/contract.md §5, §7).
 
 ``compare_runs(a, b, output)`` reads two scored runs (run folders or seed
 folders), refuses them when their tasks (ordered sample ids and input hashes),

@@ -32,7 +32,7 @@ __all__ = ["route_figure", "regret_figure", "SeedRoutes", "choose_tasks", "ROUTE
 #: dashes inside A's band) and neither route looks cut where it runs under the other
 ROUTE_STYLES = {"A": {"color": "tab:red", "lw": 4.2, "ls": "-", "alpha": 0.7, "zorder": 4},
                 "B": {"color": "tab:blue", "lw": 1.8, "ls": (0, (4, 2)), "alpha": 1.0, "zorder": 5}}
-#: the regret ECDF's x axis: the relative regret of SPEC §3, (route cost − c*) / c*
+#: the regret ECDF's x axis: the relative regret of docs/contract.md §4, (route cost − c*) / c*
 REGRET_AXIS_LABEL = "relative regret (route cost − c*) / c*  [symlog; 0 = optimal]"
 
 

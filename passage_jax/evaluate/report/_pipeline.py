@@ -1,4 +1,5 @@
-"""Markdown report of a comparison, with route and regret figures (SPEC §7).
+"""Markdown report of a comparison, with route and regret figures (docs/scoring.md;
+docs/contract.md §7).
 
 ``write_report(compare_json, output_md)`` reads the file written by
 ``compare``, reloads the two runs' persisted routes and references (and the

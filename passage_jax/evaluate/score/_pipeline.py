@@ -1,4 +1,4 @@
-"""Offline scoring of a run folder (SPEC §4, §7).
+"""Offline scoring of a run folder (docs/scoring.md; docs/contract.md §4, §7).
 
 ``score_run(path)`` scores every ``seed-<seed>/`` folder of a run (or one seed
 folder) from what the run persisted: the routes in ``paths.npz``, the terminal
