@@ -86,8 +86,8 @@ def hint(e) -> str:
 
 
 def options(args):
-    """The :class:`~passage_jax.evaluate.compare_options.CompareOptions` of the flags."""
-    from passage_jax.evaluate.compare_options import CompareOptions  # noqa: PLC0415 (CLI start-up)
+    """The :class:`~passage_jax.evaluate.compare._options.CompareOptions` of the flags."""
+    from passage_jax.evaluate.compare import CompareOptions  # noqa: PLC0415 (CLI start-up)
 
     return CompareOptions(n_resamples=args.bootstrap_resamples, alpha=args.alpha,
                           bootstrap_seed=args.bootstrap_seed, roster=args.roster,

@@ -150,7 +150,7 @@ def quality_of(folder) -> dict | None:
     """The quality repeat's per-task rows of a scored seed folder (task order), or None when
     they cannot be read (a footnote is then left out, never the table)."""
     from passage_jax.evaluate import load_score  # noqa: PLC0415 (CLI start-up)
-    from passage_jax.evaluate.compare_pairing import quality_rows  # noqa: PLC0415 (CLI start-up)
+    from passage_jax.evaluate.compare import quality_rows  # noqa: PLC0415 (CLI start-up)
 
     try:
         return quality_rows(load_score(Path(folder), verify=False))

@@ -43,9 +43,10 @@ def main(args) -> int:
         AttributionExists,
         write_attribution_report,
     )
-    from passage_jax.evaluate.report import check_report_name, html_path_of  # noqa: PLC0415 (CLI start-up)
-    from passage_jax.evaluate.report_html import (  # noqa: PLC0415 (CLI start-up)
+    from passage_jax.evaluate.report import (  # noqa: PLC0415 (CLI start-up)  # noqa: PLC0415 (CLI start-up)
         ReportHtmlError,
+        check_report_name,
+        html_path_of,
         write_report_html,
     )
 

@@ -17,8 +17,8 @@ pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
 
 import cli.analyze as analyze_cli  # noqa: E402
-import passage_jax.evaluate.analyze as analysis  # noqa: E402
-import passage_jax.evaluate.analyze_export as export  # noqa: E402
+import passage_jax.evaluate.analyze._export as export  # noqa: E402
+import passage_jax.evaluate.analyze._notebooks as analysis  # noqa: E402
 from passage_jax.data import shipped_cohort_root  # noqa: E402
 from passage_jax.evaluate.analyze import (  # noqa: E402
     TEMPLATES,

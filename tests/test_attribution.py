@@ -97,11 +97,11 @@ def test_route_stage_validated_and_recorded(runs):
     assert {r["sample_id"]: r["route_stage"] for r in recs} == {
         OPEN: "primary", TRAP: "repair", HILL: "fallback"}
     assert all(r["route_stage"] is None for r in _quality_records(runs["bfs"]))
-    per = load_score(runs["bounded_repair"] / "seed-1234")["per_sample"]
+    per = load_score(runs["bounded_repair"] / "seed-1234").per_sample
     assert per["route_stage"].dtype.kind == "U"
     got = dict(zip(per["sample_id"][per["primary_quality"]], per["route_stage"][per["primary_quality"]]))
     assert got == {OPEN: "primary", TRAP: "repair", HILL: "fallback"}
-    per_bfs = load_score(runs["bfs"] / "seed-1234")["per_sample"]
+    per_bfs = load_score(runs["bfs"] / "seed-1234").per_sample
     assert set(per_bfs["route_stage"].tolist()) == {""}
 
 
@@ -321,7 +321,7 @@ def _search_independent(folder, astar_folder):
     def per_task(f):
         recs = {r["sample_id"]: r for r in _quality_records(f)}
         ref = np.load(f / "seed-1234" / "references.npz")
-        per = load_score(f / "seed-1234")["per_sample"]
+        per = load_score(f / "seed-1234").per_sample
         q = per["primary_quality"]
         scored = {str(s): (bool(ok), float(c), float(ms)) for s, ok, c, ms in
                   zip(per["sample_id"][q], per["success"][q], per["predicted_cost"][q], per["latency_ms"][q])}
@@ -438,7 +438,7 @@ def test_learned_search_pairing_exclusions_and_missing_counters():
     assert s["ratio_note"] == "n/a: 1 of 4 rows report no expansions"
     assert s["all"]["ratio_median"] is None and s["all"]["n_ratio"] is None
     assert s["all"]["optimal_rate"] == pytest.approx(0.75)
-    from passage_jax.evaluate.attribution import _search_lines
+    from passage_jax.evaluate.attribution._table import _search_lines
 
     md = "\n".join(_search_lines(attribution_rows([learned, astar], search=True)))
     assert "learned: expansion ratio n/a: 1 of 4 rows report no expansions" in md

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from test_score_support import runs
 
-from passage_jax.evaluate.compare import CompareError, blocks_for, check_identity, compare_runs
+from passage_jax.evaluate.compare import CompareError, Side, blocks_for, check_identity, compare_runs
+from passage_jax.evaluate.score import Score
 
 B = 200
 
@@ -21,7 +22,8 @@ def R():
 
 
 def _side(manifest, path="run"):
-    return {"path": path, "seeds": {1234: {"manifest": manifest}}}
+    return Side(path=path, seeds={1234: Score(folder=None, manifest=manifest, metrics={}, receipt={},
+                                              per_sample={})}, method_name=None)
 
 
 def _manifest(**data_over):
@@ -125,7 +127,7 @@ def test_report_seed_mean_header_when_seeds_match(R, tmp_path):
 def test_regret_figure_shows_a_curve_at_zero(R, tmp_path, monkeypatch):
     """An exact planner's regrets are 0 (to an ulp); its CDF must not sit on the left spine,
     and the legend must not cover the plotting area."""
-    import passage_jax.evaluate.report_figures as rep
+    import passage_jax.evaluate.report._figures as rep
 
     res = compare_runs(R["bfs"], R["exact"], tmp_path / "c.json", n_resamples=B)
     seen = {}

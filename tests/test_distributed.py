@@ -190,7 +190,7 @@ def test_run_admission_and_score_two_processes_equal_single(single):
 
 _FAULT = """
 import os, signal, sys
-import passage_jax.evaluate.score as s
+import passage_jax.evaluate.score._pipeline as s
 def fault(*a, **k):
     if {kill}:
         os.kill(os.getpid(), signal.SIGKILL)

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 from cli.__main__ import main as cli_main
-from passage_jax.evaluate import score as S
 from passage_jax.evaluate.compare import CompareError, OutputIsFolder, compare_runs
 from passage_jax.evaluate.report import ReportError, write_report
 from passage_jax.evaluate.score import (
+    OUTPUTS,
     AlreadyScored,
     ForeignSeed,
     RunIncomplete,
@@ -28,6 +28,8 @@ from passage_jax.evaluate.score import (
     score_folder,
     score_run,
 )
+from passage_jax.evaluate.score import _pipeline as S
+from passage_jax.evaluate.score._scenes import dataset_root
 from passage_jax.fileio import sha256_file
 
 SEEDS = [1, 2, 3]
@@ -71,7 +73,7 @@ def cli(argv, capsys) -> tuple[int, str]:
 
 
 def outputs_of(run: Path) -> list[str]:
-    return sorted(str(p.relative_to(run)) for n in S.OUTPUTS for p in run.glob(f"seed-*/{n}"))
+    return sorted(str(p.relative_to(run)) for n in OUTPUTS for p in run.glob(f"seed-*/{n}"))
 
 
 def update_manifest_hash(seed: Path, name: str) -> None:
@@ -119,7 +121,7 @@ def test_foreign_seed_folder_refused(runs, tmp_path, capsys):
     run = copy(runs["unscored"], tmp_path / "run")
     shutil.rmtree(run / "seed-2")
     shutil.copytree(runs["other"] / "seed-2", run / "seed-2")
-    for n in S.OUTPUTS:
+    for n in OUTPUTS:
         (run / "seed-2" / n).unlink()
     rc, err = cli(["score", "--run", run], capsys)
     where = run / "seed-2" / "manifest.json"
@@ -201,8 +203,8 @@ def test_killed_score_is_scored_again_without_force(runs, tmp_path, capsys):
     assert f"kept {run / 'seed-1'}" in err and f"scored {seed}" in err
     assert (run / "seed-1" / "score_receipt.json").read_bytes() == kept
     got, ref = load_score(seed), load_score(runs["scored"] / "seed-2")
-    assert got["metrics"]["primary"] == ref["metrics"]["primary"]
-    assert got["receipt"]["forced"] is False
+    assert got.metrics["primary"] == ref.metrics["primary"]
+    assert got.receipt["forced"] is False
     # now every seed holds a receipt: a plain score refuses, naming the receipt
     rc, err = cli(["score", "--run", run], capsys)
     assert rc == 2 and "already scored (score_receipt.json exists)" in err and "--force" in err
@@ -222,7 +224,7 @@ def test_receipt_written_last_and_removed_first(runs, tmp_path, monkeypatch):
         return real_json(path, obj)
 
     def unlink(self, missing_ok=False):
-        if self.name in S.OUTPUTS:
+        if self.name in OUTPUTS:
             events.append(("unlink", self.name, None))
         return real_unlink(self, missing_ok=missing_ok)
 
@@ -442,9 +444,9 @@ def test_dataset_path_shipped_alias(tmp_path, capsys):
     from passage_jax.data import shipped_cohort_root
     from passage_jax.run import parse_spec, run_spec
 
-    assert S.dataset_root({"data": {}}, "shipped") == shipped_cohort_root()
+    assert dataset_root({"data": {}}, "shipped") == shipped_cohort_root()
     moved = {"data": {"dataset_root": str(tmp_path / "gone"), "dataset_path": "shipped"}}
-    assert S.dataset_root(moved) == shipped_cohort_root()
+    assert dataset_root(moved) == shipped_cohort_root()
     spec = {"method_name": "bfs", "inference": "passage_jax.planners.bfs:make_planner",
             "resolution": 64, "cost_model": "energy", "split": "test", "task_variant": "obstacles",
             "n_samples": 2, "seeds": [1], "dataset_path": "shipped", "latency_warmup": 0,
@@ -453,5 +455,5 @@ def test_dataset_path_shipped_alias(tmp_path, capsys):
     run_spec(parse_spec(spec), tmp_path / "run", progress=False)
     rc, err = cli(["score", "--run", tmp_path / "run", "--dataset-path", "shipped"], capsys)
     assert rc == 0, err
-    rec = load_score(tmp_path / "run" / "seed-1")["receipt"]
+    rec = load_score(tmp_path / "run" / "seed-1").receipt
     assert Path(rec["dataset_root"]) == shipped_cohort_root().resolve()

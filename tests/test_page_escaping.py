@@ -202,7 +202,7 @@ def test_leaderboard_baseline_path_and_planner_precision(hostile, tmp_path, monk
 
 def test_attribution_page_holds_no_secret(hostile, tmp_path):
     from passage_jax.evaluate.attribution import write_attribution_report
-    from passage_jax.evaluate.report_html import write_report_html
+    from passage_jax.evaluate.report._html import write_report_html
 
     c = hostile["cases"]["reference image"]
     md_path = tmp_path / "a" / "attribution.md"
@@ -230,7 +230,7 @@ def _reads(monkeypatch) -> list:
 
 
 def test_renderer_refuses_images_outside_the_folder(tmp_path, monkeypatch):
-    from passage_jax.evaluate.report_html import ReportHtmlError, markdown_body
+    from passage_jax.evaluate.report._html import ReportHtmlError, markdown_body
 
     secret = tmp_path / "secret" / "secret.png"
     secret.parent.mkdir()
@@ -268,7 +268,7 @@ def test_failed_html_report_leaves_nothing_and_cli_names_the_reference(hostile, 
                                                                         monkeypatch, capsys):
     """An image the page would have to fetch from outside its folder: refused (exit 2, one
     line naming it), and nothing of the report left: the rerun needs no --force."""
-    from passage_jax.evaluate import report as report_mod
+    from passage_jax.evaluate.report import _pipeline as report_mod
 
     cmp = hostile["root"] / "w" / "c0" / "compare.json"
     real = report_mod.render_markdown

@@ -58,7 +58,7 @@ def _section_table(md: str, heading: str) -> list[list[str]]:
 
 def _captured(monkeypatch):
     """Patch the figure writer to keep the figure instead of saving it."""
-    from passage_jax.evaluate import report_figures
+    from passage_jax.evaluate.report import _figures as report_figures
 
     figs = []
     monkeypatch.setattr(report_figures, "_save_figure", lambda fig, path: figs.append(fig) or path)
@@ -70,13 +70,13 @@ def test_limits_header_named_and_figures_styled(tmp_path, monkeypatch):
     cmp = tmp_path / "cmp.json"
     compare_runs(R["bfs"] / "seed-1234", R["greedy"], cmp, n_resamples=50)
     from passage_jax.evaluate.report import read_comparison
-    from passage_jax.evaluate.report_figures import (
+    from passage_jax.evaluate.report._figures import (
         REGRET_AXIS_LABEL,
         ROUTE_STYLES,
         regret_figure,
         route_figure,
     )
-    from passage_jax.evaluate.report_markdown import render_markdown
+    from passage_jax.evaluate.report._markdown import render_markdown
 
     c = read_comparison(cmp)
     table = _section_table(render_markdown(c, {}), "## Procedure limits")
@@ -111,7 +111,7 @@ def test_limits_header_named_and_figures_styled(tmp_path, monkeypatch):
 def test_stage_work_over_the_seeds_where_the_stage_ran():
     """A stage that ran in one seed only has that seed's median (as the per-seed table
     shows it), not n/a; a seed where it ran without the counter still gives n/a."""
-    from passage_jax.evaluate.attribution import _stage_medians
+    from passage_jax.evaluate.attribution._table import _stage_medians
 
     def comp(n_ran, med):
         work = {k: {"median": med, "p90": med, "n_reported": n_ran}

@@ -331,7 +331,7 @@ def test_failure_rule_against_numpy():
     """A regret quantile is failure-coded exactly when NumPy's quantile of the per-task
     regrets (failures at the failure regret) lies above every legal route's regret."""
     from passage_jax.contract import FAILURE_REGRET
-    from passage_jax.evaluate.report_markdown import reaches_failures
+    from passage_jax.evaluate.report._markdown import reaches_failures
 
     rng = np.random.default_rng(0)
     seen = set()

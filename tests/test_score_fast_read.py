@@ -15,7 +15,7 @@ from fixtures_data import make_rows, mutated, write_rows
 from passage_jax.data import DataError, iter_scenes, open_tasks
 from passage_jax.data.validate import declares_markers, validate_row
 from passage_jax.data.writer import rows_to_table
-from passage_jax.evaluate.score_kernel import SCENE_STRATIFIERS, SceneStrata, scene_strata, task_strata
+from passage_jax.evaluate.score._kernel import SCENE_STRATIFIERS, SceneStrata, scene_strata, task_strata
 from passage_jax.fileio import array_sha256
 
 
@@ -138,7 +138,7 @@ def test_seeds_of_a_run_are_scored_from_one_read_and_equal_alone(tmp_path, monke
     equals the seed scored on its own (score_folder), byte for byte."""
     from test_score_support import runs  # noqa: PLC0415
 
-    import passage_jax.evaluate.score as score  # noqa: PLC0415
+    import passage_jax.evaluate.score._pipeline as score  # noqa: PLC0415
 
     src = runs()["exact"]
     together = _unscored_copy(src, tmp_path / "together")
@@ -180,10 +180,10 @@ def test_admission_records_the_strata_and_score_uses_them(tmp_path, monkeypatch)
 
     from test_score_support import runs  # noqa: PLC0415
 
-    import passage_jax.evaluate.run_folder as run_folder  # noqa: PLC0415
-    import passage_jax.evaluate.score as score  # noqa: PLC0415
-    import passage_jax.evaluate.score_kernel as score_kernel  # noqa: PLC0415
-    from passage_jax.evaluate.run_scenes import reload_tasks  # noqa: PLC0415
+    import passage_jax.evaluate.score._folder as run_folder  # noqa: PLC0415
+    import passage_jax.evaluate.score._kernel as score_kernel  # noqa: PLC0415
+    import passage_jax.evaluate.score._pipeline as score  # noqa: PLC0415
+    from passage_jax.evaluate.score._scenes import reload_tasks  # noqa: PLC0415
 
     src = runs()["exact"]
     seed = sorted(p.name for p in src.glob("seed-*"))[0]
@@ -218,8 +218,8 @@ def test_admission_records_the_strata_and_score_uses_them(tmp_path, monkeypatch)
 
 
 def test_recorded_strata_of_another_shape_or_names_are_refused(tmp_path):
-    from passage_jax.evaluate.run_folder import _recorded_strata  # noqa: PLC0415
-    from passage_jax.evaluate.score_format import ScoreError  # noqa: PLC0415
+    from passage_jax.evaluate.score._folder import _recorded_strata  # noqa: PLC0415
+    from passage_jax.evaluate.score._format import ScoreError  # noqa: PLC0415
 
     good = {"scene_strata": np.zeros((3, 5)), "scene_strata_fields": np.array(SCENE_STRATIFIERS)}
     assert _recorded_strata(good, 3, "r.npz").shape == (3, 5)

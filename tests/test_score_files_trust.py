@@ -20,7 +20,7 @@ from passage_jax.evaluate.compare import CompareError, compare_runs
 from passage_jax.evaluate.leaderboard import LeaderboardError, leaderboard
 from passage_jax.evaluate.report import ReportError, write_report
 from passage_jax.evaluate.score import ScoreError, load_score
-from passage_jax.evaluate.score_verify import check_numbers, derived_metrics, first_difference
+from passage_jax.evaluate.score._verify import check_numbers, derived_metrics, first_difference
 from passage_jax.fileio import sha256_file
 
 B = 20  # bootstrap draws: enough to write a comparison file
@@ -103,13 +103,13 @@ def test_honest_scores_equal_what_their_rows_give(S):
     for run in (S["greedy"], S["exact"], S["R"]["bfs"]):
         for seed in sorted(run.glob("seed-*")):
             score = load_score(seed)
-            want = derived_metrics(score["per_sample"])
-            assert first_difference(score["metrics"], want) is None
+            want = derived_metrics(score.per_sample)
+            assert first_difference(score.metrics, want) is None
             # the rows give the headline, every warm pass, the warm latency and the census
-            assert want["primary"] == {k: score["metrics"]["primary"][k] for k in want["primary"]}
-            assert set(want["quality_by_pass"]) == {k for k in score["metrics"]["quality_by_pass"]
+            assert want["primary"] == {k: score.metrics["primary"][k] for k in want["primary"]}
+            assert set(want["quality_by_pass"]) == {k for k in score.metrics["quality_by_pass"]
                                                     if k.startswith("warm#")}
-            check_numbers(score["metrics"], seed / "metrics.json")
+            check_numbers(score.metrics, seed / "metrics.json")
     for cmp in (S["greedy_cmp"], S["exact_cmp"]):
         check_numbers(json.loads(cmp.read_text()), cmp)
 

@@ -13,7 +13,7 @@ from fixtures_data import make_rows, write_rows
 
 from passage_jax.data import DataError, open_tasks
 from passage_jax.evaluate import ScoreError
-from passage_jax.evaluate.run_scenes import DECODE_PACKAGES, input_check
+from passage_jax.evaluate.score._scenes import DECODE_PACKAGES, input_check
 from passage_jax.protocol.records import code_hash, package_versions
 
 
@@ -57,8 +57,8 @@ def test_default_score_hashes_nothing_and_equals_the_hashing_score(tmp_path, mon
     from test_score_support import runs  # noqa: PLC0415
 
     import passage_jax.data.scene as scene  # noqa: PLC0415
-    import passage_jax.evaluate.run_scenes as run_scenes  # noqa: PLC0415
     import passage_jax.evaluate.score as score  # noqa: PLC0415
+    import passage_jax.evaluate.score._scenes as run_scenes  # noqa: PLC0415
 
     src = runs()["exact"]
     seeds = sorted(p.name for p in src.glob("seed-*"))

@@ -240,7 +240,8 @@ def test_run_spec_supervised_end_to_end(tmp_path):
     """Through run_spec: the hanging tasks time out in every pass, the manifest names the
     supervised boundary, and compare lists it against an in-process run's as a differing
     limit (refused only when identical limits are required)."""
-    from passage_jax.evaluate.compare import CompareError, check_identity, check_limits
+    from passage_jax.evaluate.compare import CompareError, Side, check_identity, check_limits
+    from passage_jax.evaluate.score import Score
     from passage_jax.run.loop import run_spec
 
     root = tmp_path / "cohort"
@@ -266,7 +267,9 @@ def test_run_spec_supervised_end_to_end(tmp_path):
         assert all((r["worker"] is None) == (name == "ip") for r in recs)
     assert manifests["sup"]["timing"]["profile"] == SUPERVISED_TIMING_PROFILE
     assert manifests["ip"]["timing"]["profile"] == IN_PROCESS_TIMING_PROFILE
-    side = {n: {"path": n, "seeds": {"seed-1234": {"manifest": m}}} for n, m in manifests.items()}
+    side = {n: Side(path=n, seeds={"seed-1234": Score(folder=None, manifest=m, metrics={}, receipt={},
+                                                      per_sample={})}, method_name=None)
+            for n, m in manifests.items()}
     # one timing profile (complete_request_v1), two boundaries: accepted, listed as a limit
     assert check_identity(side["sup"], side["ip"])["timing_profile"] == "complete_request_v1"
     assert "timing_boundary" in check_limits(side["sup"], side["ip"], False)["differ"]

@@ -18,12 +18,12 @@ import pytest
 
 from passage_jax.data.writer import write_split
 from passage_jax.evaluate.compare import CompareError, LimitsDiffer, compare_runs
-from passage_jax.evaluate.compare_checks import identity, limits
+from passage_jax.evaluate.compare._checks import identity, limits
 from passage_jax.evaluate.latency import censored_latency_block, validation_recost_block
-from passage_jax.evaluate.run_records import check_record
-from passage_jax.evaluate.score import ScoreError, score_run
-from passage_jax.evaluate.score_collect import warm_requests
-from passage_jax.evaluate.timing_identity import run_timing
+from passage_jax.evaluate.score import Score, ScoreError, score_run
+from passage_jax.evaluate.score._collect import warm_requests
+from passage_jax.evaluate.score._records import check_record
+from passage_jax.evaluate.score._timing import run_timing
 from passage_jax.protocol.records import read_requests
 from passage_jax.run import parse_spec, run_spec
 
@@ -340,8 +340,8 @@ def test_older_run_compares_with_runs_of_the_default_profile(older, runs):
         compare_runs(runs["native"], older, None, n_resamples=B)
 
 
-def _score_of(manifest: dict) -> dict:
-    return {"manifest": manifest, "folder": Path("/runs/x/seed-1")}
+def _score_of(manifest: dict) -> Score:
+    return Score(folder=Path("/runs/x/seed-1"), manifest=manifest, metrics={}, receipt={}, per_sample={})
 
 
 def test_identity_and_limits_of_manifest_dicts():
@@ -373,7 +373,7 @@ def test_sidecar_carries_the_block(runs):
     for name in ("native", "supervised"):
         run = runs[name]
         spec = parse_spec(_manifest(run)["spec"])
-        scores = {"seed-1234": load_score(_seed(run))["metrics"]}
+        scores = {"seed-1234": load_score(_seed(run)).metrics}
         side = sidecar(run, spec, scores)
         m = _metrics(run)
         assert side["validation_recost_ms"] == {"seed-1234": m["validation_recost_ms"]}

@@ -93,7 +93,7 @@ class ReadOptions:
     #: whether the opening read takes each task's input hash (kept on its stub; a re-read
     #: is checked against it). False: the stream is read once only (a second pass is
     #: refused), for a caller that vouches for the tasks otherwise (``score``'s
-    #: provenance check: :func:`passage_jax.evaluate.run_scenes.input_check`).
+    #: provenance check: :func:`passage_jax.evaluate.score._scenes.input_check`).
     hash_inputs: bool = True
 
     def __post_init__(self):

@@ -1,5 +1,7 @@
-"""Offline evaluation (SPEC §4, §5, §7): score run folders from what they persisted,
-summarise latency, compare two scored runs, write reports and the bench sidecar.
+"""Offline evaluation (docs/scoring.md; docs/contract.md §4, §5, §7): score run folders
+from what they persisted, summarise latency, compare two scored runs, write reports and the
+bench sidecar; one subpackage a concern (``score``, ``compare``, ``report``,
+``attribution``, ``analyze``), each with its ``__init__`` as its public face.
 
 It reads the records of :mod:`passage_jax.protocol.records` and never imports
 :mod:`passage_jax.run` (nor does ``run`` import it); ``python -m cli bench`` composes

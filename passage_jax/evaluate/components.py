@@ -1,4 +1,4 @@
-"""Component figures of one scored seed folder (seed 001 §3.B): which stage produced
+"""Component figures of one scored seed folder (docs/scoring.md, "Components"): which stage produced
 each route and how much work each stage did.
 
 :func:`component_summary` turns the quality rows' records (``requests.jsonl``: their
@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from passage_jax.protocol.contracts import STAGES, WORK_KEYS
+from passage_jax.protocol.runfolder import REQUESTS
 
 __all__ = ["COMPONENTS_FORMAT", "component_summary", "counter_summary", "ROUTE_STAGE_WIDTH",
            "route_stage_column", "SPANS_NOTE"]
@@ -36,7 +37,7 @@ __all__ = ["COMPONENTS_FORMAT", "component_summary", "counter_summary", "ROUTE_S
 COMPONENTS_FORMAT = "passage-components-v1"
 #: width of the fixed-width unicode ``route_stage`` column of per_sample.npz
 ROUTE_STAGE_WIDTH = max(len(s) for s in STAGES)
-SPANS_NOTE = ("per-stage latency is not recorded in requests.jsonl; stage spans would be shown "
+SPANS_NOTE = (f"per-stage latency is not recorded in {REQUESTS}; stage spans would be shown "
               "per stage and never summed (sums of stage medians do not reconstruct latency)")
 _RATE_KEYS = {"primary": "direct_success_rate", "repair": "repair_rate",
               "fallback": "fallback_rate"}

@@ -1,4 +1,4 @@
-"""The reproducible-entry check (seed 000 §6; docs/admission.md).
+"""The reproducible-entry check (docs/admission.md, "The reproducible-entry check").
 
 An entry is one scored run folder (a row of a results table). It is reproducible when
 what is needed to rebuild and re-read it was recorded:
@@ -35,19 +35,27 @@ from pathlib import Path
 
 from passage_jax.checks import is_full_commit
 from passage_jax.contract import DEFAULT_SEEDS, PRIMARY_METRICS
-from passage_jax.protocol.runfolder import FolderError, verify_run_folder
+from passage_jax.protocol.runfolder import (
+    MANIFEST,
+    METRICS,
+    PER_SAMPLE,
+    RECEIPT,
+    RUN_SUMMARY,
+    FolderError,
+    verify_run_folder,
+)
 
 __all__ = ["ITEMS", "SIDECAR_FIELDS", "EntryError", "check_entries", "format_table", "SEPARATE_FROM_GATE"]
 
 ITEMS = ("evaluator_commit", "container_digest", "calibration_decisions", "seeds", "checkpoints",
          "dataset", "sidecar", "intervals")
-#: sidecar fields an entry needs (seed 000 §6): evaluated subset hash, dataset revision or
+#: sidecar fields an entry needs (docs/admission.md): evaluated subset hash, dataset revision or
 #: shard hashes, seed set, inference kwargs, calibration hash, hardware, timing settings,
 #: precision, evaluator commit and source hash, container digest
 SIDECAR_FIELDS = ("evaluated_subset", "dataset", "seeds", "inference_kwargs",
                   "calibration_decisions_sha256", "hardware", "timing", "precision", "evaluator",
                   "evaluator_commit", "container_digest", "metrics")
-SEEDED_FILES = ("manifest.json", "metrics.json", "per_sample.npz", "score_receipt.json")
+SEEDED_FILES = (MANIFEST, METRICS, PER_SAMPLE, RECEIPT)
 SEPARATE_FROM_GATE = ("A green test admission gate (admit-test) is separate from a reproducible "
                       "entry: the gate says a test run may proceed; this check lists what an entry "
                       "must carry to be rebuilt and re-read.")
@@ -74,7 +82,7 @@ def _manifests(run: Path) -> dict:
     out = {}
     for f in sorted(run.glob("seed-*")):
         if f.is_dir():
-            m = _json(f / "manifest.json")
+            m = _json(f / MANIFEST)
             out[f.name] = m if isinstance(m, dict) else None
     return out
 
@@ -228,8 +236,8 @@ def check_entries(paths) -> dict:
     runs, compares = [], []
     for p in map(Path, paths):
         if p.is_dir():
-            if not (p / "run.json").is_file() and not any(p.glob("seed-*/manifest.json")):
-                raise EntryError(f"{p}: not a run folder (no run.json, no seed-*/manifest.json)")
+            if not (p / RUN_SUMMARY).is_file() and not any(p.glob(f"seed-*/{MANIFEST}")):
+                raise EntryError(f"{p}: not a run folder (no {RUN_SUMMARY}, no seed-*/{MANIFEST})")
             runs.append(p)
         elif p.is_file():
             cmp = _json(p)

@@ -1,4 +1,4 @@
-"""Latency summaries of a timing series (SPEC §7).
+"""Latency summaries of a timing series (docs/scoring.md; docs/contract.md §7).
 
 Two summaries are computed for every series of requests:
 

@@ -28,7 +28,7 @@ first), then latency p50 (lower first).
 A regret median that reaches a failed task in any seed (``failure_coded`` in the row) is shown
 as ``failed (x% of tasks)``, its Δ as ``— (method failed)`` (``baseline``, ``both``), and an
 interval endpoint made of the failure regret as ``failure-coded``: never the code itself
-(:mod:`~passage_jax.evaluate.report_markdown`; docs/scoring.md).
+(:mod:`~passage_jax.evaluate.report._markdown`; docs/scoring.md).
 
 Every name, path, precision string and reason on the page goes through
 :mod:`~passage_jax.evaluate.text_safety` (a report link's destination percent-encoded), and
@@ -53,12 +53,20 @@ from passage_jax.contract import FAILURE_REGRET
 from passage_jax.evaluate.attribution import format_number as _fmt
 from passage_jax.evaluate.attribution import markdown_table
 from passage_jax.evaluate.compare import COMPARE_FORMAT, compare_runs
-from passage_jax.evaluate.report_html import ReportHtmlError, html_page, markdown_body
-from passage_jax.evaluate.report_input import ReportError, read_comparison
-from passage_jax.evaluate.report_markdown import endpoint, failed_delta, regret_failed
+from passage_jax.evaluate.report import (
+    ReportError,
+    ReportHtmlError,
+    endpoint,
+    failed_delta,
+    html_page,
+    markdown_body,
+    read_comparison,
+    regret_failed,
+)
 from passage_jax.evaluate.score import ScoreError, load_score, read_json, seed_folders
 from passage_jax.evaluate.text_safety import md_code, md_text, md_url
 from passage_jax.fileio import atomic_write_json, atomic_write_text, jsonable, utc_now
+from passage_jax.protocol.runfolder import MANIFEST, METRICS, RUN_SUMMARY
 
 __all__ = ["leaderboard", "write_leaderboard", "LeaderboardError", "LeaderboardExists",
            "LEADERBOARD_FORMAT", "COMPARABLE_FIELDS", "render_leaderboard_markdown",
@@ -129,7 +137,7 @@ def _precision(folders) -> str | None:
     found = []
     for f in folders:
         try:
-            m = read_json(Path(f) / "metrics.json", LeaderboardError)
+            m = read_json(Path(f) / METRICS, LeaderboardError)
         except (LeaderboardError, OSError):
             return None
         found += [str(x) for x in ((m.get("precision") or {}).get("planner_reported") or [])]
@@ -189,12 +197,12 @@ def _read_run(path: Path) -> dict:
         scores = [load_score(f) for f in folders]
     except ScoreError as e:
         raise LeaderboardError(str(e)) from None
-    m0 = scores[0]["manifest"]
-    where = str(folders[0] / "manifest.json")
-    identity = _identity(m0.get("data") or {}, scores[0]["metrics"].get("timing_profile"), where,
+    m0 = scores[0].manifest
+    where = str(folders[0] / MANIFEST)
+    identity = _identity(m0.get("data") or {}, scores[0].metrics.get("timing_profile"), where,
                          {**{k: f"data.{k}" for k in COMPARABLE_FIELDS},
-                          "timing_profile": "timing_profile.profile (metrics.json)"})
-    per_seed = {str(s["manifest"].get("seed")): s["metrics"] for s in scores}
+                          "timing_profile": f"timing_profile.profile ({METRICS})"})
+    per_seed = {str(s.manifest.get("seed")): s.metrics for s in scores}
     return _method(m0.get("method_name"), Path(path).resolve(), list(per_seed), per_seed,
                    identity, folders, path)
 
@@ -211,12 +219,12 @@ def _classify(path: Path):
             raise LeaderboardError(f"{path}: not a {COMPARE_FORMAT} file (format {got!r})")
         return "compare", path
     if path.is_dir():
-        if (path / "run.json").is_file() or (path / "manifest.json").is_file():
+        if (path / RUN_SUMMARY).is_file() or (path / MANIFEST).is_file():
             return "run", path
         if (path / "compare.json").is_file():
             return "compare", path / "compare.json"
         raise LeaderboardError(f"{path}: neither a comparison (no compare.json) nor a scored run "
-                               f"folder (no run.json or manifest.json)")
+                               f"folder (no {RUN_SUMMARY} or {MANIFEST})")
     raise LeaderboardError(f"{path}: not found")
 
 

@@ -1,4 +1,4 @@
-"""The bench sidecar (SPEC §7): what a reader needs to place a scored run.
+"""The bench sidecar (docs/scoring.md; docs/contract.md §7): what a reader needs to place a scored run.
 
 ``python -m cli bench --spec S`` runs the spec through :func:`passage_jax.run.run_spec`,
 scores it with :func:`passage_jax.evaluate.score_run`, then writes
@@ -30,14 +30,15 @@ from passage_jax.contract import PRIMARY_METRICS
 from passage_jax.evaluate.score import PER_SAMPLE_FIELDS, PER_SAMPLE_SCALARS, read_json, seed_folders
 from passage_jax.fileio import sha256_file, utc_now
 from passage_jax.protocol.records import code_hash
+from passage_jax.protocol.runfolder import MANIFEST, METRICS, PATHS, PER_SAMPLE, RECEIPT, REFERENCES, REQUESTS
 
 __all__ = ["sidecar", "default_output", "SIDECAR_FORMAT", "CONTAINER_ENV", "SEED_FILES"]
 
 SIDECAR_FORMAT = "passage-jax-bench-sidecar-v1"
 CONTAINER_ENV = "PASSAGE_CONTAINER_DIGEST"
 #: the files of a scored seed folder whose sha256 the sidecar records
-SEED_FILES = ("manifest.json", "requests.jsonl", "paths.npz", "references.npz", "per_sample.npz",
-              "metrics.json", "score_receipt.json")
+SEED_FILES = (MANIFEST, REQUESTS, PATHS, REFERENCES, PER_SAMPLE,
+              METRICS, RECEIPT)
 
 
 def default_output(spec, now=None) -> Path:
@@ -133,7 +134,7 @@ def sidecar(output: Path, spec, scores: dict, container_digest=None) -> dict:
     """The sidecar of the scored run in ``output`` (``spec``: its RunSpec; ``scores``:
     what ``score_run`` returned)."""
     folders = seed_folders(output)
-    manifests = {f.name: read_json(f / "manifest.json") for f in folders}
+    manifests = {f.name: read_json(f / MANIFEST) for f in folders}
     m0 = next(iter(manifests.values()))
     data = m0["data"]
     return {

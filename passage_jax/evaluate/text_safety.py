@@ -21,7 +21,7 @@ Markdown) goes through one of these, never into an f-string of Markdown as it is
 In the Markdown ones a control character (a newline, carriage return, tab excepted) becomes its
 visible Unicode control picture (``\\n`` -> ``␊``, :func:`visible`), so no text starts a new
 Markdown line. The HTML pages are rendered with raw HTML disabled and embed images only
-from the page's own folder (:mod:`~passage_jax.evaluate.report_html`); docs/scoring.md,
+from the page's own folder (:mod:`~passage_jax.evaluate.report._html`); docs/scoring.md,
 "Text on the pages".
 """
 from __future__ import annotations

@@ -1,10 +1,12 @@
 """The trust table over scored runs (docs/trust.md § The table over scored runs).
 
-A scored run is given as a mapping ``{"path", "method_name", "seeds": {seed: scored seed}}``,
-each scored seed ``{"manifest", "metrics", "per_sample"}`` as read from a scored seed folder
-(``manifest.json``, ``metrics.json``, ``per_sample.npz``; the offline evaluation reads and
-verifies them). The rows used are the quality repeat's reference-qualified tasks
-(``primary_quality & reference_qualified``) in task order.
+A scored run is given as an object with the fields ``path``, ``method_name`` and ``seeds``
+({seed: scored seed}; ``passage_jax.evaluate.compare.Side``), each scored seed an object
+with the fields ``manifest``, ``metrics`` and ``per_sample`` as read from a scored seed
+folder (``manifest.json``, ``metrics.json``, ``per_sample.npz``; the offline evaluation
+reads and verifies them into a ``passage_jax.evaluate.score.Score``). The rows used are the
+quality repeat's reference-qualified tasks (``primary_quality & reference_qualified``) in
+task order.
 
 Rows of the table, per scored run: ``stability`` (per-seed ``metrics.json``
 ``primary.regret_p90``), one ``odd_boundary`` row per ``stratum_*`` column of
@@ -17,7 +19,6 @@ and says why.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -45,15 +46,15 @@ class TrustError(ValueError):
     """A scored run cannot enter the trust table (missing field, other device, ...)."""
 
 
-def _where(run: Mapping, seed=None) -> str:
-    base = f"run {run.get('path')}"
+def _where(run: Any, seed=None) -> str:
+    base = f"run {run.path}"
     return base if seed is None else f"{base} seed {seed}"
 
 
-def quality_rows(run: Mapping, seed, field_name: str) -> np.ndarray:
+def quality_rows(run: Any, seed, field_name: str) -> np.ndarray:
     """The per-task ``field_name`` of one seed's quality repeat (reference-qualified tasks,
     in task order) as float64."""
-    p = run["seeds"][seed]["per_sample"]
+    p = run.seeds[seed].per_sample
     for k in ("primary_quality", "reference_qualified", "task_index", field_name):
         if k not in p:
             raise TrustError(f"{_where(run, seed)}: per_sample.npz has no field {k!r}")
@@ -63,12 +64,12 @@ def quality_rows(run: Mapping, seed, field_name: str) -> np.ndarray:
     return np.asarray(p[field_name])[sel].astype(np.float64)
 
 
-def stratifier_names(run: Mapping) -> list[str]:
+def stratifier_names(run: Any) -> list[str]:
     """The ``stratum_*`` columns of the run's per_sample.npz (names without the prefix),
     identical for every seed."""
     names = None
-    for seed, s in run["seeds"].items():
-        got = sorted(k[len("stratum_"):] for k in s["per_sample"] if k.startswith("stratum_"))
+    for seed, s in run.seeds.items():
+        got = sorted(k[len("stratum_"):] for k in s.per_sample if k.startswith("stratum_"))
         if names is not None and got != names:
             raise TrustError(f"{_where(run, seed)}: stratifier columns {got} differ from "
                              f"another seed's {names}")
@@ -76,12 +77,12 @@ def stratifier_names(run: Mapping) -> list[str]:
     return names or []
 
 
-def device_identity(run: Mapping) -> dict:
+def device_identity(run: Any) -> dict:
     """What makes two runs' timings comparable: hardware, device, timing profile and timer
     (identical across the run's seeds)."""
     ids = {}
-    for seed, s in run["seeds"].items():
-        m = s["manifest"]
+    for seed, s in run.seeds.items():
+        m = s.manifest
         t = m.get("timing") or {}
         ids[seed] = {"hardware": m.get("hardware"), "device": m.get("device"),
                      "timing_profile": t.get("profile"), "timer": t.get("timer")}
@@ -99,13 +100,13 @@ def _unavailable(axis: str, threshold: float, reason: str, **details) -> AxisRes
 
 
 def _stability(run) -> AxisResult:
-    seeds = sorted(run["seeds"])
+    seeds = sorted(run.seeds)
     if len(seeds) < 2:
         return _unavailable("stability", STABILITY_THRESHOLD,
                             f"needs at least two training seeds, the run has {seeds}")
     vals = []
     for s in seeds:
-        prim = (run["seeds"][s]["metrics"] or {}).get("primary") or {}
+        prim = (run.seeds[s].metrics or {}).get("primary") or {}
         v = prim.get("regret_p90")
         if v is None:
             raise TrustError(f"{_where(run, s)}: metrics.json has no primary.regret_p90")
@@ -116,7 +117,7 @@ def _stability(run) -> AxisResult:
 
 
 def _odd(run, name: str, field_name: str, top_quantile: float) -> AxisResult:
-    seeds = sorted(run["seeds"])
+    seeds = sorted(run.seeds)
     strat = [quality_rows(run, s, f"stratum_{name}") for s in seeds]
     for s, x in zip(seeds[1:], strat[1:]):
         if x.shape != strat[0].shape or not np.array_equal(x, strat[0], equal_nan=True):
@@ -137,8 +138,8 @@ def _odd(run, name: str, field_name: str, top_quantile: float) -> AxisResult:
 
 def _warm_p50(run) -> dict:
     out = {}
-    for s in sorted(run["seeds"]):
-        lat = ((run["seeds"][s]["metrics"] or {}).get("latency") or {}).get("warm") or {}
+    for s in sorted(run.seeds):
+        lat = ((run.seeds[s].metrics or {}).get("latency") or {}).get("warm") or {}
         out[s] = (lat.get("interpolated") or {}).get("p50")
     return out
 
@@ -160,34 +161,34 @@ def _efficiency(run, oracle) -> AxisResult:
     return AxisResult(r.axis, r.value, r.threshold, r.fires, r.available,
                       {**r.details, "source": "metrics.json latency.warm.interpolated.p50 "
                                               "(median over seeds)",
-                       "oracle": oracle.get("method_name"), "oracle_path": oracle.get("path"),
+                       "oracle": oracle.method_name, "oracle_path": oracle.path,
                        "per_seed_planner_ms": {str(k): v for k, v in tp.items()},
                        "per_seed_oracle_ms": {str(k): v for k, v in to.items()}})
 
 
 def _geographic(holdout, random_split, field_name: str) -> AxisResult:
-    mh, mr = holdout.get("method_name"), random_split.get("method_name")
+    mh, mr = holdout.method_name, random_split.method_name
     if mh != mr:
         raise TrustError(f"the geographic axis compares one planner on two splits: the hold-out "
                          f"run is {mh!r}, the random-split run {mr!r}")
-    h = np.concatenate([quality_rows(holdout, s, field_name) for s in sorted(holdout["seeds"])])
+    h = np.concatenate([quality_rows(holdout, s, field_name) for s in sorted(holdout.seeds)])
     r = np.concatenate([quality_rows(random_split, s, field_name)
-                        for s in sorted(random_split["seeds"])])
+                        for s in sorted(random_split.seeds)])
     try:
         res = geographic_axis(h, r, higher_is_better=higher_is_better(field_name))
     except ValueError as e:
         return _unavailable("geographic", 0.0, str(e), field=field_name)
     return AxisResult(res.axis, res.value, res.threshold, res.fires, res.available,
                       {**res.details, "field": field_name,
-                       "holdout": {"path": holdout.get("path"), "seeds": sorted(holdout["seeds"])},
-                       "matched_random": {"path": random_split.get("path"),
-                                          "seeds": sorted(random_split["seeds"])}})
+                       "holdout": {"path": holdout.path, "seeds": sorted(holdout.seeds)},
+                       "matched_random": {"path": random_split.path,
+                                          "seeds": sorted(random_split.seeds)}})
 
 
 def _row(run, label: str, r: AxisResult) -> dict:
     d = r.to_dict()
-    return {"run": None if run is None else run.get("path"),
-            "method_name": None if run is None else run.get("method_name"), "label": label, **d}
+    return {"run": None if run is None else run.path,
+            "method_name": None if run is None else run.method_name, "label": label, **d}
 
 
 def trust_table(runs, *, oracle=None, holdout=None, random_split=None,
@@ -213,7 +214,7 @@ def trust_table(runs, *, oracle=None, holdout=None, random_split=None,
     except ValueError as e:
         raise TrustError(str(e)) from None
     for run in runs + [r for r in (oracle, holdout, random_split) if r is not None]:
-        if not run.get("seeds"):
+        if not run.seeds:
             raise TrustError(f"{_where(run)}: no scored seed")
     rows = []
     try:
@@ -236,8 +237,8 @@ def trust_table(runs, *, oracle=None, holdout=None, random_split=None,
         "options": {"field": field_name, "top_quantile": float(top_quantile),
                     "stability_threshold": STABILITY_THRESHOLD,
                     "efficiency_threshold": EFFICIENCY_THRESHOLD,
-                    "oracle": None if oracle is None else oracle.get("path"),
-                    "holdout": None if holdout is None else holdout.get("path"),
-                    "random_split": None if random_split is None else random_split.get("path")},
+                    "oracle": None if oracle is None else oracle.path,
+                    "holdout": None if holdout is None else holdout.path,
+                    "random_split": None if random_split is None else random_split.path},
         "rows": rows,
     })

@@ -1,0 +1,171 @@
+"""Reading a run's ``requests.jsonl`` for scoring (part of the read stage,
+:mod:`passage_jax.evaluate.score._folder`): every line checked (:func:`check_record`) and
+the fields scoring uses held as columns (:class:`RecordColumns`).
+
+The timing-profile fields (``validation_recost_ms``, ``warm_complete``, ``process_index``,
+``host``, ``device``, ``torch_synchronized``) are optional: runs written before they were
+recorded have none, and read as "not recorded" (NaN, or -1 for ``warm_complete``)."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+
+from passage_jax.evaluate.score._format import (
+    SERIES,
+    ScoreError,
+    is_index,
+    is_number,
+    is_number_or_none,
+    short,
+)
+from passage_jax.protocol.contracts import STAGES, STATUSES
+from passage_jax.protocol.records import ROUTE_FORMATS
+
+__all__ = ["RecordColumns", "RECORD_FIELDS", "check_record", "record_lines"]
+
+
+def _is_counters(v) -> bool:
+    return v is None or (isinstance(v, dict) and all(is_number_or_none(x) for x in v.values()))
+
+
+def _is_duration_or_none(v) -> bool:
+    return v is None or (is_number(v) and math.isfinite(v) and v >= 0)
+
+
+def _is_bool_or_none(v) -> bool:
+    return v is None or isinstance(v, bool)
+
+
+def _is_stage_counters(v) -> bool:
+    return v is None or (isinstance(v, dict) and all(_is_counters(x) for x in v.values()))
+
+
+#: requests.jsonl fields that scoring reads: (field, required, check, what it must be)
+RECORD_FIELDS = (
+    ("record", True, is_index, "an integer"),
+    ("series", True, lambda v: isinstance(v, str) and v in SERIES, f"one of {list(SERIES)}"),
+    ("repeat", True, is_index, "an integer"),
+    ("task_index", True, is_index, "an integer"),
+    ("sample_id", True, lambda v: isinstance(v, str), "a string"),
+    ("status", True, lambda v: isinstance(v, str) and v in STATUSES, f"one of {list(STATUSES)}"),
+    ("latency_ms", False, is_number_or_none, "a number or null"),
+    ("deadline_ms", False, is_number_or_none, "a number or null"),
+    ("route_format", False, lambda v: v is None or (isinstance(v, str) and v in ROUTE_FORMATS.values()),
+     f"one of {list(ROUTE_FORMATS.values())} or null"),
+    ("route_stage", False, lambda v: v is None or (isinstance(v, str) and v in STAGES),
+     f"one of {list(STAGES)} or null"),
+    ("precision", False, lambda v: v is None or isinstance(v, str), "a string or null"),
+    ("work", False, _is_counters, "a mapping of counters (numbers or null) or null"),
+    ("stage_work", False, _is_stage_counters,
+     "a mapping of stages to mappings of counters (numbers or null) or null"),
+    ("validation_recost_ms", False, _is_duration_or_none, "a finite non-negative number or null"),
+    ("warm_complete", False, _is_bool_or_none, "true, false or null"),
+    ("torch_synchronized", False, _is_bool_or_none, "true, false or null"),
+    ("process_index", False, lambda v: v is None or is_index(v), "an integer or null"),
+    ("host", False, lambda v: v is None or isinstance(v, str), "a string or null"),
+    ("device", False, lambda v: v is None or isinstance(v, str), "a string or null"),
+)
+
+
+def check_record(rec, path, line_no: int) -> dict:
+    """One parsed line of ``requests.jsonl``: a JSON object whose fields that scoring reads
+    (:data:`RECORD_FIELDS`) are present and of their types; :class:`ScoreError` naming the
+    file, line and field otherwise."""
+    if not isinstance(rec, dict):
+        raise ScoreError(f"{path} line {line_no}: not a JSON object (got {type(rec).__name__})")
+    for k, required, ok, what in RECORD_FIELDS:
+        if k not in rec:
+            if required:
+                raise ScoreError(f"{path} line {line_no}: field {k!r} is missing")
+            continue
+        if not ok(rec[k]):
+            raise ScoreError(f"{path} line {line_no}: field {k!r} must be {what}, got "
+                             f"{type(rec[k]).__name__} {short(rec[k])}")
+    return rec
+
+
+def record_lines(path):
+    """(line number, checked record) of every non-blank line of ``requests.jsonl``."""
+    with open(path, "rb") as f:
+        for line_no, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ScoreError(f"{path} line {line_no}: not UTF-8 text ({e.reason})") from None
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ScoreError(f"{path} line {line_no}: not JSON: {e}") from None
+            yield line_no, check_record(rec, path, line_no)
+
+
+#: the record fields held as columns
+_COLUMNS = ("record", "series", "repeat", "task_index", "sample_id", "status", "latency_ms",
+            "deadline_ms", "route_format", "route_stage", "validation_recost_ms", "warm_complete")
+
+
+class RecordColumns:
+    """The fields of ``requests.jsonl`` that scoring uses, held as columns (a few tens of
+    bytes per record, whatever the number of passes): record, series, repeat, task index,
+    sample id, status, latency, deadline, route format and stage, the legality check and
+    recosting time (``validation_recost_ms``, NaN where not recorded), whether the request
+    ran after a complete declared warm-up (``warm_complete``: 1, 0, or -1 where not
+    recorded), and the planner's reported precisions; the ``work`` and ``stage_work`` of the headline quality
+    repeat's records only (the components block reads those). Every record is checked
+    (:func:`check_record`)."""
+
+    def __init__(self, path, where: str, quality_repeat: int):
+        cols: dict[str, list] = {k: [] for k in _COLUMNS}
+        self.work: dict[int, dict] = {}
+        self.precisions: set = set()
+        for _line_no, rec in record_lines(path):
+            i = len(cols["record"])
+            for k in cols:
+                cols[k].append(rec.get(k))
+            if rec.get("precision"):
+                self.precisions.add(str(rec["precision"]))
+            if rec["series"] == "warm" and rec["repeat"] == quality_repeat:
+                self.work[i] = {k: rec.get(k) for k in ("work", "stage_work", "route_stage")}
+        self.record = np.asarray(cols["record"], np.int64)
+        self.series = np.asarray(cols["series"], dtype=str)
+        self.repeat = np.asarray(cols["repeat"], np.int64)
+        self.task_index = np.asarray(cols["task_index"], np.int64)
+        self.sample_id = np.asarray(cols["sample_id"], dtype=str)
+        self.status = np.asarray(cols["status"], dtype=str)
+        self.latency_ms = _float_column(cols["latency_ms"])
+        self.deadline_ms = _float_column(cols["deadline_ms"])
+        self.route_format = np.asarray([str(v or "") for v in cols["route_format"]], dtype=str)
+        self.route_stage = [v for v in cols["route_stage"]]
+        self.validation_recost_ms = _float_column(cols["validation_recost_ms"])
+        self.warm_complete = np.asarray([-1 if v is None else int(bool(v))
+                                         for v in cols["warm_complete"]], np.int8)
+
+    def __len__(self) -> int:
+        return len(self.record)
+
+    @property
+    def warm_recorded(self) -> bool:
+        """Whether the run recorded ``warm_complete`` (on any of its records)."""
+        return bool(np.any(self.warm_complete >= 0))
+
+    def latency_records(self, idx) -> list[dict]:
+        """The fields the latency summaries read, for records ``idx``."""
+        return [{"latency_ms": _none_if_nan(self.latency_ms[i]), "status": str(self.status[i]),
+                 "sample_id": str(self.sample_id[i]),
+                 "deadline_ms": _none_if_nan(self.deadline_ms[i])} for i in idx]
+
+    def stage_records(self, idx) -> list[dict]:
+        """``route_stage`` (and for headline records ``work`` / ``stage_work``) of ``idx``."""
+        return [self.work.get(int(i)) or {"route_stage": self.route_stage[i]} for i in idx]
+
+
+def _float_column(values) -> np.ndarray:
+    return np.asarray([np.nan if v is None else float(v) for v in values], np.float64)
+
+
+def _none_if_nan(v):
+    return None if np.isnan(v) else float(v)
