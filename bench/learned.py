@@ -40,7 +40,7 @@ the prediction-free guide: octile metres times the smallest step cost per metre)
   guide's forward pass included) beside plain A*'s on the same tasks.
 
 Every seed's tasks are pooled, each paired with plain A*'s run of the task.
-Then the timing block of :mod:`passage_jax.learned.profiling` for the first seed's
+Then the timing block of ``bench/learned_profiling.py`` for the first seed's
 checkpoint on the ``bounded_repair`` planner: bare forward, guide call, forward +
 decoder and the decoder alone, float32 and bfloat16, parameter count, peak device
 memory (``None`` where the backend reports none, e.g. the CPU).
@@ -83,7 +83,6 @@ from passage_jax.data import load_scenes, shipped_cohort_root
 from passage_jax.learned.decoders import octile_field
 from passage_jax.learned.guide import load_guide
 from passage_jax.learned.planner import make_planner
-from passage_jax.learned.profiling import timing_report
 from passage_jax.learned.tiling import tiling_protocol
 from passage_jax.metrics import HARD_RATIO, hard_subset_mask, primary_metrics, score_routes, search_report
 from passage_jax.planners.bfs import make_planner as make_bfs
@@ -94,6 +93,9 @@ from passage_jax.reference import solve_batch
 from passage_jax.run import load_spec
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/: its sibling modules
+from learned_profiling import timing_report  # noqa: E402
+
 DECODERS = ("direct", "bounded_repair", "prediction_free", "exact_fallback")
 #: the learned-search report's rows: (label, results key), plain A* last
 SEARCH_ROWS = (("direct", "learned_direct"), ("bounded_repair (descent+repair)", "learned_bounded_repair"),

@@ -1,6 +1,8 @@
-"""Timing helpers (passage_jax.learned.profiling): structure and invariants only; no
+"""Timing helpers (bench/learned_profiling.py): structure and invariants only; no
 test asserts how long anything takes."""
 import math
+import sys
+from pathlib import Path
 
 import flax.linen as nn
 import jax
@@ -12,7 +14,11 @@ from passage_jax.graph import GraphSpec
 from passage_jax.learned.guide import NetworkGuide
 from passage_jax.learned.model import N_FEATURES, ValueFieldNet
 from passage_jax.learned.planner import LearnedPlanner
-from passage_jax.learned.profiling import (
+from passage_jax.protocol import PlanRequest
+from passage_jax.testing import make_scene
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))  # a benchmark module
+from learned_profiling import (  # noqa: E402
     BOUNDARIES,
     PrecomputedGuide,
     Timing,
@@ -27,8 +33,6 @@ from passage_jax.learned.profiling import (
     timing_report,
     with_dtype,
 )
-from passage_jax.protocol import PlanRequest
-from passage_jax.testing import make_scene
 
 N = 24
 #: a descent with a guided A* repair (passage_jax.learned.stages)
