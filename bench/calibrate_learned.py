@@ -1,5 +1,6 @@
 """Calibrate the learned 256x256 planner's operating point on the calibration split, and
-freeze it (seed 000 §4: decisions are tuned on calibration and frozen before a test pass).
+freeze it (docs/learned.md, "The 256x256 baseline"; docs/contract.md §7: decisions are tuned on
+calibration and frozen before a test pass).
 
 On the shipped cohort's ``calibration`` split at 256x256 (elevation cost, obstacles,
 24 scenes), for each candidate network family (``--families``: the three seeds'

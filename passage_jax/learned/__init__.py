@@ -1,4 +1,4 @@
-"""Learned planners (contract §9): a Flax value-field network, its training, checkpoints
+"""Learned planners (docs/contract.md §9): a Flax value-field network, its training, checkpoints
 and guides.
 
 Stage rules: ``learned`` imports ``graph``, ``reference``, ``metrics``, ``protocol``,

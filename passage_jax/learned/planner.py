@@ -1,6 +1,6 @@
 """The learned planner: a guide (any ``request -> (H, W)`` cost-to-go estimate, or the
 prediction-free octile field) and a list of stages run on its field, behind the planner
-protocol (contract §6, §9; ``docs/learned.md``, "The learned planner").
+protocol (docs/contract.md §6, §9; ``docs/learned.md``, "The learned planner").
 
 The stages (:mod:`passage_jax.learned.stages`) follow
 ``[backups] (descent | guided_astar) [guided_astar] [exact]``: optional Bellman backups of

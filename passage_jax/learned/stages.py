@@ -193,7 +193,7 @@ def parse_stages(stages) -> tuple:
 
 
 def stage_roles(stages) -> list:
-    """The contract §6 stage of each search stage (backups are not one): the first is
+    """The docs/contract.md §6 stage of each search stage (backups are not one): the first is
     ``primary``, a guided A* after it ``repair``, the exact solver ``fallback``."""
     searches = [s for s in stages if s.key != "backups"]
     return ["fallback" if s.key == "exact" else "primary" if i == 0 else "repair"
