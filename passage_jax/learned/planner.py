@@ -222,7 +222,7 @@ def _refuse_legacy(kwargs: dict) -> None:
         return
     try:
         new = legacy_form({k: v for k, v in kwargs.items() if k not in ("checkpoint", "dtype")})
-        shown = f"; for these settings write\n  inference_kwargs: {flow(new)}"
+        shown = f"; for these settings write inference_kwargs: {flow(new)}"
     except (ValueError, TypeError):
         shown = ""
     raise ValueError(f"planner 'learned': inference_kwargs {old} are the former flat form; the "
