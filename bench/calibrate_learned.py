@@ -1,5 +1,6 @@
 """Calibrate the learned 256x256 planner's operating point on the calibration split, and
-freeze it (seed 000 §4: decisions are tuned on calibration and frozen before a test pass).
+freeze it (docs/learned.md, "The 256x256 baseline"; docs/contract.md §7: decisions are tuned on
+calibration and frozen before a test pass).
 
 On the shipped cohort's ``calibration`` split at 256x256 (elevation cost, obstacles,
 24 scenes), for each candidate network family (``--families``: the three seeds'
@@ -65,6 +66,7 @@ from passage_jax.data import shipped_cohort_root  # noqa: E402
 from passage_jax.fileio import atomic_write_json  # noqa: E402
 from passage_jax.learned.guide import load_guide  # noqa: E402
 from passage_jax.learned.planner import make_planner  # noqa: E402
+from passage_jax.learned.stages import legacy_form  # noqa: E402
 from passage_jax.protocol import BudgetSpec  # noqa: E402
 from passage_jax.run import load_spec  # noqa: E402
 from passage_jax.run.record import canonical_json_sha256  # noqa: E402
@@ -101,15 +103,21 @@ class FieldMemo:
         return self._fields[key]
 
 
+def point_stages(decoder: str, point: dict, limit: int | None) -> dict:
+    """The planner's ``stages`` (and ``guide``) for a composition at a candidate point: the
+    calibration names its points in the planner's former flat keys, and
+    :func:`~passage_jax.learned.stages.legacy_form` writes them as stages, as the specs do."""
+    return legacy_form({"decoder": decoder, "max_expansions": limit, "guide_weight": point["guide_weight"],
+                        "accept_ratio": point["accept_ratio"], "refine_radius": point["refine_radius"],
+                        "max_escapes": point["max_escapes"], "backups": point["backups"]})
+
+
 def evaluate(guides: dict, tasks, c_star, decoder: str, point: dict, limit: int) -> dict:
     """One candidate: every seed's tasks planned by ``decoder`` with the family's guides at
     ``point`` (refine_radius, accept_ratio, guide_weight, max_escapes, backups) and ``limit``."""
     regret, work, success = [], [], []
     for guide in guides.values():
-        planner = make_planner(guide=guide, decoder=decoder, max_expansions=limit,
-                               guide_weight=point["guide_weight"], accept_ratio=point["accept_ratio"],
-                               refine_radius=point["refine_radius"], max_escapes=point["max_escapes"],
-                               backups=point["backups"])
+        planner = make_planner(guide=guide, **point_stages(decoder, point, limit))
         s = score(run_method(planner, tasks, BudgetSpec()), tasks, c_star)  # the planner's limit only
         success.append(s["success"])
         regret.append(np.where(s["success"], s["regret"], np.nan))

@@ -1,7 +1,7 @@
 """The shipped learned planner against the classical baselines, same tasks, one process.
 
 On the shipped 64x64 cohort (elevation cost, obstacles; default the 24-scene test
-split), each learned decoder of ``configs/learned_*.yaml`` (``direct``,
+split), each learned composition of ``configs/learned_*.yaml`` (``direct``,
 ``bounded_repair``, ``prediction_free``, ``exact_fallback``; seed s loads the shipped
 checkpoint ``shipped:s``, with the spec's ``inference_kwargs`` and request budget)
 and the classical baselines BFS, greedy and bounded A* (``passage_jax.planners``,
@@ -19,8 +19,8 @@ value iteration) by ``metrics.score_routes``, and one table prints per method:
   method is planned once untimed).
 
 The learned rows include ``learned_guided_astar`` ("A* on the learned heuristic alone":
-decoder ``guided_astar``, the guided bounded A* of the repair run from the start with no
-descent, under the repair's budget), and the classical rows plain A* (``astar``,
+the stages ``[backups] guided_astar``, the guided bounded A* of the repair run from the
+start with no descent, under the repair's budget), and the classical rows plain A* (``astar``,
 ``passage_jax.planners.bounded`` under resolution² expansions, enough to finish).
 The classical baselines are deterministic: they run once and stand for every seed.
 
@@ -40,7 +40,7 @@ the prediction-free guide: octile metres times the smallest step cost per metre)
   guide's forward pass included) beside plain A*'s on the same tasks.
 
 Every seed's tasks are pooled, each paired with plain A*'s run of the task.
-Then the timing block of :mod:`passage_jax.learned.profiling` for the first seed's
+Then the timing block of ``bench/learned_profiling.py`` for the first seed's
 checkpoint on the ``bounded_repair`` planner: bare forward, guide call, forward +
 decoder and the decoder alone, float32 and bfloat16, parameter count, peak device
 memory (``None`` where the backend reports none, e.g. the CPU).
@@ -83,7 +83,6 @@ from passage_jax.data import load_scenes, shipped_cohort_root
 from passage_jax.learned.decoders import octile_field
 from passage_jax.learned.guide import load_guide
 from passage_jax.learned.planner import make_planner
-from passage_jax.learned.profiling import timing_report
 from passage_jax.learned.tiling import tiling_protocol
 from passage_jax.metrics import HARD_RATIO, hard_subset_mask, primary_metrics, score_routes, search_report
 from passage_jax.planners.bfs import make_planner as make_bfs
@@ -94,6 +93,9 @@ from passage_jax.reference import solve_batch
 from passage_jax.run import load_spec
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/: its sibling modules
+from learned_profiling import timing_report  # noqa: E402
+
 DECODERS = ("direct", "bounded_repair", "prediction_free", "exact_fallback")
 #: the learned-search report's rows: (label, results key), plain A* last
 SEARCH_ROWS = (("direct", "learned_direct"), ("bounded_repair (descent+repair)", "learned_bounded_repair"),
@@ -101,10 +103,28 @@ SEARCH_ROWS = (("direct", "learned_direct"), ("bounded_repair (descent+repair)",
                ("exact_fallback", "learned_exact_fallback"), ("plain A*", "astar"))
 #: the resolution the shipped 64x64 checkpoints were trained at (and their specs' budgets are for)
 TRAIN_RESOLUTION = 64
-#: spec families: configs/<prefix>_<decoder>.yaml (``learned``: the 64x64 network, tiled off
+#: spec families: configs/<prefix>_<composition>.yaml (``learned``: the 64x64 network, tiled off
 #: 64; ``learned256``: the 256x256 U-Net, whole-scene at any side divisible by 32)
 SPEC_PREFIXES = ("learned", "learned256")
 OBJECTIVE, VARIANT = "elevation", "obstacles"
+
+
+def stage_settings(stages: list, key: str):
+    """The settings of the first stage ``key`` of a spec's stages list ({} when absent; for
+    ``backups`` the count, 0 when absent)."""
+    for item in stages:
+        if key in item:
+            return item[key] or ({} if key != "backups" else 0)
+    return 0 if key == "backups" else {}
+
+
+def guided_alone(stages: list) -> list:
+    """A repair composition's stages as "A* on the learned heuristic alone": its backups and
+    its guided A* (budget and weight) from the start, with no descent, no route refinement
+    and no acceptance test."""
+    search = {k: v for k, v in stage_settings(stages, "guided_astar").items()
+              if k in ("max_expansions", "weight")}
+    return [item for item in stages if "backups" in item] + [{"guided_astar": search}]
 
 
 def load_material(root: Path, resolution: int, split: str, n: int):
@@ -293,7 +313,7 @@ def main(argv=None) -> int:
                     help="checkpoint per seed, '{seed}' substituted (default: the specs' own, e.g. "
                          "shipped:{seed}; e.g. runs/train-{seed}/checkpoint.json for one's own)")
     ap.add_argument("--specs", default="learned", choices=SPEC_PREFIXES,
-                    help="spec family configs/<specs>_<decoder>.yaml (default learned: the 64x64 "
+                    help="spec family configs/<specs>_<composition>.yaml (default learned: the 64x64 "
                          "network; learned256: the 256x256 U-Net)")
     ap.add_argument("--guide-weight", type=float, default=None,
                     help="override the specs' guide_weight (the guided A* stages' operating point)")
@@ -337,26 +357,33 @@ def main(argv=None) -> int:
         limit = resolution * resolution // 2
     limit = args.budget or limit
     budget = dataclasses.replace(budget, max_expansions=limit)
-    # the learned compositions: the specs' decoders, and the guided A* alone under the repair's budget
+    # the learned compositions: the specs' stages, and the guided A* alone under the repair's budget
     compositions = {d: (specs[d].kwargs_for_seed, specs[d].budget) for d in DECODERS}
     compositions["guided_astar"] = (  # A* alone: no descent to test, no route refinement
-        lambda seed: {**{k: v for k, v in specs["bounded_repair"].kwargs_for_seed(seed).items()
-                         if k not in ("accept_ratio", "refine_radius", "max_escapes")},
-            "decoder": "guided_astar"},
+        lambda seed: {**specs["bounded_repair"].kwargs_for_seed(seed),
+                      "stages": guided_alone(specs["bounded_repair"].kwargs_for_seed(seed)["stages"])},
         specs["bounded_repair"].budget)
 
     def sized(kw: dict, b: BudgetSpec):
         """The spec's kwargs and budget, the repair limit at this resolution's."""
-        if "max_expansions" in kw:
-            kw["max_expansions"] = limit
-        if args.guide_weight is not None and kw.get("decoder") != "prediction_free":
-            kw["guide_weight"] = args.guide_weight
-        if args.accept_ratio is not None and "accept_ratio" in kw:
-            kw["accept_ratio"] = None if args.accept_ratio == "none" else float(args.accept_ratio)
-        if args.refine_radius is not None and "refine_radius" in kw:
-            kw["refine_radius"] = None if args.refine_radius == "none" else int(args.refine_radius)
-        if args.backups is not None:
-            kw["backups"] = args.backups
+        stages = []
+        for item in kw["stages"]:
+            (key, value), = item.items()
+            if key == "backups":
+                continue
+            value = dict(value or {})
+            if key == "guided_astar":
+                if "max_expansions" in value:
+                    value["max_expansions"] = limit
+                if args.guide_weight is not None and kw.get("guide") != "octile":
+                    value["weight"] = args.guide_weight
+            if args.accept_ratio is not None and "accept_ratio" in value:
+                value["accept_ratio"] = None if args.accept_ratio == "none" else float(args.accept_ratio)
+            if args.refine_radius is not None and "refine_radius" in value:
+                value["refine_radius"] = None if args.refine_radius == "none" else int(args.refine_radius)
+            stages.append({key: value})
+        n = args.backups if args.backups is not None else stage_settings(kw["stages"], "backups")
+        kw["stages"] = ([{"backups": n}] if n else []) + stages
         if b.max_expansions is not None:
             b = dataclasses.replace(b, max_expansions=limit)
         return kw, b
@@ -368,7 +395,9 @@ def main(argv=None) -> int:
         for d, (kwargs_for_seed, b) in compositions.items():
             kw, b = sized(dict(kwargs_for_seed(seed)), b)
             kw.pop("checkpoint", None)
-            planner = make_planner(**kw, **({} if d == "prediction_free" else {"guide": guide}))
+            if kw.get("guide", "learned") == "learned":  # the network loaded once per seed
+                kw["guide"] = guide
+            planner = make_planner(**kw)
             rows = run_method(planner, tasks, b)
             results[f"learned_{d}"].append(score(rows, tasks, c_star))
     full = resolution * resolution
@@ -387,16 +416,16 @@ def main(argv=None) -> int:
           f"{VARIANT}; exact references by value iteration in {t_load:.1f} s (with loading)")
     how = ("whole grid" if tiling is None else f"tiled {tiling['name']} tile {tiling['tile']} "
            f"stride {tiling['stride']}")
+    stages = {d: specs[d].kwargs_for_seed(seeds[0])["stages"] for d in ("direct", "bounded_repair")}
     weight = args.guide_weight if args.guide_weight is not None else \
-        specs["bounded_repair"].kwargs_for_seed(seeds[0]).get("guide_weight", 1.0)
+        stage_settings(stages["bounded_repair"], "guided_astar").get("weight", 1.0)
     ratio = args.accept_ratio if args.accept_ratio is not None else \
-        specs["bounded_repair"].kwargs_for_seed(seeds[0]).get("accept_ratio")
+        stage_settings(stages["bounded_repair"], "descent").get("accept_ratio")
     radius = args.refine_radius if args.refine_radius is not None else \
-        specs["bounded_repair"].kwargs_for_seed(seeds[0]).get("refine_radius")
-    escapes = {d: specs[d].kwargs_for_seed(seeds[0]).get("max_escapes", 0)
-               for d in ("direct", "bounded_repair")}
-    backups = {d: args.backups if args.backups is not None else
-               specs[d].kwargs_for_seed(seeds[0]).get("backups", 0) for d in ("direct", "bounded_repair")}
+        stage_settings(stages["bounded_repair"], "descent").get("refine_radius")
+    escapes = {d: stage_settings(stages[d], "descent").get("max_escapes", 0) for d in stages}
+    backups = {d: args.backups if args.backups is not None else stage_settings(stages[d], "backups")
+               for d in stages}
     print(f"learned: specs configs/{args.specs}_*.yaml, checkpoints "
           f"{', '.join(checkpoint_of(s) for s in seeds)} "
           f"({how}), guide_weight {weight:g}, accept_ratio {ratio}, refine_radius {radius}, "

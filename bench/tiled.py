@@ -7,7 +7,8 @@ adds the resolutions of another cohort, e.g. one made with ``python -m cli make-
 --resolution 512 ...``). Each network setting is one guide
 (``load_guide(checkpoint, tiling=tiling_protocol(...))``, the guide
 ``make_planner(checkpoint=..., tile=64, ...)`` builds) shared by two planners,
-``decoder="direct"`` and ``decoder="bounded_repair"`` (``max_expansions`` 4096):
+``direct`` (the stages ``[descent]``) and ``bounded_repair`` (``[descent, guided_astar]``,
+``max_expansions`` 4096):
 
 * ``canonical`` — ``passage_jax_tiled_v1``: tile 64, stride 32, hflip, Hann, fields;
 * ``no_flip`` / ``uniform`` / ``hard`` — noncanonical controls, one setting changed each
@@ -57,6 +58,9 @@ OBJECTIVE, VARIANT = "elevation", "obstacles"
 TILE = 64
 MAX_EXPANSIONS = 4096
 DECODERS = ("direct", "bounded_repair")
+#: their stages (passage_jax.learned.stages)
+STAGES = {"direct": [{"descent": {}}],
+          "bounded_repair": [{"descent": {}}, {"guided_astar": {"max_expansions": MAX_EXPANSIONS}}]}
 #: setting name -> tiling_protocol kwargs (None: the whole scene at once)
 SETTINGS: dict[str, dict | None] = {
     "canonical": {"tile": TILE, "stride": TILE // 2, "hflip": True, "blend": "hann", "stitch": "fields"},
@@ -186,8 +190,7 @@ def main(argv=None) -> int:
                 ckpt = args.checkpoint.replace("{seed}", str(seed))
                 guide = load_guide(ckpt, tiling=None if cfg is None else tiling_protocol(**cfg))
                 for d in DECODERS:
-                    kw = {"max_expansions": MAX_EXPANSIONS} if d == "bounded_repair" else {}
-                    runs[d].append(run_planner(make_planner(guide=guide, decoder=d, **kw), tasks))
+                    runs[d].append(run_planner(make_planner(guide=guide, stages=STAGES[d]), tasks))
             tiles = tiles_per_scene(tasks[0].elevation_m.shape, cfg)
             for d in DECODERS:
                 rows.append((res, setting, d, summarise(runs[d], tasks, c_star, tiles)))

@@ -14,6 +14,7 @@ from passage_jax.fileio import sha256_file
 from passage_jax.graph import route_cost, route_problem
 from passage_jax.learned.guide import SHIPPED_DIR
 from passage_jax.learned.planner import make_planner
+from passage_jax.learned.stages import legacy_form, parse_stages
 from passage_jax.protocol import build_request
 from passage_jax.reference.search import search
 from passage_jax.run import load_spec
@@ -26,10 +27,23 @@ SEEDS = (1234, 2026, 3407)
 FAMILIES = {"learned": (64, "value64", "shipped:{seed}"),
             "learned256": (256, "value256ft", "shipped:value256ft-{seed}")}
 CALIBRATION = REPO / "configs" / "learned256_calibration.json"
+#: each composition's stage keys after the optional backups, and its guide
+STAGE_KEYS = {"direct": ["descent"], "bounded_repair": ["descent", "guided_astar"],
+              "prediction_free": ["descent", "guided_astar"],
+              "exact_fallback": ["descent", "guided_astar", "exact"]}
 
 
 def _spec(dec, prefix="learned"):
     return load_spec(REPO / "configs" / f"{prefix}_{dec}.yaml")
+
+
+def _keys(kw):
+    return [s.key for s in parse_stages(kw["stages"]) if s.key != "backups"]
+
+
+def _search(kw):
+    """The guided A* stage of a spec's kwargs."""
+    return next(s for s in parse_stages(kw["stages"]) if s.key == "guided_astar")
 
 
 def _shipped_present():
@@ -55,7 +69,8 @@ def test_learned_config_parses(dec, prefix):
     assert spec.component_control["variant"] == dec
     for seed in SEEDS:
         kw = spec.kwargs_for_seed(seed)
-        assert kw["decoder"] == dec
+        assert kw["guide"] == ("octile" if dec == "prediction_free" else "learned")
+        assert _keys(kw) == STAGE_KEYS[dec]
         if dec == "prediction_free":  # the control never loads a network
             assert "checkpoint" not in kw
         else:
@@ -72,8 +87,8 @@ def test_component_controls_are_consistent(prefix):
     assert specs["bounded_repair"].budget == specs["prediction_free"].budget
     assert specs["bounded_repair"].budget.max_expansions is not None
     for seed in SEEDS:
-        assert specs["bounded_repair"].kwargs_for_seed(seed)["max_expansions"] == \
-            specs["prediction_free"].kwargs_for_seed(seed)["max_expansions"]
+        assert _search(specs["bounded_repair"].kwargs_for_seed(seed)).max_expansions == \
+            _search(specs["prediction_free"].kwargs_for_seed(seed)).max_expansions
     # the fallback reuses that machinery and is never a primary learned result
     assert cc["exact_fallback"]["machinery_id"] == cc["bounded_repair"]["machinery_id"]
     assert cc["exact_fallback"]["primary_learned"] is False
@@ -110,7 +125,8 @@ def test_the_256_specs_carry_the_operating_point_frozen_on_calibration():
     calibration split with shipped checkpoints, its decision picked by its own rule from
     its own sweep, and the specs' network, refine_radius, accept_ratio, guide_weight,
     max_escapes, backups and repair budget are the decided ones (the direct spec's backups
-    and max_escapes its own decision)."""
+    and max_escapes its own decision): each spec's stages are those of the decided point
+    (the calibration names it in the planner's former flat keywords)."""
     cal = json.loads(CALIBRATION.read_text())
     assert cal["format"] == "passage-jax-learned-calibration-v5"
     assert cal["split"] == "calibration" and cal["resolution"] == 256 and cal["seeds"] == list(SEEDS)
@@ -126,25 +142,19 @@ def test_the_256_specs_carry_the_operating_point_frozen_on_calibration():
     assert {r["family"] for r in cal["sweep_direct"]} == {decided["family"]}
     assert FAMILIES["learned256"][1] == decided["family"]
     specs = {d: _spec(d, "learned256") for d in DECODERS}
+    point = {k: decided[k] for k in ("guide_weight", "max_expansions", "accept_ratio", "refine_radius",
+                                     "max_escapes", "backups")}
+    direct_point = {k: cal["decided_direct"][k] for k in ("max_escapes", "backups")}
     for seed in SEEDS:
-        for d in ("bounded_repair", "exact_fallback"):
+        for d in ("bounded_repair", "exact_fallback", "prediction_free", "direct"):
             kw = specs[d].kwargs_for_seed(seed)
-            assert kw["checkpoint"] == f"shipped:{decided['family']}-{seed}"
-            assert (kw["guide_weight"], kw["max_expansions"], kw.get("accept_ratio"),
-                    kw.get("refine_radius"), kw.get("max_escapes", 0), kw.get("backups", 0)) == \
-                (decided["guide_weight"], decided["max_expansions"], decided["accept_ratio"],
-                 decided["refine_radius"], decided["max_escapes"], decided["backups"])
-        assert specs["direct"].kwargs_for_seed(seed)["checkpoint"] == f"shipped:{decided['family']}-{seed}"
-        for key in ("accept_ratio", "refine_radius"):  # a descent alone: see the spec
-            assert key not in specs["direct"].kwargs_for_seed(seed)
-        dkw = specs["direct"].kwargs_for_seed(seed)
-        assert (dkw.get("max_escapes", 0), dkw.get("backups", 0)) == \
-            (cal["decided_direct"]["max_escapes"], cal["decided_direct"]["backups"])
-        pf = specs["prediction_free"].kwargs_for_seed(seed)  # the control: same machinery and budget
-        assert (pf["max_expansions"], pf.get("accept_ratio"), pf.get("refine_radius"),
-                pf.get("max_escapes", 0), pf.get("backups", 0)) == \
-            (decided["max_expansions"], decided["accept_ratio"], decided["refine_radius"],
-             decided["max_escapes"], decided["backups"])
+            want = legacy_form({"decoder": d, **(direct_point if d == "direct" else point)})
+            assert kw["guide"] == want.get("guide", "learned")
+            assert parse_stages(kw["stages"]) == parse_stages(want["stages"])
+            if d != "prediction_free":
+                assert kw["checkpoint"] == f"shipped:{decided['family']}-{seed}"
+        for s in parse_stages(specs["direct"].kwargs_for_seed(seed)["stages"]):  # a descent alone
+            assert getattr(s, "accept_ratio", None) is None and getattr(s, "refine_radius", None) is None
     assert specs["bounded_repair"].budget.max_expansions == decided["max_expansions"]
     from passage_jax.run.record.provenance import canonical_json_sha256  # noqa: PLC0415
     quoted = f"canonical-JSON sha256 {canonical_json_sha256(cal)}"

@@ -28,6 +28,12 @@ from passage_jax.run.execution.timing import execute
 from passage_jax.testing import cost_to_go, exact_route, make_scene
 
 MODELS = {"elevation": 62.4, "slope_uphill": 10.0, "energy": 62.4}
+#: the stage spellings the planner tests use (passage_jax.learned.stages)
+DESCENT, EXACT = {"descent": {}}, {"exact": {}}
+
+
+def _astar(**settings):
+    return {"guided_astar": settings}
 
 
 def _request(seed, n=32, model="elevation", budget=None):
@@ -214,28 +220,28 @@ def test_planner_stage_accounting(req):
     c = _c_star(req)
     pit = _Counting(lambda r: _pit(r)[0])
 
-    res = _check_accounting(LearnedPlanner(pit, decoder="direct").plan(req), ["primary"], None)
+    res = _check_accounting(LearnedPlanner(pit, stages=[DESCENT]).plan(req), ["primary"], None)
     assert res.status == "no_path" and res.path is None and "primary: descent revisited" in res.message
 
-    res = _check_accounting(LearnedPlanner(pit, decoder="bounded_repair", max_expansions=5000).plan(req),
+    res = _check_accounting(LearnedPlanner(pit, stages=[DESCENT, _astar(max_expansions=5000)]).plan(req),
                             ["primary", "repair"], "repair")
     assert res.status == "ok" and _legal_cost(req, res.path) == pytest.approx(c, rel=1e-9)
 
-    res = _check_accounting(LearnedPlanner(pit, decoder="exact_fallback", max_expansions=1).plan(req),
+    res = _check_accounting(LearnedPlanner(pit, stages=[DESCENT, _astar(max_expansions=1), EXACT]).plan(req),
                             ["primary", "repair", "fallback"], "fallback")
     assert res.status == "ok" and _legal_cost(req, res.path) == pytest.approx(c, rel=1e-9)
     assert pit.calls == 3  # one forward per request
 
     perfect = _Counting(_perfect)
-    res = _check_accounting(LearnedPlanner(perfect, decoder="exact_fallback").plan(req),
+    res = _check_accounting(LearnedPlanner(perfect, stages=[DESCENT, _astar(), EXACT]).plan(req),
                             ["primary"], "primary")
     assert res.status == "ok" and res.precision == "fp64" and res.message is None
 
-    # the control never calls a guide and runs the same two stages
-    def boom(request):
-        raise AssertionError("the prediction-free control must not call the guide")
-
-    res = normalise_result(LearnedPlanner(boom, decoder="prediction_free", max_expansions=5000).plan(req))
+    # the control: the same stages on the octile field; a checkpoint given to it is not loaded
+    res = normalise_result(LearnedPlanner("octile", stages=[DESCENT, _astar(max_expansions=5000)]).plan(req))
+    same = make_planner(guide="octile", checkpoint="/no/such/checkpoint",
+                        stages=[DESCENT, _astar(max_expansions=5000)]).plan(req)
+    assert np.array_equal(same.path, res.path) and same.stage_work == res.stage_work
     assert res.status == "ok" and res.precision == "fp64"
     if res.route_stage == "repair":  # octile A* from the start is optimal
         assert set(res.stage_work) == {"primary", "repair"}
@@ -246,33 +252,33 @@ def test_planner_stage_accounting(req):
 
 
 def test_guided_astar_is_the_guided_search_alone(req):
-    """decoder='guided_astar': one primary stage, the guided bounded A* from the start
+    """stages [guided_astar]: one primary stage, the guided bounded A* from the start
     (bounded_repair's repair machinery) with no descent before it."""
     c = _c_star(req)
     field, _ = _pit(req)
     pit = _Counting(lambda r: field)
-    res = _check_accounting(LearnedPlanner(pit, decoder="guided_astar", max_expansions=5000).plan(req),
+    res = _check_accounting(LearnedPlanner(pit, stages=[_astar(max_expansions=5000)]).plan(req),
                             ["primary"], "primary")
     assert pit.calls == 1 and res.status == "ok"
     same = bounded_repair(field, req, max_expansions=5000)
     assert res.stage_work["primary"] == same.work and np.array_equal(res.path, same.path)
     # descent then repair spends the descent's steps first: its repair stage alone is the same
     # search, so the guided search alone expands fewer cells in all than descent + repair
-    br = normalise_result(LearnedPlanner(pit, decoder="bounded_repair", max_expansions=5000).plan(req))
+    br = normalise_result(LearnedPlanner(pit, stages=[DESCENT, _astar(max_expansions=5000)]).plan(req))
     assert br.stage_work["repair"] == same.work
     assert res.work["expansions"] == br.work["expansions"] - br.stage_work["primary"]["expansions"]
     # on the exact field the guided search is optimal
-    res = normalise_result(LearnedPlanner(_perfect, decoder="guided_astar").plan(req))
+    res = normalise_result(LearnedPlanner(_perfect, stages=[_astar()]).plan(req))
     assert res.status == "ok" and _legal_cost(req, res.path) == pytest.approx(c, rel=1e-9)
     # the tighter of its own limit and the request budget
     tight = PlanRequest(**{**{k: getattr(req, k) for k in ("sample_id", "elevation", "obstacles", "start",
                                                            "goal", "cost_model", "cost_weight", "graph")},
                            "budget": BudgetSpec(max_expansions=3)})
-    res = normalise_result(LearnedPlanner(pit, decoder="guided_astar", max_expansions=5000).plan(tight))
+    res = normalise_result(LearnedPlanner(pit, stages=[_astar(max_expansions=5000)]).plan(tight))
     assert res.status == "budget_exhausted" and res.work["expansions"] == 3
-    with pytest.raises(ValueError, match="guided_astar"):
-        LearnedPlanner(pit, decoder="guided_astar", start_from="failed_direct")
-    assert make_planner(guide=pit, decoder="guided_astar").decoder == "guided_astar"
+    with pytest.raises(ValueError, match="needs a descent stage before it"):
+        LearnedPlanner(pit, stages=[_astar(start_from="failed_direct")])
+    assert [s.key for s in make_planner(guide=pit, stages=[_astar()]).stages] == ["guided_astar"]
 
 
 def test_planner_shares_the_request_budget(req):
@@ -281,7 +287,7 @@ def test_planner_shares_the_request_budget(req):
     r = PlanRequest(**{**{k: getattr(req, k) for k in ("sample_id", "elevation", "obstacles", "start",
                                                         "goal", "cost_model", "cost_weight", "graph")},
                        "budget": budget})
-    res = normalise_result(LearnedPlanner(lambda q: field, decoder="bounded_repair").plan(r))
+    res = normalise_result(LearnedPlanner(lambda q: field, stages=[DESCENT, _astar()]).plan(r))
     primary = res.stage_work["primary"]["expansions"]
     assert res.status == "budget_exhausted"
     assert res.stage_work["repair"]["expansions"] == 40 - primary
@@ -290,18 +296,21 @@ def test_planner_shares_the_request_budget(req):
 
 def test_make_planner_kwargs():
     with pytest.raises(TypeError, match=r"unknown inference_kwargs \['beam'\]"):
-        make_planner(decoder="direct", beam=3)
-    with pytest.raises(ValueError, match="decoder="):
-        make_planner(guide=_perfect, decoder="beam")
-    with pytest.raises(ValueError, match="needs a guide"):
-        make_planner(decoder="bounded_repair")
+        make_planner(stages=[DESCENT], beam=3)
+    with pytest.raises(ValueError, match="unknown stage 'beam'"):
+        make_planner(guide=_perfect, stages=[{"beam": {}}])
+    with pytest.raises(ValueError, match="guide='network'"):
+        make_planner(guide="network")
+    with pytest.raises(ValueError, match="need a guide"):
+        make_planner(stages=[DESCENT, _astar()])
     with pytest.raises(ValueError, match="max_expansions"):
-        make_planner(guide=_perfect, max_expansions=0)
+        make_planner(guide=_perfect, stages=[DESCENT, _astar(max_expansions=0)])
     with pytest.raises(ValueError, match="not both"):
         make_planner(guide=_perfect, checkpoint="shipped:1234")
     # the control needs no guide; a checkpoint given to it is not loaded
-    p = make_planner(checkpoint="/no/such/checkpoint", decoder="prediction_free", max_expansions=9)
-    assert p.guide is None and p.max_expansions == 9
+    p = make_planner(checkpoint="/no/such/checkpoint", guide="octile",
+                     stages=[DESCENT, _astar(max_expansions=9)])
+    assert p.guide is None and p.octile and p.stages[1].max_expansions == 9
 
 
 class _Identity(nn.Module):
@@ -321,7 +330,7 @@ def test_guide_from_flax(req):
     free = np.isfinite(v) & ~req.obstacles
     assert field.dtype == np.float64 and np.allclose(field[free], v[free], rtol=1e-6)
     assert np.all(np.isinf(field[req.obstacles]))  # the guide marks obstacle cells
-    res = LearnedPlanner(guide, decoder="direct").plan(req)
+    res = LearnedPlanner(guide, stages=[DESCENT]).plan(req)
     assert res.status == "ok" and res.precision == "fp32"
     assert _legal_cost(req, res.path) <= _c_star(req) * (1 + 1e-6)
 
@@ -338,19 +347,20 @@ def test_planner_runs_through_the_runner(tasks):
     assert tuple(trap.scene.start) == F.START
     req = build_request(trap)
     c_star = _c_star(req)
-    p = as_planner(make_planner(guide=_perfect, decoder="bounded_repair", max_expansions=500))
+    p = as_planner(make_planner(guide=_perfect, stages=[DESCENT, _astar(max_expansions=500)]))
     rec, snap = execute(p, trap)
     assert rec["status"] == "ok" and rec["route_stage"] == "primary"
     assert rec["route_cost"] == pytest.approx(c_star, rel=1e-9)
     # the prediction-free control: the octile descent is caught by the trap, the repair goes round
+    stages = [{"descent": {}}, {"guided_astar": {"max_expansions": 500}}]
     p = load_planner("passage_jax.learned.planner:make_planner",  # as a run spec names it
-                     inference_kwargs={"decoder": "prediction_free", "max_expansions": 500})
+                     inference_kwargs={"guide": "octile", "stages": stages})
     rec, snap = execute(p, trap, BudgetSpec(max_expansions=1000))
     assert rec["status"] == "ok" and rec["route_stage"] == "repair"
     assert set(rec["stage_work"]) == {"primary", "repair"}
     assert rec["route_cost"] == pytest.approx(c_star, rel=1e-9)
     # the direct decoder alone on the same trap fails cleanly
-    rec, _ = execute(as_planner(make_planner(guide=octile_field, decoder="direct")), trap)
+    rec, _ = execute(as_planner(make_planner(guide=octile_field, stages=[DESCENT])), trap)
     assert rec["status"] == "no_path" and rec["route_stage"] is None
 
 
@@ -368,33 +378,33 @@ def test_failed_direct_repair_cuts_the_walked_loop():
     assert _legal_cost(r, out.path) == pytest.approx(4 * 30.0, rel=1e-12)
 
 
-def test_guide_weight_mixes_the_guide_with_the_octile_bound(req):
-    """guide_weight w: the guided A* stages search on w * guide + (1 - w) * octile, computed
+def test_weight_mixes_the_guide_with_the_octile_bound(req):
+    """guided_astar.weight w: the guided A* stages search on w * guide + (1 - w) * octile, computed
     here by hand; w = 0 is the prediction-free control's search, w = 1 the guide's own;
     the descent follows the guide whatever w is."""
     field, _ = _pit(req)
     bound = octile_field(req)
     for w in (0.0, 0.5, 1.0):
-        res = normalise_result(LearnedPlanner(lambda q: field, decoder="guided_astar", max_expansions=5000,
-                                              guide_weight=w).plan(req))
+        res = normalise_result(LearnedPlanner(lambda q: field, stages=[_astar(max_expansions=5000, weight=w)])
+                               .plan(req))
         infinite = np.isinf(field) | np.isinf(bound)
         mixed = np.full(field.shape, np.inf)
         mixed[~infinite] = w * field[~infinite] + (1 - w) * bound[~infinite]
         same = bounded_repair(mixed, req, max_expansions=5000)
         assert res.stage_work["primary"] == same.work and np.array_equal(res.path, same.path)
-    zero = normalise_result(LearnedPlanner(lambda q: field, decoder="guided_astar", guide_weight=0.0,
-                                           max_expansions=5000).plan(req))
+    zero = normalise_result(LearnedPlanner(lambda q: field, stages=[_astar(weight=0.0, max_expansions=5000)])
+                            .plan(req))
     control = prediction_free(req, max_expansions=5000)
     assert zero.stage_work["primary"] == control.work and np.array_equal(zero.path, control.path)
     # bounded_repair: the descent on the guide itself, the repair on the mixture
-    half = normalise_result(LearnedPlanner(lambda q: field, decoder="bounded_repair", guide_weight=0.5,
-                                           max_expansions=5000).plan(req))
-    one = normalise_result(LearnedPlanner(lambda q: field, decoder="bounded_repair",
-                                          max_expansions=5000).plan(req))
+    half = normalise_result(LearnedPlanner(lambda q: field, stages=[DESCENT, _astar(weight=0.5,
+                                                                             max_expansions=5000)]).plan(req))
+    one = normalise_result(LearnedPlanner(lambda q: field, stages=[DESCENT, _astar(max_expansions=5000)])
+                           .plan(req))
     assert half.stage_work["primary"] == one.stage_work["primary"]
     for bad in (-0.1, 1.5, "0.5", True, float("nan")):
-        with pytest.raises(ValueError, match="guide_weight"):
-            make_planner(guide=_perfect, guide_weight=bad)
+        with pytest.raises(ValueError, match="guided_astar.weight"):
+            make_planner(guide=_perfect, stages=[_astar(weight=bad)])
 
 
 def test_route_cost_on_is_the_graphs_route_cost(req):
@@ -419,30 +429,35 @@ def test_accept_ratio_rejects_a_descent_over_the_bound(req):
     drop = direct(field, req, accept_ratio=q * (1 - 1e-6))
     assert drop.status == "no_path" and drop.path is None and "rejected" in drop.message
     assert drop.work == plain.work and drop.walked.tolist() == [list(req.start)]
-    res = normalise_result(LearnedPlanner(lambda r: field, decoder="bounded_repair", max_expansions=5000,
-                                          accept_ratio=1.0).plan(req))
+    strict = {"descent": {"accept_ratio": 1.0}}
+    res = normalise_result(LearnedPlanner(lambda r: field, stages=[strict, _astar(max_expansions=5000)])
+                           .plan(req))
     assert res.route_stage == "repair" and sorted(res.stage_work) == ["primary", "repair"]
     assert _legal_cost(req, res.path) == pytest.approx(c_star, rel=1e-9)  # A* on the exact field
     assert res.stage_work["primary"] == plain.work
     # with a stage after it, the repair's route (c* > the bound) is tested and rejected too
-    fb = normalise_result(LearnedPlanner(lambda r: field, decoder="exact_fallback", max_expansions=5000,
-                                         accept_ratio=1.0).plan(req))
+    fb = normalise_result(LearnedPlanner(lambda r: field, stages=[
+        strict, _astar(max_expansions=5000, accept_ratio=1.0), EXACT]).plan(req))
     assert fb.route_stage == "fallback" and sorted(fb.stage_work) == ["fallback", "primary", "repair"]
     assert fb.stage_work["repair"] == res.stage_work["repair"]
     assert _legal_cost(req, fb.path) == pytest.approx(c_star, rel=1e-9)
-    fb_ok = normalise_result(LearnedPlanner(lambda r: field, decoder="exact_fallback", max_expansions=5000,
-                                            accept_ratio=q * (1 + 1e-9)).plan(req))
+    loose = q * (1 + 1e-9)
+    fb_ok = normalise_result(LearnedPlanner(lambda r: field, stages=[
+        {"descent": {"accept_ratio": loose}}, _astar(max_expansions=5000, accept_ratio=loose), EXACT])
+        .plan(req))
     assert fb_ok.route_stage == "primary" and np.array_equal(fb_ok.path, plain.path)
-    ctrl = normalise_result(LearnedPlanner(None, decoder="prediction_free", max_expansions=50000,
-                                           accept_ratio=1.0).plan(req))
+    ctrl = normalise_result(LearnedPlanner("octile", stages=[strict, _astar(max_expansions=50000)]).plan(req))
     assert ctrl.route_stage == "repair"
-    alone = normalise_result(LearnedPlanner(lambda r: field, decoder="direct", accept_ratio=1.0).plan(req))
+    alone = normalise_result(LearnedPlanner(lambda r: field, stages=[strict]).plan(req))
     assert alone.status == "no_path" and "rejected" in alone.message and alone.route_stage is None
     for bad in (0.99, float("nan"), float("inf"), "1.2", True):
         with pytest.raises(ValueError, match="accept_ratio"):
-            make_planner(guide=_perfect, accept_ratio=bad)
-    with pytest.raises(ValueError, match="accept_ratio applies to a descent"):
-        make_planner(guide=_perfect, decoder="guided_astar", accept_ratio=1.5)
+            make_planner(guide=_perfect, stages=[{"descent": {"accept_ratio": bad}}])
+        with pytest.raises(ValueError, match="guided_astar.accept_ratio"):
+            make_planner(guide=_perfect, stages=[_astar(accept_ratio=bad)])
+    # the guided A* alone is tested the same way: its route (c* > the bound) is rejected
+    ga = normalise_result(LearnedPlanner(lambda r: field, stages=[_astar(accept_ratio=1.0)]).plan(req))
+    assert ga.status == "no_path" and ga.route_stage is None and "guided A* reached the goal" in ga.message
 
 
 def _corridor_c_star(request, route, radius):
@@ -510,7 +525,7 @@ def test_corridor_refine_keeps_a_route_it_cannot_improve(req):
 def test_refine_radius_in_the_planner(req):
     """refine_radius: each guided stage ends with the corridor search, whose work it is
     charged; the route never costs more than the unrefined one; a request budget spent
-    inside the refinement keeps the unrefined route; refused for guided_astar."""
+    inside the refinement keeps the unrefined route."""
     from passage_jax.learned.decoders import request_cost_field, route_cost_on  # noqa: PLC0415
 
     cf = request_cost_field(req)
@@ -522,7 +537,8 @@ def test_refine_radius_in_the_planner(req):
     assert plain.status == "ok"
     base = route_cost_on(plain.path, cf)
     assert base > _c_star(req) * 1.01  # the noise costs something to refine away
-    res = normalise_result(LearnedPlanner(lambda r: noisy, decoder="direct", refine_radius=2).plan(req))
+    refined = [{"descent": {"refine_radius": 2}}]
+    res = normalise_result(LearnedPlanner(lambda r: noisy, stages=refined).plan(req))
     ref = corridor_refine(plain.path, req, radius=2, cost_field=cf)
     assert res.route_stage == "primary" and np.array_equal(res.path, ref.path)
     assert res.stage_work["primary"]["expansions"] == plain.work["expansions"] + ref.work["expansions"]
@@ -531,22 +547,21 @@ def test_refine_radius_in_the_planner(req):
     # the acceptance test sees the refined cost: a ratio between the two costs keeps it
     bound = float(octile_field(req)[req.start])
     mid = 0.5 * (base + _legal_cost(req, res.path)) / bound
-    kept = normalise_result(LearnedPlanner(lambda r: noisy, decoder="exact_fallback", refine_radius=2,
-                                           accept_ratio=mid).plan(req))
+    kept = normalise_result(LearnedPlanner(lambda r: noisy, stages=[
+        {"descent": {"refine_radius": 2, "accept_ratio": mid}}, _astar(refine_radius=2, accept_ratio=mid),
+        EXACT]).plan(req))
     assert kept.route_stage == "primary" and np.array_equal(kept.path, ref.path)
-    unref = normalise_result(LearnedPlanner(lambda r: noisy, decoder="exact_fallback",
-                                            accept_ratio=mid).plan(req))
+    unref = normalise_result(LearnedPlanner(lambda r: noisy, stages=[
+        {"descent": {"accept_ratio": mid}}, _astar(accept_ratio=mid), EXACT]).plan(req))
     assert unref.route_stage in ("repair", "fallback") and "repair" in unref.stage_work  # rejected
     # a budget spent inside the refinement: the unrefined descent is returned, within budget
     limit = plain.work["expansions"] + 5
     tight = _request(3, budget=BudgetSpec(max_expansions=limit))
-    cut = normalise_result(LearnedPlanner(lambda r: noisy, decoder="direct", refine_radius=2).plan(tight))
+    cut = normalise_result(LearnedPlanner(lambda r: noisy, stages=refined).plan(tight))
     assert np.array_equal(cut.path, plain.path) and cut.work["expansions"] == limit
     for bad in (0, -2, 1.5, "2"):
         with pytest.raises(ValueError, match="refine_radius"):
-            make_planner(guide=_perfect, refine_radius=bad)
-    with pytest.raises(ValueError, match="refine_radius refines"):
-        make_planner(guide=_perfect, decoder="guided_astar", refine_radius=2)
+            make_planner(guide=_perfect, stages=[{"descent": {"refine_radius": bad}}])
 
 
 def _escape_walk(field, request, limit):
@@ -610,19 +625,19 @@ def test_max_escapes_in_the_planner(req):
     """The planner's max_escapes reaches every descent (direct's, the first stage of the
     compositions); guided_astar has no descent and refuses it."""
     field, _ = _pit(req, depth=1e4)
-    res = normalise_result(LearnedPlanner(lambda r: field, decoder="direct", max_escapes=None).plan(req))
+    free = {"descent": {"max_escapes": None}}
+    res = normalise_result(LearnedPlanner(lambda r: field, stages=[free]).plan(req))
     assert res.status == "ok" and np.array_equal(res.path, direct(field, req, max_escapes=None).path)
-    fb = normalise_result(LearnedPlanner(lambda r: field, decoder="exact_fallback",
-                                         max_escapes=None).plan(req))
+    fb = normalise_result(LearnedPlanner(lambda r: field, stages=[free, _astar(), EXACT]).plan(req))
     assert fb.route_stage == "primary" and np.array_equal(fb.path, res.path)
-    strict = normalise_result(LearnedPlanner(lambda r: field, decoder="exact_fallback").plan(req))
+    strict = normalise_result(LearnedPlanner(lambda r: field, stages=[DESCENT, _astar(), EXACT]).plan(req))
     assert strict.route_stage == "repair"
     for bad in (-1, 0.5, "none"):
         with pytest.raises(ValueError, match="max_escapes"):
-            make_planner(guide=_perfect, max_escapes=bad)
-    with pytest.raises(ValueError, match="max_escapes"):
-        make_planner(guide=_perfect, decoder="guided_astar", max_escapes=2)
-    assert make_planner(guide=_perfect, max_escapes=None).max_escapes is None
+            make_planner(guide=_perfect, stages=[{"descent": {"max_escapes": bad}}])
+    with pytest.raises(ValueError, match="no setting"):  # guided A* has no descent to escape
+        make_planner(guide=_perfect, stages=[_astar(max_escapes=2)])
+    assert make_planner(guide=_perfect, stages=[free]).stages[0].max_escapes is None
 
 
 def _written_out_backup(values, cost, goal):
@@ -694,22 +709,22 @@ def test_backups_in_the_planner(req):
     assert direct(bellman_backups(field, req, backups=20), req).status == "no_path"
     n = 40
     swept = bellman_backups(field, req, backups=n)
-    res = normalise_result(LearnedPlanner(lambda r: field, decoder="direct", backups=n).plan(req))
+    res = normalise_result(LearnedPlanner(lambda r: field, stages=[{"backups": n}, DESCENT]).plan(req))
     want = direct(swept, req)
     assert res.status == want.status == "ok" and np.array_equal(res.path, want.path)
     assert res.work["expansions"] == want.work["expansions"]
     assert res.resource_peaks["backup_cell_updates"] == n * field.size
     assert res.resource_peaks["backups_ms"] >= 0
-    pf = normalise_result(LearnedPlanner(None, decoder="prediction_free", max_expansions=4096,
-                                         backups=n).plan(req))
+    pf = normalise_result(LearnedPlanner("octile", stages=[{"backups": n}, DESCENT,
+                                                           _astar(max_expansions=4096)]).plan(req))
     pf_want = direct(bellman_backups(octile_field(req), req, backups=n), req)
     if pf_want.status == "ok":
         assert pf.route_stage == "primary" and np.array_equal(pf.path, pf_want.path)
     else:
         assert pf.route_stage == "repair"
-    plain = normalise_result(LearnedPlanner(lambda r: field, decoder="direct").plan(req))
+    plain = normalise_result(LearnedPlanner(lambda r: field, stages=[DESCENT]).plan(req))
     assert "backup_cell_updates" not in plain.resource_peaks
     for bad in (-1, 0.5, None, "8"):
         with pytest.raises(ValueError, match="backups"):
-            make_planner(guide=_perfect, backups=bad)
-    assert make_planner(guide=_perfect, decoder="guided_astar", backups=3).backups == 3
+            make_planner(guide=_perfect, stages=[{"backups": bad}, DESCENT])
+    assert make_planner(guide=_perfect, stages=[{"backups": 3}, _astar()]).backups == 3

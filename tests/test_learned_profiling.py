@@ -1,6 +1,8 @@
-"""Timing helpers (passage_jax.learned.profiling): structure and invariants only; no
+"""Timing helpers (bench/learned_profiling.py): structure and invariants only; no
 test asserts how long anything takes."""
 import math
+import sys
+from pathlib import Path
 
 import flax.linen as nn
 import jax
@@ -12,7 +14,11 @@ from passage_jax.graph import GraphSpec
 from passage_jax.learned.guide import NetworkGuide
 from passage_jax.learned.model import N_FEATURES, ValueFieldNet
 from passage_jax.learned.planner import LearnedPlanner
-from passage_jax.learned.profiling import (
+from passage_jax.protocol import PlanRequest
+from passage_jax.testing import make_scene
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))  # a benchmark module
+from learned_profiling import (  # noqa: E402
     BOUNDARIES,
     PrecomputedGuide,
     Timing,
@@ -27,10 +33,10 @@ from passage_jax.learned.profiling import (
     timing_report,
     with_dtype,
 )
-from passage_jax.protocol import PlanRequest
-from passage_jax.testing import make_scene
 
 N = 24
+#: a descent with a guided A* repair (passage_jax.learned.stages)
+REPAIR = [{"descent": {}}, {"guided_astar": {"max_expansions": 2000}}]
 
 
 def _request(seed):
@@ -103,9 +109,8 @@ def test_bfloat16_really_computes_in_bfloat16_and_stays_close(guide, requests):
 
 
 def test_precomputed_guide_reproduces_the_plan(guide, requests):
-    planner = LearnedPlanner(guide, decoder="bounded_repair", max_expansions=2000)
-    fixed = LearnedPlanner(PrecomputedGuide.from_guide(guide, requests), decoder="bounded_repair",
-                           max_expansions=2000)
+    planner = LearnedPlanner(guide, stages=REPAIR)
+    fixed = LearnedPlanner(PrecomputedGuide.from_guide(guide, requests), stages=REPAIR)
     for r in requests:
         a, b = planner.plan(r), fixed.plan(r)
         assert a.status == b.status and a.stage_work == b.stage_work
@@ -119,7 +124,7 @@ def test_precomputed_guide_reproduces_the_plan(guide, requests):
 
 
 def test_timings_have_the_declared_structure(guide, requests):
-    planner = LearnedPlanner(guide, decoder="direct")
+    planner = LearnedPlanner(guide)
     for t, stage, dtype in ((time_forward(guide, requests, dtype="bfloat16", repeats=2), "forward",
                              "bfloat16"),
                             (time_guide(guide, requests, repeats=2), "guide", "float32"),
@@ -134,7 +139,7 @@ def test_timings_have_the_declared_structure(guide, requests):
 
 
 def test_timing_report_lists_every_part(guide, requests):
-    rep = timing_report(LearnedPlanner(guide, decoder="direct"), requests[:1], repeats=1, warmup=1)
+    rep = timing_report(LearnedPlanner(guide), requests[:1], repeats=1, warmup=1)
     got = [(t["stage"], t["dtype"]) for t in rep["timings"]]
     assert got == [("forward", "float32"), ("guide", "float32"), ("forward_decoder", "float32"),
                    ("forward", "bfloat16"), ("guide", "bfloat16"), ("forward_decoder", "bfloat16"),
@@ -143,7 +148,7 @@ def test_timing_report_lists_every_part(guide, requests):
     assert [a["dtype"] for a in rep["agreement"]] == ["bfloat16"]
     assert rep["peak_memory_bytes"] == peak_memory_bytes()
     # a prediction-free planner has no guide: only the plan and the decoder are timed
-    rep = timing_report(LearnedPlanner(None, decoder="prediction_free"), requests[:1], repeats=1)
+    rep = timing_report(LearnedPlanner("octile", stages=REPAIR), requests[:1], repeats=1)
     assert [t["stage"] for t in rep["timings"]] == ["forward_decoder", "decoder"]
     assert rep["param_count"] is None
 

@@ -328,8 +328,8 @@ def test_network_guide_tiled_matches_independent_reconstruction():
 
 def test_make_planner_tile_plans_and_rejects_misuse():
     req = _scene_request(6, 40)
-    planner = make_planner(checkpoint="shipped:1234", decoder="exact_fallback", tile=32, stride=8,
-                           stitch="hard")
+    planner = make_planner(checkpoint="shipped:1234", tile=32, stride=8, stitch="hard",
+                           stages=[{"descent": {}}, {"guided_astar": {}}, {"exact": {}}])
     assert planner.guide.tiling == tiling_protocol(32, 8, True, "hann", "hard")
     assert not planner.guide.tiling["canonical"]
     res = planner.plan(req)

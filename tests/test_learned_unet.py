@@ -104,7 +104,7 @@ def test_checkpoint_round_trip_guides_a_whole_scene(tmp_path):
     req = _request(64, np.random.default_rng(0))
     np.testing.assert_array_equal(guide(req), NetworkGuide(net, params)(req))
     assert param_count(guide.params) == param_count(params)
-    res = LearnedPlanner(guide, decoder="exact_fallback").plan(req)
+    res = LearnedPlanner(guide, stages=[{"descent": {}}, {"guided_astar": {}}, {"exact": {}}]).plan(req)
     route = np.asarray(res.path)
     assert res.status == "ok" and tuple(route[0]) == req.start and tuple(route[-1]) == req.goal
     assert np.all(np.abs(np.diff(route, axis=0)).max(1) == 1)

@@ -72,6 +72,18 @@ def test_budget_consistency():
                          inference_kwargs_by_seed={"2026": {"max_expansions": 7}}))
     assert s.kwargs_for_seed(2026) == {"max_expansions": 7}
     assert s.kwargs_for_seed(1234) == {"max_expansions": 5}
+    # the learned planner's stage budget (stages: [..., {guided_astar: {max_expansions: n}}]) as well
+    repair = [{"descent": {}}, {"guided_astar": {"max_expansions": 11}}]
+    with pytest.raises(SpecError, match=r"inference_kwargs stages\[1\]\.guided_astar\.max_expansions=11 "
+                                        r"\(seed \d+\) exceeds budget\.max_expansions=10"):
+        parse_spec(_spec(budget={"max_expansions": 10}, inference_kwargs={"stages": repair}))
+    alone = [{"guided_astar": {"max_expansions": 50}}]
+    with pytest.raises(SpecError, match=r"stages\[0\]\.guided_astar\.max_expansions=50 \(seed 2026\)"):
+        parse_spec(_spec(budget={"max_expansions": 10}, inference_kwargs={"stages": repair[:1]},
+                         inference_kwargs_by_seed={2026: {"stages": alone}}))
+    fits = [{"backups": 64}, {"descent": {}}, {"guided_astar": {"max_expansions": 10}}, {"exact": {}}]
+    assert parse_spec(_spec(budget={"max_expansions": 10}, inference_kwargs={"stages": fits})) \
+        .inference_kwargs["stages"] == fits
 
 
 def test_remote_source_rules():

@@ -1,4 +1,4 @@
-"""Learned planners (contract §9): a Flax value-field network, its training, checkpoints
+"""Learned planners (docs/contract.md §9): a Flax value-field network, its training, checkpoints
 and guides.
 
 Stage rules: ``learned`` imports ``graph``, ``reference``, ``metrics``, ``protocol``,
@@ -23,7 +23,8 @@ from passage_jax.learned.decoders import (
 )
 from passage_jax.learned.guide import NetworkGuide, load_guide, shipped_checkpoint
 from passage_jax.learned.model import FEATURE_NAMES, ValueFieldNet, feature_grid, features
-from passage_jax.learned.planner import DECODERS, LearnedPlanner, guide_from_flax, make_planner
+from passage_jax.learned.planner import LearnedPlanner, guide_from_flax, make_planner
+from passage_jax.learned.stages import Backups, Descent, Exact, GuidedAStar
 from passage_jax.learned.tiling import CANONICAL_TILING, tiled_apply, tiling_protocol
 
 # re-export block: the package's public names, each defined once in its module
@@ -33,6 +34,6 @@ __all__ = [
     "FEATURE_NAMES", "ValueFieldNet", "feature_grid", "features",
     "DecodeResult", "direct", "bounded_repair", "prediction_free", "exact_fallback", "octile_field",
     "bellman_backups",
-    "DECODERS", "LearnedPlanner", "make_planner", "guide_from_flax",
+    "LearnedPlanner", "make_planner", "guide_from_flax", "Backups", "Descent", "GuidedAStar", "Exact",
     "CANONICAL_TILING", "tiled_apply", "tiling_protocol",
 ]

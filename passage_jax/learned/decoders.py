@@ -42,7 +42,8 @@ returned is legal on it.
   value-iteration head after the guide, each backup reaching one cell further (a jitted
   kernel; the planner's ``backups`` option).
 * :func:`acceptance` — the acceptance test of a route: its cost against ``ratio``
-  times the octile bound at the start (a message when it fails, else ``None``).
+  times the octile bound at the start (a message when it fails, else ``None``);
+  :func:`accepted` applies it to a stage's result (a rejected route: ``no_path``).
 * :func:`exact_fallback` — an exact reference solver on the request's own graph:
   unbounded A* with the Euclidean heuristic (``solver="astar"``, default: it
   reports its counters, so a fallback is charged like any stage and an
@@ -72,8 +73,8 @@ from passage_jax.reference.search import search
 from passage_jax.reference.vi import solve_batch
 
 __all__ = ["DecodeResult", "START_FROM", "FALLBACK_SOLVERS", "check_field", "request_cost_field",
-           "octile_field", "bellman_backups", "route_cost_on", "acceptance", "corridor_refine",
-           "direct", "bounded_repair", "prediction_free", "exact_fallback"]
+           "octile_field", "bellman_backups", "route_cost_on", "acceptance", "accepted",
+           "corridor_refine", "direct", "bounded_repair", "prediction_free", "exact_fallback"]
 
 #: Where :func:`bounded_repair` starts its search.
 START_FROM = ("replace", "failed_direct")
@@ -195,6 +196,19 @@ def acceptance(route: np.ndarray, request: PlanRequest, ratio: float,
     return None
 
 
+def accepted(out: DecodeResult, request: PlanRequest, ratio: float | None,
+             cost_field: np.ndarray | None = None, *, what: str = "route") -> DecodeResult:
+    """``out`` when it failed, ``ratio`` is None or its route passes :func:`acceptance`;
+    else the rejection: status ``no_path``, the same work, no prefix kept (``walked`` is
+    the start). The one acceptance test of every guided stage."""
+    if out.status != "ok" or ratio is None:
+        return out
+    rejected = acceptance(out.path, request, ratio, cost_field, what=what)
+    if rejected:
+        return DecodeResult(None, "no_path", out.work, rejected, np.asarray([request.start], np.int32))
+    return out
+
+
 def corridor_refine(route, request: PlanRequest, *, radius: int, max_expansions: int | None = None,
                     cost_field: np.ndarray | None = None) -> DecodeResult:
     """The cheapest route between the request's start and goal through the cells within
@@ -302,13 +316,9 @@ def direct(field, request: PlanRequest, *, max_steps: int | None = None,
         cur = best
         cells.append(cur)
         seen.add(cur)
-    work = work_counters(expansions, 0, 1)
     route = np.asarray(cells, np.int32)
-    if accept_ratio is not None:
-        rejected = acceptance(route, request, accept_ratio, cost_field, what="descent")
-        if rejected:
-            return DecodeResult(None, "no_path", work, rejected, route[:1])
-    return DecodeResult(route, "ok", work, None, route)
+    out = DecodeResult(route, "ok", work_counters(expansions, 0, 1), None, route)
+    return accepted(out, request, accept_ratio, cost_field, what="descent")
 
 
 def _join(prefix: np.ndarray, tail: np.ndarray) -> np.ndarray:

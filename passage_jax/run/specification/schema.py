@@ -509,15 +509,31 @@ def _num(v):
         return math.inf
 
 
+def _own_limits(kw: dict):
+    """(where, name, value) of each limit in a planner's kwargs: a top-level key of
+    ``_LIMITS``, or one inside a stage of a ``stages`` list (the learned planner's
+    ``{guided_astar: {max_expansions: n}}``, where ``stages[i].guided_astar``)."""
+    for name in _LIMITS:
+        if name in kw:
+            yield "", name, kw[name]
+    stages = kw.get("stages")
+    for i, stage in enumerate(stages if isinstance(stages, list) else []):
+        if isinstance(stage, dict) and len(stage) == 1:
+            (key, settings), = stage.items()
+            for name in _LIMITS:
+                if isinstance(settings, dict) and name in settings:
+                    yield f"stages[{i}].{key}.", name, settings[name]
+
+
 def _within_budget(v, d):
     """A planner's own limit (per seed) may not exceed the declared budget."""
     for seed in d["seeds"]:
         kw = dict(v)
         kw.update(d["inference_kwargs_by_seed"].get(seed, {}))
-        for name in _LIMITS:
+        for where, name, value in _own_limits(kw):
             declared = getattr(d["budget"], name)
-            if name in kw and declared is not None and kw[name] is not None and _num(kw[name]) > declared:
-                raise Refused(f"inference_kwargs {name}={shown(kw[name])} (seed {seed}) exceeds "
+            if declared is not None and value is not None and _num(value) > declared:
+                raise Refused(f"inference_kwargs {where}{name}={shown(value)} (seed {seed}) exceeds "
                               f"budget.{name}={declared!r}; a planner may not use more than the declared "
                               f"budget")
     return v

@@ -1,4 +1,5 @@
-"""Timing a learned planner by parts (seed 000 §5: the forward/decoder split).
+"""Timing a learned planner by parts: the forward/decoder split (docs/learned.md, "Timing";
+docs/contract.md, "Timing a learned planner by parts"). Used by ``bench/learned.py``.
 
 The whole-request latency the runner records (``run``) answers "how long does a
 request take"; these helpers answer "where does the time go", on a list of
