@@ -1,4 +1,4 @@
-"""``python -m cli audit`` on shards from a separate SPEC §1 writer and on corrupted
+"""``python -m cli audit`` on shards from a separate writer of docs/contract.md §1 and on corrupted
 copies of them."""
 from __future__ import annotations
 

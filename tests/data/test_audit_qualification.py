@@ -1,4 +1,4 @@
-"""``audit`` qualifies every valid scene's six references (SPEC §3)."""
+"""``audit`` qualifies every valid scene's six references (docs/contract.md §3)."""
 from __future__ import annotations
 
 import json

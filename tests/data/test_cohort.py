@@ -32,7 +32,7 @@ LABELS = [(o, v) for o in ("elevation", "slope_uphill", "energy") for v in ("fre
 
 
 # --------------------------------------------------------------------------- #
-# An independent exact solver: SPEC §2 formulas written out, heap Dijkstra.
+# An independent exact solver: docs/contract.md §2 formulas written out, heap Dijkstra.
 # --------------------------------------------------------------------------- #
 
 def step(model, d, zu, zv, w, rng_):

@@ -1,4 +1,4 @@
-"""Shards from a writer that follows SPEC §1/§2 on its own (plain pyarrow + zstandard,
+"""Shards from a writer that follows docs/contract.md §1/§2 on its own (plain pyarrow + zstandard,
 its own heap Dijkstra with its own neighbour order and cost formulas): the audit
 accepts them and qualifies every label with the weights of metadata.solvers, and a
 legal but non-optimal released route is rejected naming its scene."""

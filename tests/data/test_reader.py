@@ -1,5 +1,5 @@
 """Reader behaviour: order, prefix cap, batches, aliases, marker convention, task
-variants and shards from a separate SPEC §1 writer."""
+variants and shards from a separate writer of docs/contract.md §1."""
 from __future__ import annotations
 
 import json

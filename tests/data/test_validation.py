@@ -1,4 +1,4 @@
-"""One test per validation defect (SPEC §1): each must raise DataError naming the
+"""One test per validation defect (docs/contract.md §1): each must raise DataError naming the
 file, the row and the scene id."""
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Cost models, legality masks and recosting against hand arithmetic on a 3x3 grid
-and an independent plain-Python loop (SPEC §2)."""
+and an independent plain-Python loop (docs/contract.md §2)."""
 from __future__ import annotations
 
 import math

@@ -1,4 +1,4 @@
-"""Primary aggregates (SPEC §4), the training-loop accumulator and the shared
+"""Primary aggregates (docs/contract.md §4), the training-loop accumulator and the shared
 masked reducers (passage_jax.reduce) against NumPy."""
 import jax
 import jax.numpy as jnp

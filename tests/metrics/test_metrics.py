@@ -1,4 +1,4 @@
-"""Per-task decoded-path metrics (SPEC §4) against plain NumPy/SciPy, hand-worked
+"""Per-task decoded-path metrics (docs/contract.md §4) against plain NumPy/SciPy, hand-worked
 cases, jit/no-jit and vmap/per-item equality."""
 import math
 

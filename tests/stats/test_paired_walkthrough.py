@@ -1,7 +1,7 @@
-"""Seed 003's paired-statistics walkthrough runs on this evaluator's files.
+"""A user's paired-statistics walkthrough runs on this evaluator's files.
 
-The code of its sections 2-4 is kept as written there; only the import line names
-this package (``passage_eval`` -> ``passage_jax.stats``). It reads the scored
+The walkthrough's code is kept as written; only the import line names this package
+(``passage_eval`` -> ``passage_jax.stats``). It reads the scored
 ``per_sample.npz`` of three-seed runs of two planners, checks the pairing, computes
 the six contrasts and applies the supplied paired-test evidence with Holm.
 """

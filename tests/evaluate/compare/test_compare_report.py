@@ -199,7 +199,7 @@ def test_latency_without_recorded_time_is_unavailable_not_a_refusal():
 
 
 def test_tileless_task_without_roster_leaves_uncertainty_unknown():
-    """SPEC §5 / seed: missing block identities leave uncertainty unknown; only a
+    """docs/contract.md §5: missing block identities leave uncertainty unknown; only a
     sealed roster may gather tile-less tasks into a declared unplaced block."""
     import numpy as np
 

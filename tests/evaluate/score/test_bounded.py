@@ -75,7 +75,7 @@ def long_valid(task):
 
 
 def geometry_brute(a, b):
-    """ASSD, H95, IoU by SPEC §4 with plain SciPy: directed minima over the
+    """ASSD, H95, IoU by docs/contract.md §4 with plain SciPy: directed minima over the
     distinct cells (cdist), spread to every visit (multiplicity counts)."""
     a = np.asarray(a, np.int64)
     b = np.asarray(b, np.int64)

@@ -53,7 +53,7 @@ def energy_cost(route, z, w):
 
 
 def recompute(route, ok, task, ref, c_star):
-    """Plain NumPy/SciPy scoring of one candidate (SPEC §4)."""
+    """Plain NumPy/SciPy scoring of one candidate (docs/contract.md §4)."""
     H, W = task.obstacles.shape
     out = {}
     conn = (route is not None and route.ndim == 2 and route.shape[1] == 2
