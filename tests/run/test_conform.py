@@ -14,7 +14,7 @@ from passage_jax.run import parse_spec
 from passage_jax.run.conform import conform, failure_reason
 
 
-# planners the specs below name as ``test_first_contact_conform:<name>``
+# planners the specs below name as ``tests.run.test_conform:<name>``
 def none_plan(request, **kw):
     """Answers every request with ``None`` (a bare answer: status ok, no route)."""
     return None
@@ -63,7 +63,7 @@ def _console(capsys, cohort, tmp_path, inference):
 
 
 def test_none_planner_fails_with_a_named_reason(cohort, tmp_path, capsys):
-    rc, lines, receipt = _console(capsys, cohort, tmp_path, "test_first_contact_conform:none_plan")
+    rc, lines, receipt = _console(capsys, cohort, tmp_path, "tests.run.test_conform:none_plan")
     assert rc == 1 and receipt["passed"] is False
     by = {c["name"]: c for c in receipt["checks"]}
     for name in ("admitted_task", "analytic_graph"):
@@ -76,7 +76,7 @@ def test_none_planner_fails_with_a_named_reason(cohort, tmp_path, capsys):
 
 
 def test_protocol_violation_reason_is_on_the_console(cohort, tmp_path, capsys):
-    rc, lines, receipt = _console(capsys, cohort, tmp_path, "test_first_contact_conform:route_key_plan")
+    rc, lines, receipt = _console(capsys, cohort, tmp_path, "tests.run.test_conform:route_key_plan")
     assert rc == 1
     line = lines["absolute_deadlines"]
     assert line.startswith("  [FAIL] absolute_deadlines: under a spent deadline the planner's "
@@ -91,14 +91,14 @@ def test_protocol_violation_reason_is_on_the_console(cohort, tmp_path, capsys):
 
 
 def test_float_route_is_not_a_route_result(cohort, tmp_path, capsys):
-    rc, lines, receipt = _console(capsys, cohort, tmp_path, "test_first_contact_conform:float_plan")
+    rc, lines, receipt = _console(capsys, cohort, tmp_path, "tests.run.test_conform:float_plan")
     assert rc == 1
     assert lines["admitted_task"].startswith("  [FAIL] admitted_task: the planner's answer is not a "
                                              "route (route format 'float'")
 
 
 def test_no_path_without_a_route_is_a_legal_answer(cohort, tmp_path):
-    spec = parse_spec(F.spec_dict(cohort, inference="test_first_contact_conform:no_path_plan",
+    spec = parse_spec(F.spec_dict(cohort, inference="tests.run.test_conform:no_path_plan",
                                   latency_warmup=0, latency_repeats=1, quality_repeat_index=0))
     r = conform(spec, tmp_path / "c")
     by = {c["name"]: c for c in r["checks"]}

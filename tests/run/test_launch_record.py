@@ -61,7 +61,7 @@ def cohort(tmp_path_factory):
 
 
 def _spec_file(folder: Path, cohort: Path, name: str, **kwargs) -> Path:
-    d = fx.spec_dict(cohort, method_name=name, inference="test_resolved_protocol:make_counting",
+    d = fx.spec_dict(cohort, method_name=name, inference="tests.run.test_launch_record:make_counting",
                      inference_kwargs=kwargs, latency_warmup=0, latency_repeats=1,
                      quality_repeat_index=0)
     p = folder / f"{name}.json"
