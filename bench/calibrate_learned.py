@@ -36,7 +36,7 @@ the network's own field (ties: fewer backups, then fewer escapes). The rule is t
 the earlier sweeps, with the backups one more candidate key. The decision, the rule, every
 candidate checkpoint's sha256 and the whole sweep are written to ``--out`` (default
 ``configs/learned256_calibration.json``, its canonical-JSON sha256 printed: the specs quote
-it and ``tests/test_learned_configs.py`` checks that the specs' checkpoints,
+it and ``tests/learned/test_configs.py`` checks that the specs' checkpoints,
 ``refine_radius``, ``accept_ratio``, ``guide_weight``, ``max_escapes``, ``backups`` and
 ``max_expansions`` are the decided ones)::
 

@@ -24,7 +24,7 @@
 #   part7  bellman_head     bench/bellman_head.py
 #   part8  compile_counts   bench/compile_counts.py
 #   part9  prefetch         bench/prefetch.py
-#   part10 dfloat           tests/test_double_float.py with PASSAGE_JAX_NO_X64=1
+#   part10 dfloat           tests/reference/test_double_float.py with PASSAGE_JAX_NO_X64=1
 #   part11 reference_sizes  bench/reference.py (64..1024, double-float rows)
 #   part12 reference_jacobi bench/reference.py --strategy jacobi --compare-jacobi --no-double-float
 #   part13 tests            pytest -m "not slow" (pytest-xdist -n 8 when importable)

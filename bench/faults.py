@@ -1,6 +1,6 @@
 """Fault injection: misbehaving planners under supervised execution on shipped tasks.
 
-Each fault planner of ``tests/fault_planners.py`` (hang forever, sleep past the
+Each fault planner of ``tests/fixtures/fault_planners.py`` (hang forever, sleep past the
 deadline, ``os._exit``, SIGSEGV, memory exhaustion, a 100,000-cell looping route,
 2**40 as a coordinate, an exception, child processes (plain, in their own session,
 a double-forked daemon) left behind by a hang) runs in its own supervised executor
@@ -23,9 +23,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "fixtures"))
 
-import fault_planners as FP  # noqa: E402  (tests/ on sys.path first)
+import fault_planners as FP  # noqa: E402  (tests/fixtures/ on sys.path first)
 
 from passage_jax.data import load_tasks, shipped_cohort_root  # noqa: E402
 from passage_jax.protocol import BudgetSpec  # noqa: E402

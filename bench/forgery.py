@@ -1,6 +1,6 @@
 """Consistent forgeries of a scored run, for the hostile probes (``bench/hostile.py``) and
-the tests that check a reader re-derives what it reads (``tests/test_run_folder_trust.py``,
-``tests/fixtures_runner.py``): each edits a copy and rewrites every hash and identity that
+the tests that check a reader re-derives what it reads (``tests/trust/test_run_folder.py``,
+``tests/fixtures/fixtures_runner.py``): each edits a copy and rewrites every hash and identity that
 would otherwise show the edit, so only a recomputation can catch it.
 """
 from __future__ import annotations

@@ -4,7 +4,7 @@
 sets up JAX's compilation cache or runs the command: a missing file or folder, a spec
 that does not parse or fails its schema, or a planner module that cannot be found is
 refused in well under a second, as one line ``<command>: <what>`` (exit 2). Nothing here
-imports JAX, nor may anything a ``check`` calls (``tests/test_cli_friction.py`` checks
+imports JAX, nor may anything a ``check`` calls (``tests/cli/test_friction.py`` checks
 ``run``).
 """
 from __future__ import annotations

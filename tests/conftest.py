@@ -1,8 +1,17 @@
 import os
 import shutil
+import sys
 import tempfile
+from pathlib import Path
 
 import pytest
+
+# The fixtures and helper modules (tests/fixtures/: planners named ``module:factory`` in
+# specs, shard writers, the shared scored runs) are imported by their plain module names,
+# here and in the worker processes the tests start (they inherit this sys.path).
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+if str(FIXTURES) not in sys.path:
+    sys.path.insert(0, str(FIXTURES))
 
 # Tests see several CPU devices so sharded kernels are exercised as on a mesh.
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")

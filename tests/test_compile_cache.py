@@ -21,9 +21,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_score_pipeline import _unpack
 
 from passage_jax.compilation import CACHE_DIR_ENV, NO_CACHE_ENV, cache_problems
+from tests.evaluate.score.test_pipeline import _unpack
 
 ROOT = Path(__file__).resolve().parents[1]
 HIDE_FILELOCK = "import sys; sys.modules['filelock'] = None; "

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_score_support import copy_cohort, spec_dict
+from score_support import copy_cohort, spec_dict
 
 from passage_jax import cluster
 from passage_jax.data import audit_dataset
@@ -44,7 +44,7 @@ def launch(argv_of, n: int, *, timeout: float = 180, via_env: bool = False) -> l
     port = free_port()
     # each process sees the test process's CPU devices (conftest: 4), so that the receipt's
     # device list matches the single-process score made here
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests" / "fixtures")]),
                JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2")
     for k in (cluster.ENV_COORDINATOR, cluster.ENV_NUM_PROCESSES, cluster.ENV_PROCESS_ID):
         env.pop(k, None)

@@ -57,7 +57,7 @@ WHAT = {
     "bellman_head": "the value-iteration head against NumPy (bench/bellman_head.py)",
     "compile_counts": "kernel compilations of chunked scoring and VI (bench/compile_counts.py)",
     "prefetch": "the task stream's read-ahead (bench/prefetch.py)",
-    "dfloat": "the double-float tests with x64 off (tests/test_double_float.py)",
+    "dfloat": "the double-float tests with x64 off (tests/reference/test_double_float.py)",
     "reference_sizes": "bench/reference.py's whole table, 64..1024, with the double-float rows",
     "reference_jacobi": "bench/reference.py --strategy jacobi --compare-jacobi, 64..1024",
     "tests": "the default test selection (-m 'not slow'), pytest-xdist when importable",
@@ -161,7 +161,7 @@ def plan(part: str, rehearsal: bool, work: Path) -> list[Cmd]:
     if part == "dfloat":
         return [Cmd("double_float_tests",
                     _py("-m", "pytest", "-q", "-x", "-s", "-p", "no:cacheprovider", "-o", "addopts=",
-                        "tests/test_double_float.py"), env={"PASSAGE_JAX_NO_X64": "1"})]
+                        "tests/reference/test_double_float.py"), env={"PASSAGE_JAX_NO_X64": "1"})]
     if part == "reference_sizes":
         return [Cmd("reference", _py("bench/reference.py", *(["--quick"] if r else [])))]
     if part == "reference_jacobi":
@@ -173,7 +173,7 @@ def plan(part: str, rehearsal: bool, work: Path) -> list[Cmd]:
         if r:  # never the whole suite on the shared 2-core CPU: collect everything, run one file
             return [Cmd("tests_collect", _py("-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
                                              "-m", "not slow", "--collect-only")),
-                    Cmd("tests_sample", _py(*base, "-m", "not slow", "tests/test_graph.py",
+                    Cmd("tests_sample", _py(*base, "-m", "not slow", "tests/graph/test_graph.py",
                                             "tests/test_no_x64.py"))]
         try:
             import xdist  # noqa: F401

@@ -24,7 +24,7 @@ GPUs run it at 1/32 to 1/64 of the float32 rate).
 
 Nothing here reassociates: XLA keeps the order of floating-point additions unless
 fast-math is switched on (it is off by default in JAX), and
-``tests/test_double_float.py`` checks that the error terms survive compilation (a
+``tests/reference/test_double_float.py`` checks that the error terms survive compilation (a
 sum that float32 gets wrong and the pair gets exactly right).
 """
 from __future__ import annotations
