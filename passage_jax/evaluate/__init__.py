@@ -8,7 +8,7 @@ It reads the records of :mod:`passage_jax.protocol.records` and never imports
 the two.
 """
 # ``sidecar`` is also the name of its module: bound here, or importing the module would
-# replace the function on the package (tests/test_read_fast_paths.py checks for these)
+# replace the function on the package (tests/evaluate/test_read_fast_paths.py checks for these)
 from passage_jax.evaluate.sidecar import SIDECAR_FORMAT, default_output, sidecar
 from passage_jax.exports import lazy_exports
 

@@ -99,6 +99,57 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def private_imports(root: Path, top: Path = ROOT) -> list[str]:
+    """Imports of a private module (a ``_name`` part of its dotted path) from outside the
+    package that holds it: each package's ``__init__`` is its only public face."""
+    bad = []
+    for path in sorted(root.rglob("*.py")):
+        here = _module_name_under(path, top)
+        package = here if path.name == "__init__.py" else here.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            for name in names:
+                parts = name.split(".")
+                cut = next((i for i, x in enumerate(parts) if x.startswith("_")
+                            and not x.startswith("__")), None)
+                if cut is None or not parts[0] == "passage_jax":
+                    continue
+                owner = ".".join(parts[:cut])
+                if not (top / Path(*owner.split("."))).is_dir():
+                    owner = owner.rpartition(".")[0]  # a private name of a module: its package's
+                if not (package == owner or package.startswith(owner + ".")):
+                    bad.append(f"{path.relative_to(top)}: imports {name}")
+                    break  # one line a statement
+    return bad
+
+
+def _module_name_under(path: Path, top: Path) -> str:
+    parts = list(path.relative_to(top).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def test_no_module_imports_another_packages_private_module(tmp_path):
+    bad = private_imports(PKG) + private_imports(ROOT / "cli")
+    assert not bad, "\n".join(bad)
+    # the rule itself: a private module is importable inside its package only
+    pkg = tmp_path / "passage_jax"
+    for sub in ("a", "b"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "a" / "_inner.py").write_text("X = 1\n")
+    (pkg / "a" / "face.py").write_text("from passage_jax.a._inner import X\n")
+    (pkg / "b" / "user.py").write_text("from passage_jax.a._inner import X\n"
+                                       "from passage_jax.a import _inner\n")
+    found = private_imports(pkg, tmp_path)
+    assert found == ["passage_jax/b/user.py: imports passage_jax.a._inner",
+                     "passage_jax/b/user.py: imports passage_jax.a._inner"], found
+
+
 def test_library_never_imports_its_test_material():
     """passage_jax.testing is for tests and users' own checks; no library module (nor the
     CLI) depends on it."""
