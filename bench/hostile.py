@@ -98,7 +98,7 @@ class Material:
                     if o.code != 0:
                         raise SystemExit(f"material: {' '.join(map(str, args))} failed: {o.err[-2000:]}")
             o = cli("compare", "--score", self.run, "--score", self.other, "--output",
-                    base / "cmp.json", "--bootstrap-resamples", "200")
+                    base / "cmp.json", "--n-bootstrap", "200")
             if o.code != 0:
                 raise SystemExit(f"material: compare failed: {o.err[-2000:]}")
 
@@ -346,7 +346,7 @@ def p_compare_output_folder(m):
     d = m.base / "probes" / "cmp_folder"
     d.mkdir(parents=True, exist_ok=True)
     o = cli("compare", "--score", m.run, "--score", m.other, "--output", d, "--force",
-            "--bootstrap-resamples", "200")
+            "--n-bootstrap", "200")
     return (*refused(o, str(d)), o)
 
 
@@ -388,7 +388,7 @@ def p_truncated_per_sample(m):
     r["outputs"]["per_sample.npz"] = sha256_file(seed / "per_sample.npz")
     (seed / "score_receipt.json").write_text(json.dumps(r))
     o = cli("compare", "--score", run, "--score", m.other, "--output",
-            m.base / "probes" / "trunc_cmp.json", "--bootstrap-resamples", "200")
+            m.base / "probes" / "trunc_cmp.json", "--n-bootstrap", "200")
     return (*refused(o, "per_sample.npz"), o)
 
 
@@ -581,14 +581,14 @@ def _page_probe(name, text_of):
         cmp = case / "w" / "compare.json"
         cmp.parent.mkdir(parents=True)
         o = cli("compare", "--score", run, "--score", m.other, "--output", cmp,
-                "--bootstrap-resamples", "50")
+                "--n-bootstrap", "50")
         if o.code != 0:
             return False, f"compare exit {o.code}: {o.line}", o
         o = cli("report", "--compare", cmp, "--output", case / "w" / "report.md", "--html",
                 "--route-tasks", "1")
         if o.code != 0:
             return False, f"report exit {o.code}: {o.line}", o
-        o2 = cli("leaderboard", cmp.parent, "--output", case / "w" / "lb", "--bootstrap-resamples", "50")
+        o2 = cli("leaderboard", cmp.parent, "--output", case / "w" / "lb", "--n-bootstrap", "50")
         if o2.code != 0:
             return False, f"leaderboard exit {o2.code}: {o2.line}", o2
         pages = [case / "w" / "report.html", case / "w" / "report.md", case / "w" / "lb" / "index.html"]
@@ -626,7 +626,7 @@ def p_page_precision(m):
         o = cli(*args, env=env)
         if o.code != 0:
             return False, f"{args[0]} exit {o.code}: {o.line}", o
-    o = cli("leaderboard", m.run, out, "--output", lb, "--bootstrap-resamples", "50")
+    o = cli("leaderboard", m.run, out, "--output", lb, "--n-bootstrap", "50")
     if o.code != 0:
         return False, f"leaderboard exit {o.code}: {o.line}", o
     bad = _page_leaks(lb / "index.html", (png,))
@@ -1078,13 +1078,13 @@ def _metrics_probe(command: str, field: str, text: str):
         shutil.rmtree(out, ignore_errors=True)
         if command == "report":
             c = cli("compare", "--score", run, "--score", m.other, "--output", out.with_suffix(".json"),
-                    "--force", "--bootstrap-resamples", "200")
+                    "--force", "--n-bootstrap", "200")
             if c.code != 0:
                 return False, c.line, c
         forged = _forge_metrics(run, field, text)
         if command == "compare":
             o = cli("compare", "--score", run, "--score", m.other, "--output", out / "c.json",
-                    "--bootstrap-resamples", "200")
+                    "--n-bootstrap", "200")
         elif command == "leaderboard":
             o = cli("leaderboard", run, m.other, "--output", out)
         else:

@@ -29,8 +29,9 @@ def register(p):
     p.add_argument("--against", default=None, metavar="BASELINE_SPEC",
                    help="also run the baseline spec on the same tasks, then compare (method A = --spec, "
                         "B = the baseline) and write <output>/compare.json and <output>/report/report.md")
-    p.add_argument("--bootstrap-resamples", type=int, default=10000,
-                   help="paired block-bootstrap draws of the comparison (with --against)")
+    p.add_argument("--n-bootstrap", "--bootstrap-resamples", dest="n_bootstrap", type=int, default=10000,
+                   help="paired block-bootstrap draws of the comparison (with --against; "
+                        "--bootstrap-resamples is the former spelling)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     inputs.add_planner_path(p)
 
@@ -74,7 +75,7 @@ def bench(spec, output=None, container_digest=None, progress=None, log=None, *,
 
 
 def against(spec, baseline, output=None, container_digest=None, progress=None, log=None,
-            n_resamples: int = 10000, *, planner_path=()) -> dict:
+            n_bootstrap: int = 10000, *, planner_path=()) -> dict:
     """Bench ``spec`` and ``baseline`` into ``<output>/<method_name>``, compare them into
     ``<output>/compare.json`` and write ``<output>/report/report.md`` (figures, and the
     component-attribution table when a run declares ``component_control``)."""
@@ -93,7 +94,7 @@ def against(spec, baseline, output=None, container_digest=None, progress=None, l
               planner_path=planner_path)
     b = bench(baseline, output / baseline.method_name, container_digest, progress, log,
               planner_path=planner_path)
-    cmp = compare_runs(a["output"], b["output"], output / "compare.json", n_resamples=n_resamples)
+    cmp = compare_runs(a["output"], b["output"], output / "compare.json", n_bootstrap=n_bootstrap)
     report = write_report(output / "compare.json", output / "report" / "report.md")
     return {"output": output, "runs": (a, b), "compare": cmp, "report": report}
 
@@ -120,7 +121,7 @@ def main(args) -> int:
     try:
         if args.against:
             res = against(args.spec, args.against, args.output, args.container_digest, progress, log,
-                          n_resamples=args.bootstrap_resamples, planner_path=args.planner_path)
+                          n_bootstrap=args.n_bootstrap, planner_path=args.planner_path)
         else:
             res = bench(args.spec, args.output, container_digest=args.container_digest,
                         progress=progress, log=log, planner_path=args.planner_path)

@@ -12,8 +12,9 @@ def register(p):
     p.add_argument("--score", action="append", required=True, metavar="RUN",
                    help="a scored run folder or seed folder; give exactly two (A then B)")
     p.add_argument("--output", required=True, help="comparison JSON to write (new file)")
-    p.add_argument("--bootstrap-resamples", type=int, default=10000,
-                   help="paired block-bootstrap draws (default 10000)")
+    p.add_argument("--n-bootstrap", "--bootstrap-resamples", dest="n_bootstrap", type=int, default=10000,
+                   help="paired block-bootstrap draws (default 10000; --bootstrap-resamples is the former "
+                        "spelling)")
     p.add_argument("--bootstrap-seed", type=int, default=0, help="seed of the draws (default 0)")
     p.add_argument("--alpha", type=float, default=0.05, help="interval level (default 0.05)")
     p.add_argument("--roster", default=None, help="frozen task roster (passage-roster-v1/v2)")
@@ -71,7 +72,7 @@ def hint(e) -> str:
     if isinstance(e, OutputExists):
         return " (or pass --force to replace it)"
     if isinstance(e, InvalidResamples):
-        return " (--bootstrap-resamples)"
+        return " (--n-bootstrap)"
     if isinstance(e, RosterHashMissing):
         return " (--roster and --roster-sha256 go together)"
     if isinstance(e, PrecisionMismatch):
@@ -89,7 +90,7 @@ def options(args):
     """The :class:`~passage_jax.evaluate.compare._options.CompareOptions` of the flags."""
     from passage_jax.evaluate.compare import CompareOptions  # noqa: PLC0415 (CLI start-up)
 
-    return CompareOptions(n_resamples=args.bootstrap_resamples, alpha=args.alpha,
+    return CompareOptions(n_bootstrap=args.n_bootstrap, alpha=args.alpha,
                           bootstrap_seed=args.bootstrap_seed, roster=args.roster,
                           roster_sha256=args.roster_sha256, odd_spec=args.odd_spec,
                           require_identical_limits=args.require_identical_limits,

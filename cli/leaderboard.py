@@ -19,9 +19,10 @@ def register(p):
     p.add_argument("--baseline", default=None, metavar="NAME",
                    help="method_name of the baseline (default: run B of the first comparison "
                         "given, else the first scored run)")
-    p.add_argument("--bootstrap-resamples", type=int, default=2000,
+    p.add_argument("--n-bootstrap", "--bootstrap-resamples", dest="n_bootstrap", type=int, default=2000,
                    help="draws of an in-memory comparison, for a method that no given "
-                        "comparison pairs with the baseline (default 2000)")
+                        "comparison pairs with the baseline (default 2000; --bootstrap-resamples is "
+                        "the former spelling)")
     p.add_argument("--force", action="store_true",
                    help="replace the leaderboard already in the output folder")
 
@@ -40,13 +41,13 @@ def main(args) -> int:
         write_leaderboard,
     )
 
-    if args.bootstrap_resamples < 1:
-        say(f"leaderboard: --bootstrap-resamples must be at least 1, got "
-            f"{args.bootstrap_resamples}", sys.stderr)
+    if args.n_bootstrap < 1:
+        say(f"leaderboard: --n-bootstrap must be at least 1, got "
+            f"{args.n_bootstrap}", sys.stderr)
         return 2
     try:
         out = write_leaderboard(args.inputs, args.output, baseline=args.baseline,
-                                force=args.force, n_resamples=args.bootstrap_resamples)
+                                force=args.force, n_bootstrap=args.n_bootstrap)
     except LeaderboardError as e:
         flag = " (or pass --force to replace it)" if isinstance(e, LeaderboardExists) else ""
         say(f"leaderboard: {e}{flag}", sys.stderr)

@@ -17,7 +17,7 @@ their paired block-bootstrap intervals, the planner-reported precision and a rel
 to the comparison's report where one exists (``report.html`` or ``report.md`` beside the
 comparison file or in its ``report/`` folder). A contrast comes from a comparison file that
 pairs the method with the baseline (reoriented when the baseline is its run A); otherwise
-the two scored runs are compared in memory (``compare_runs``, ``n_resamples`` draws), and
+the two scored runs are compared in memory (``compare_runs``, ``n_bootstrap`` draws), and
 when neither is possible the row says why.
 The setting (resolution, cost model, split, variant, task set, timing profile), the same for
 every row, is stated once above the table.
@@ -263,9 +263,9 @@ def _contrasts(contrasts: dict, latency: dict, flip: bool) -> dict:
             "latency_p50_ms": _contrast(latency, flip)}
 
 
-def _in_memory(method: dict, base: dict, n_resamples: int) -> tuple[dict | None, str | None]:
+def _in_memory(method: dict, base: dict, n_bootstrap: int) -> tuple[dict | None, str | None]:
     try:
-        res = compare_runs(method["path"], base["path"], None, n_resamples=n_resamples)
+        res = compare_runs(method["path"], base["path"], None, n_bootstrap=n_bootstrap)
     except (RuntimeError, ValueError, OSError, KeyError) as e:  # a refusal: the row's reason
         return None, f"no paired comparison with the baseline ({type(e).__name__}: {e})"
     return _contrasts(res["contrasts"], res["latency_contrast"], False), None
@@ -299,7 +299,7 @@ def _rank_key(r: dict) -> tuple:
 
 
 def leaderboard(inputs, baseline: str | None = None, output_dir=None,
-                n_resamples: int = 2000) -> dict:
+                n_bootstrap: int = 2000) -> dict:
     """The leaderboard of ``inputs`` (comparison files or folders, scored run folders) against
     the method named ``baseline`` (see the module docstring for the default); report links are
     relative to ``output_dir`` (default: the current folder). :class:`LeaderboardError` names
@@ -334,7 +334,7 @@ def leaderboard(inputs, baseline: str | None = None, output_dir=None,
                                               flip=pair[key] == "B")
                 row["contrast_source"] = c["file"]
         if key != base_key and row["contrasts"] is None:
-            row["contrasts"], row["reason"] = _in_memory(m, base, n_resamples)
+            row["contrasts"], row["reason"] = _in_memory(m, base, n_bootstrap)
             row["contrast_source"] = "in memory" if row["contrasts"] else None
         rows.append(row)
     rows.sort(key=_rank_key)
@@ -432,7 +432,7 @@ def render_leaderboard_markdown(board: dict) -> str:
 
 
 def write_leaderboard(inputs, output_dir, baseline: str | None = None, force: bool = False,
-                      n_resamples: int = 2000) -> dict:
+                      n_bootstrap: int = 2000) -> dict:
     """Write ``output_dir/index.html`` (self-contained) and ``output_dir/leaderboard.json``;
     a folder already holding either is refused unless ``force``. Returns their paths. The page
     is built before anything is written: a page that cannot be built (an image reference
@@ -444,7 +444,7 @@ def write_leaderboard(inputs, output_dir, baseline: str | None = None, force: bo
     held = [p for p in (page, data) if p.exists()]
     if held and not force:
         raise LeaderboardExists(f"{held[0]} exists (an earlier leaderboard); choose a new folder")
-    board = leaderboard(inputs, baseline, out, n_resamples)
+    board = leaderboard(inputs, baseline, out, n_bootstrap)
     md = render_leaderboard_markdown(board)
     title = f"Leaderboard against {board['baseline']['method_name']}"  # html_page escapes it
     try:

@@ -64,7 +64,7 @@ def test_bench_against_compares_and_reports(tmp_path, capsys):
                                                           seeds=(1234, 2026, 3407))))
     out = tmp_path / "pair"
     args = ["bench", "--spec", str(specs["exact"]), "--against", str(specs["bfs"]), "--no-progress",
-            "--output", str(out), "--bootstrap-resamples", "200"]
+            "--output", str(out), "--n-bootstrap", "200"]
     assert main(args) == 0
     text = capsys.readouterr().out
     assert "exact (A) − bfs (B)" in text

@@ -59,7 +59,7 @@ def test_score_table_footnotes(runs, capsys):
 def test_compare_table_footnotes(scored, tmp_path, capsys):
     cmp = tmp_path / "cmp.json"
     assert main(["compare", "--score", str(scored / "greedy"), "--score", str(scored / "bfs"),
-                 "--output", str(cmp), "--bootstrap-resamples", "200"]) == 0
+                 "--output", str(cmp), "--n-bootstrap", "200"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert ("assd_mean and h95_mean compare each method over its own valid routes (n valid / n "
             "per pair: 1234: A 2/3, B 3/3, both 2)" in out)

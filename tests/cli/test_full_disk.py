@@ -130,7 +130,7 @@ def test_compare_and_report_on_a_full_disk(disk, material, capsys):
     cmp = disk / "cmp.json"
     filler = _fill(disk, 0)
     code = main(["compare", "--score", str(a), "--score", str(b), "--output", str(cmp),
-                 "--bootstrap-resamples", "200"])
+                 "--n-bootstrap", "200"])
     line = _one_line(capsys.readouterr().err, "compare")
     assert code == EXIT_ERROR and "no space left on device" in line and str(cmp) in line, line
     assert not cmp.exists()
@@ -138,7 +138,7 @@ def test_compare_and_report_on_a_full_disk(disk, material, capsys):
     local = material["base"] / "cmp.json"
     if not local.exists():
         assert main(["compare", "--score", str(a), "--score", str(b), "--output", str(local),
-                     "--bootstrap-resamples", "200"]) == 0
+                     "--n-bootstrap", "200"]) == 0
     capsys.readouterr()
     report = disk / "report" / "report.md"
     filler = _fill(disk, 0)

@@ -262,7 +262,7 @@ def test_budget_and_checkpoint_flags_from_entries():
 
 
 def test_compare_and_report_show_components_and_attribution(runs, tmp_path):
-    cmp = compare_runs(runs["bounded_repair"], runs["bfs"], tmp_path / "cmp.json", n_resamples=20)
+    cmp = compare_runs(runs["bounded_repair"], runs["bfs"], tmp_path / "cmp.json", n_bootstrap=20)
     comp = cmp["methods"]["A"]["per_seed"]["1234"]["components"]
     assert comp["repair_rate"] == pytest.approx(1 / 3)
     assert cmp["methods"]["B"]["per_seed"]["1234"]["components"]["direct_success_rate"] is None
@@ -273,7 +273,7 @@ def test_compare_and_report_show_components_and_attribution(runs, tmp_path):
     assert "## Components" in md and "## Component attribution" in md
     assert "missing control: prediction_free" in md
     none = compare_runs(runs["bfs_undeclared"], runs["bfs_undeclared"], tmp_path / "c2.json",
-                        n_resamples=20)
+                        n_bootstrap=20)
     assert none["attribution"] is None
     assert "## Component attribution" not in render_markdown(none, {})
 
@@ -394,7 +394,7 @@ def test_learned_search_against_plain_astar(runs, tmp_path):
     md2 = render_attribution_markdown(t2)
     assert "Learned search against plain A*: n/a (no scored run is plain A*" in md2
     # compare's two-run attribution table carries no search block
-    cmp = compare_runs(runs["bounded_repair"], runs["astar"], tmp_path / "cmp.json", n_resamples=20)
+    cmp = compare_runs(runs["bounded_repair"], runs["astar"], tmp_path / "cmp.json", n_bootstrap=20)
     assert "search_reference" not in cmp["attribution"]
     assert "search" not in cmp["attribution"]["rows"][0]
 

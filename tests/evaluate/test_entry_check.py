@@ -48,7 +48,7 @@ def entries(tmp_path_factory):
         run_spec(spec, root / "partial", progress=False)
         score_run(root / "partial")
     out["partial"] = root / "partial"
-    compare_runs(out["bfs"], out["greedy"], root / "compare.json", n_resamples=200)
+    compare_runs(out["bfs"], out["greedy"], root / "compare.json", n_bootstrap=200)
     out["compare"] = root / "compare.json"
     return out
 

@@ -56,7 +56,7 @@ def runs(tmp_path_factory):
     run_spec(parse_spec(_spec(base / "cohort", method="other", seeds=[2])), base / "other",
              progress=False)
     score_run(base / "other")
-    compare_runs(base / "scored", base / "scored", base / "cmp.json", n_resamples=B)
+    compare_runs(base / "scored", base / "scored", base / "cmp.json", n_bootstrap=B)
     return {"base": base, "unscored": base / "unscored", "scored": base / "scored",
             "other": base / "other", "cmp": base / "cmp.json"}
 
@@ -113,7 +113,7 @@ def test_seed_folder_missing_refused(runs, tmp_path, capsys):
     scored = copy(runs["scored"], tmp_path / "scored")
     shutil.rmtree(scored / "seed-3")
     with pytest.raises(CompareError, match="seed-3: not found"):
-        compare_runs(scored, runs["scored"], tmp_path / "c.json", n_resamples=B)
+        compare_runs(scored, runs["scored"], tmp_path / "c.json", n_bootstrap=B)
     assert not (tmp_path / "c.json").exists()
 
 
@@ -135,7 +135,7 @@ def test_foreign_seed_folder_refused(runs, tmp_path, capsys):
     shutil.rmtree(scored / "seed-2")
     shutil.copytree(runs["other"] / "seed-2", scored / "seed-2")
     with pytest.raises(CompareError, match="method_name"):
-        compare_runs(scored, runs["scored"], tmp_path / "c.json", n_resamples=B)
+        compare_runs(scored, runs["scored"], tmp_path / "c.json", n_bootstrap=B)
 
 
 def test_foreign_identity_and_undeclared_seed_refused(runs, tmp_path):
@@ -196,7 +196,7 @@ def test_killed_score_is_scored_again_without_force(runs, tmp_path, capsys):
     with pytest.raises(ScoreError, match="seed-2 is not scored"):
         load_score(seed)
     with pytest.raises(CompareError, match="seed-2 is not scored"):
-        compare_runs(run, runs["scored"], tmp_path / "c.json", n_resamples=B)
+        compare_runs(run, runs["scored"], tmp_path / "c.json", n_bootstrap=B)
     kept = (run / "seed-1" / "score_receipt.json").read_bytes()
     rc, err = cli(["score", "--run", run], capsys)
     assert rc == 0, err
@@ -250,7 +250,7 @@ def test_compare_trust_report_output_folder_refused(runs, tmp_path, capsys):
     (folder / "keep").write_text("keep")
     for force in ([], ["--force"]):
         rc, err = cli(["compare", "--score", runs["scored"], "--score", runs["scored"], "--output",
-                       folder, "--bootstrap-resamples", B, *force], capsys)
+                       folder, "--n-bootstrap", B, *force], capsys)
         assert rc == 2 and f"compare: {folder} is a folder" in err and "internal error" not in err
         rc, err = cli(["trust", "--score", runs["scored"], "--output", folder, *force], capsys)
         assert rc == 2 and f"trust: {folder} is a folder" in err
@@ -258,12 +258,12 @@ def test_compare_trust_report_output_folder_refused(runs, tmp_path, capsys):
         assert rc == 2 and f"report: {folder} is a folder" in err
     assert [p.name for p in folder.iterdir()] == ["keep"]
     with pytest.raises(OutputIsFolder):
-        compare_runs(runs["scored"], runs["scored"], folder, n_resamples=B, force=True)
+        compare_runs(runs["scored"], runs["scored"], folder, n_bootstrap=B, force=True)
     # --force still replaces an existing file
     out = tmp_path / "c.json"
     out.write_text("old")
     rc, err = cli(["compare", "--score", runs["scored"], "--score", runs["scored"], "--output", out,
-                   "--bootstrap-resamples", B, "--force"], capsys)
+                   "--n-bootstrap", B, "--force"], capsys)
     assert rc == 0, err
     assert json.loads(out.read_text())["format"] == "passage-jax-compare-v1"
 
@@ -345,7 +345,7 @@ def test_truncated_npz_with_updated_hashes_named(runs, tmp_path, capsys):
     with pytest.raises(ScoreError, match=r"seed-3/per_sample.npz: cannot be read"):
         load_score(seed)
     with pytest.raises(CompareError, match=r"seed-3/per_sample.npz: cannot be read"):
-        compare_runs(scored, runs["scored"], tmp_path / "c.json", n_resamples=B)
+        compare_runs(scored, runs["scored"], tmp_path / "c.json", n_bootstrap=B)
     rc, err = cli(["trust", "--score", scored], capsys)
     assert rc == 2 and f"{seed / 'per_sample.npz'}: cannot be read" in err
 

@@ -180,7 +180,7 @@ def outputs(tmp_path_factory):
         spec = spec_dict(method, cohort, seeds=DEFAULT_SEEDS, n_samples=N_TASKS)
         run_spec(parse_spec(spec), tmp / method, progress=False)
         score_run(tmp / method)
-    compare_runs(tmp / "bfs", tmp / "greedy", tmp / "compare.json", n_resamples=N_RESAMPLES,
+    compare_runs(tmp / "bfs", tmp / "greedy", tmp / "compare.json", n_bootstrap=N_RESAMPLES,
                  bootstrap_seed=3)
     seed = tmp / "bfs" / f"seed-{DEFAULT_SEEDS[0]}"
     with np.load(seed / "per_sample.npz", allow_pickle=False) as z:

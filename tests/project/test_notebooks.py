@@ -21,7 +21,7 @@ COMMON_PARAMETERS = {"dataset_path", "resolution", "split", "census_limit", "cla
                      "output_dir"}
 #: bounded parameters for the default test run (seconds, not minutes, per notebook)
 SMALL = {"census_limit": 3, "classical_budget": 3}
-WORKED = {"evaluate_a_planner.ipynb": {"n_samples": 4, "n_resamples": 200},
+WORKED = {"evaluate_a_planner.ipynb": {"n_samples": 4, "n_bootstrap": 200},
           "training_loop_metrics.ipynb": {"steps": 120, "n_train": 32, "n_eval": 8, "eval_every": 60,
                                           "n_held_out": 8}}
 
@@ -105,7 +105,7 @@ def test_metrics_notebooks_run_and_score(stem, tmp_path):
     out = tmp_path / "out"
     params = {**SMALL, "output_dir": str(out)}
     if stem == "passage_eval_metrics":
-        params |= {"n_resamples": 200, "randomization_draws": 200}
+        params |= {"n_bootstrap": 200, "randomization_draws": 200}
     nb = _run(NOTEBOOKS / f"_{stem}.ipynb", tmp_path, params)
     assert _pngs(nb) >= 1
     runs = {p.name for p in out.iterdir() if p.is_dir()}

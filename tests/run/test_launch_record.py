@@ -149,16 +149,16 @@ def test_compare_refuses_canonical_vs_noncanonical(cohort, tmp_path):
                       spec_path, "run", 0)
         score_run(runs[name])
     with pytest.raises(NoncanonicalPairing, match="noncanonical"):
-        compare_runs(runs["whole"], runs["tiled"], tmp_path / "c.json", n_resamples=20)
+        compare_runs(runs["whole"], runs["tiled"], tmp_path / "c.json", n_bootstrap=20)
     assert not (tmp_path / "c.json").exists()
-    res = compare_runs(runs["whole"], runs["tiled"], tmp_path / "c.json", n_resamples=20,
+    res = compare_runs(runs["whole"], runs["tiled"], tmp_path / "c.json", n_bootstrap=20,
                        allow_noncanonical=True)
     assert res["runs"]["A"]["canonical"] is True and res["runs"]["B"]["canonical"] is False
     md = render_markdown(res, {})
     assert "A **canonical** (`whole-scene (no tiling)`)" in md
     assert "B **noncanonical** (`passage_jax_tiled_v1_noncanonical`)" in md
     # two canonical protocols pair without the flag
-    res = compare_runs(runs["whole"], runs["canon"], tmp_path / "c2.json", n_resamples=20)
+    res = compare_runs(runs["whole"], runs["canon"], tmp_path / "c2.json", n_bootstrap=20)
     assert res["runs"]["B"]["inference_protocol"]["name"] == CANONICAL_TILED
     # a run recorded before protocols were recorded counts as canonical whole-scene
     m = runs["tiled"] / "seed-1234" / "manifest.json"
@@ -166,6 +166,6 @@ def test_compare_refuses_canonical_vs_noncanonical(cohort, tmp_path):
     del d["inference_protocol"]
     m.write_text(json.dumps(d))
     score_run(runs["tiled"], force=True)
-    res = compare_runs(runs["whole"], runs["tiled"], tmp_path / "c3.json", n_resamples=20)
+    res = compare_runs(runs["whole"], runs["tiled"], tmp_path / "c3.json", n_bootstrap=20)
     assert res["runs"]["B"]["inference_protocol"] == {**res["runs"]["A"]["inference_protocol"],
                                                       "recorded": False}

@@ -106,19 +106,19 @@ def test_rosters_bound_to_runs(cohort, tmp_path):
     m = json.loads((runs["a"] / "seed-1234" / "manifest.json").read_text())
     assert m["provenance"]["roster"]["sha256"] == sha and m["provenance"]["roster"]["sealed"]
     # compare uses the recorded roster by default
-    res = compare_runs(runs["a"], runs["b"], tmp_path / "ab.json", n_resamples=50)
+    res = compare_runs(runs["a"], runs["b"], tmp_path / "ab.json", n_bootstrap=50)
     assert res["blocks"]["source"] == "roster" and res["blocks"]["sha256"] == sha
     assert res["blocks"]["roster_origin"] == "recorded" and res["blocks"]["sealed"]
     # runs admitted with different rosters (one without) are refused
     with pytest.raises(RosterMismatch, match="different rosters"):
-        compare_runs(runs["a"], runs["c"], tmp_path / "ac.json", n_resamples=50)
+        compare_runs(runs["a"], runs["c"], tmp_path / "ac.json", n_bootstrap=50)
     # a given roster must be the recorded one
     other, other_sha = _roster(cohort, tmp_path / "other.json", fmt="v1")
     with pytest.raises(RosterMismatch, match="not the roster the runs were admitted with"):
-        compare_runs(runs["a"], runs["b"], tmp_path / "ab2.json", n_resamples=50,
+        compare_runs(runs["a"], runs["b"], tmp_path / "ab2.json", n_bootstrap=50,
                      roster=str(tmp_path / "other.json"), roster_sha256=other_sha)
     # a v1 roster is labelled unsealed
-    res = compare_runs(runs["c"], runs["c"], tmp_path / "cc.json", n_resamples=50,
+    res = compare_runs(runs["c"], runs["c"], tmp_path / "cc.json", n_bootstrap=50,
                        roster=str(tmp_path / "other.json"), roster_sha256=other_sha)
     assert res["blocks"]["sealed"] is False and "unsealed" in res["blocks"]["label"]
     # a run whose tasks are not the roster's is refused before any request
@@ -175,8 +175,8 @@ def test_reference_precision_recorded_and_pairing_refused(cohort, tmp_path, monk
     metrics = json.loads((tmp_path / "df" / "seed-1234" / "metrics.json").read_text())
     assert metrics["precision"]["references"]["path"] == "double_float"
     with pytest.raises(PrecisionMismatch, match="double_float"):
-        compare_runs(tmp_path / "f64", tmp_path / "df", tmp_path / "c.json", n_resamples=50)
-    res = compare_runs(tmp_path / "f64", tmp_path / "df", tmp_path / "c2.json", n_resamples=50,
+        compare_runs(tmp_path / "f64", tmp_path / "df", tmp_path / "c.json", n_bootstrap=50)
+    res = compare_runs(tmp_path / "f64", tmp_path / "df", tmp_path / "c2.json", n_bootstrap=50,
                        allow_precision_mix=True)
     assert res["reference_precision"]["mixed"] and res["reference_precision"]["B"]["path"] == \
         "double_float"

@@ -325,8 +325,8 @@ def test_runner_compare_shard_draws_gives_the_same_file(tmp_path):
     from passage_jax.evaluate.compare import compare_runs
 
     R = runs()
-    r0 = compare_runs(R["bfs"], R["exact"], tmp_path / "a.json", n_resamples=101, bootstrap_seed=3)
-    r1 = compare_runs(R["bfs"], R["exact"], tmp_path / "b.json", n_resamples=101, bootstrap_seed=3,
+    r0 = compare_runs(R["bfs"], R["exact"], tmp_path / "a.json", n_bootstrap=101, bootstrap_seed=3)
+    r1 = compare_runs(R["bfs"], R["exact"], tmp_path / "b.json", n_bootstrap=101, bootstrap_seed=3,
                       shard_draws=True)
     f0 = _flatten({k: v for k, v in r0.items() if k != "created_utc"})
     f1 = _flatten({k: v for k, v in r1.items() if k != "created_utc"})

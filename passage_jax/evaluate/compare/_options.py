@@ -1,7 +1,7 @@
 """The options of :func:`~passage_jax.evaluate.compare_runs`, validated once.
 
 ``compare_runs(a, b, output, options=CompareOptions(...))`` or, as before, keyword
-overrides of the fields (``compare_runs(a, b, output, n_resamples=2000)``); a name that is
+overrides of the fields (``compare_runs(a, b, output, n_bootstrap=2000)``); a name that is
 not a field is a ``TypeError`` naming it.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ PAIRED_TESTS = ("randomization",)
 class CompareOptions:
     """How two runs are compared.
 
-    ``n_resamples`` block-bootstrap draws from ``bootstrap_seed`` with intervals at
+    ``n_bootstrap`` block-bootstrap draws from ``bootstrap_seed`` with intervals at
     ``alpha``; ``roster`` (with its sealed ``roster_sha256``) for the blocks instead of the
     tiles; ``odd_spec``: a file of ODD bins; ``require_identical_limits`` also refuses runs
     whose budgets, timing series or deadlines differ; ``force`` replaces an existing output
@@ -35,7 +35,7 @@ class CompareOptions:
     random swap patterns when the blocks are too many to enumerate) or a ``test_evidence``
     file, not both.
     """
-    n_resamples: int = DEFAULT_RESAMPLES
+    n_bootstrap: int = DEFAULT_RESAMPLES
     alpha: float = 0.05
     bootstrap_seed: int = 0
     roster: Any = None
@@ -51,9 +51,9 @@ class CompareOptions:
     allow_precision_mix: bool = False
 
     def __post_init__(self):
-        if not is_int(self.n_resamples) or self.n_resamples < 1:
+        if not is_int(self.n_bootstrap) or self.n_bootstrap < 1:
             raise InvalidResamples(f"the number of bootstrap resamples must be a positive integer, "
-                                   f"got {self.n_resamples!r}")
+                                   f"got {self.n_bootstrap!r}")
         if self.roster_sha256 is not None and self.roster is None:
             raise RosterHashMissing("a roster sha256 is given without a roster")
         if self.paired_test is not None and self.test_evidence is not None:
@@ -64,7 +64,7 @@ class CompareOptions:
         if not is_int(self.randomization_draws) or self.randomization_draws < 1:
             raise TestEvidenceError(f"the number of randomization draws must be a positive integer, "
                                     f"got {self.randomization_draws!r}")
-        object.__setattr__(self, "n_resamples", int(self.n_resamples))
+        object.__setattr__(self, "n_bootstrap", int(self.n_bootstrap))
         object.__setattr__(self, "randomization_draws", int(self.randomization_draws))
 
     @property
@@ -75,7 +75,7 @@ class CompareOptions:
     @property
     def draws(self) -> Draws:
         """The bootstrap every contrast shares."""
-        return Draws(n=self.n_resamples, alpha=float(self.alpha), seed=int(self.bootstrap_seed),
+        return Draws(n=self.n_bootstrap, alpha=float(self.alpha), seed=int(self.bootstrap_seed),
                      sharding=self.sharding)
 
     @property

@@ -234,7 +234,7 @@ def _compare(A: Side, B: Side, options: CompareOptions, evidence, odd) -> Compar
 def compare_runs(a, b, output=None, options: CompareOptions | None = None, **overrides) -> dict:
     """Paired comparison of two scored runs, written to ``output`` (a new file; None: not
     written) and returned. ``options``: a :class:`CompareOptions`; keyword ``overrides`` set
-    its fields (``n_resamples=``, ``bootstrap_seed=``, ``roster=`` ...), an unknown name is a
+    its fields (``n_bootstrap=``, ``bootstrap_seed=``, ``roster=`` ...), an unknown name is a
     ``TypeError``. ``shard_draws`` splits the bootstrap draws over all local devices
     (``sharding="auto"``); results do not depend on it. A run under the canonical inference
     protocol is paired with a noncanonical one only with ``allow_noncanonical``

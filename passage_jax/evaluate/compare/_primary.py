@@ -151,7 +151,7 @@ def _compared(recs: list, pairing: Pairing, options, confirm: dict | None) -> Pr
             {k: confirm[k] for k in ("p_values", "paired_test", "test_assumptions")})
     try:
         cmp = compare_primary_metrics(recs[0], recs[1], list(pairing.blocks),
-                                      n_bootstrap=options.n_resamples, alpha=options.alpha,
+                                      n_bootstrap=options.n_bootstrap, alpha=options.alpha,
                                       seed=options.bootstrap_seed, task_ids=list(pairing.task_ids),
                                       sharding=options.sharding, **test)
     except ValueError as e:

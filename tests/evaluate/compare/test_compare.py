@@ -33,7 +33,7 @@ edited_copy = F.edited_copy
 
 def test_contrasts_match_plain_numpy(R, tmp_path):
     out = tmp_path / "c.json"
-    res = compare_runs(R["bfs"], R["exact"], out, n_resamples=B, bootstrap_seed=7)
+    res = compare_runs(R["bfs"], R["exact"], out, n_bootstrap=B, bootstrap_seed=7)
     assert json.loads(out.read_text())["format"] == "passage-jax-compare-v1"
     assert res["seed_mean"] and [p["label"] for p in res["pairs"]] == ["1234", "2026"]
     pa = {s: load(R["bfs"] / f"seed-{s}" / "per_sample.npz") for s in (1234, 2026)}
@@ -74,7 +74,7 @@ def test_contrasts_match_plain_numpy(R, tmp_path):
 
 def test_both_valid_intersection_and_denominators(R, tmp_path):
     res = compare_runs(R["bfs"] / "seed-1234", R["greedy"] / "seed-1234", tmp_path / "c.json",
-                       n_resamples=B)
+                       n_bootstrap=B)
     a = load(R["bfs"] / "seed-1234" / "per_sample.npz")
     b = load(R["greedy"] / "seed-1234" / "per_sample.npz")
     both = a["valid_path"] & b["valid_path"]
@@ -99,7 +99,7 @@ def test_refuses_different_tasks(R, tmp_path):
              progress=False)
     score_run(other)
     with pytest.raises(CompareError, match="tasks differ"):
-        compare_runs(R["greedy"], other, tmp_path / "c.json", n_resamples=B)
+        compare_runs(R["greedy"], other, tmp_path / "c.json", n_bootstrap=B)
     assert not (tmp_path / "c.json").exists()
 
 
@@ -116,7 +116,7 @@ def test_refuses_different_data_hash(R, tmp_path):
     run_spec(parse_spec(spec_dict("greedy", cohort)), other, progress=False)
     score_run(other)
     with pytest.raises(CompareError, match="data hashes differ"):
-        compare_runs(R["greedy"], other, tmp_path / "c.json", n_resamples=B)
+        compare_runs(R["greedy"], other, tmp_path / "c.json", n_bootstrap=B)
 
 
 def test_refuses_different_timing_profile_and_references(R, tmp_path):
@@ -124,11 +124,11 @@ def test_refuses_different_timing_profile_and_references(R, tmp_path):
         m["timing_profile"] = "supervised_service_v1"
     other = edited_copy(R["greedy"], tmp_path / "g-prof", prof)
     with pytest.raises(CompareError, match="timing profiles differ"):
-        compare_runs(R["greedy"], other, tmp_path / "c.json", n_resamples=B)
+        compare_runs(R["greedy"], other, tmp_path / "c.json", n_bootstrap=B)
 
     other = _other_references(R["greedy"], tmp_path / "g-ref")
     with pytest.raises(CompareError, match="references differ"):
-        compare_runs(R["greedy"], other, tmp_path / "c.json", n_resamples=B)
+        compare_runs(R["greedy"], other, tmp_path / "c.json", n_bootstrap=B)
 
 
 def _other_references(src: Path, dest: Path) -> Path:
@@ -160,13 +160,13 @@ def test_limits_listed_and_refused_under_flag(R, tmp_path):
         m["budget"]["wall_time_ms"] = 5000.0
         m["timing"]["latency_warmup"] = 3
     other = edited_copy(R["greedy"], tmp_path / "g-lim", deadline)
-    res = compare_runs(R["greedy"], other, tmp_path / "ok.json", n_resamples=B)
+    res = compare_runs(R["greedy"], other, tmp_path / "ok.json", n_bootstrap=B)
     assert {"budget", "deadline_ms", "latency_warmup"} <= set(res["procedure_limits"]["differ"])
     with pytest.raises(CompareError, match="limits differ .*deadline_ms"):
-        compare_runs(R["greedy"], other, tmp_path / "c.json", n_resamples=B,
+        compare_runs(R["greedy"], other, tmp_path / "c.json", n_bootstrap=B,
                      require_identical_limits=True)
     # identical limits pass the flag
-    compare_runs(R["greedy"], R["greedy"], tmp_path / "same.json", n_resamples=B,
+    compare_runs(R["greedy"], R["greedy"], tmp_path / "same.json", n_bootstrap=B,
                  require_identical_limits=True)
 
 
@@ -181,12 +181,12 @@ def test_roster_sha_and_blocks(R, tmp_path):
     f = tmp_path / "roster.json"
     sha = write_roster(f, roster)
     with pytest.raises(CompareError, match="sha256"):
-        compare_runs(R["bfs"] / "seed-1234", R["greedy"], tmp_path / "c.json", n_resamples=B,
+        compare_runs(R["bfs"] / "seed-1234", R["greedy"], tmp_path / "c.json", n_bootstrap=B,
                      roster=f, roster_sha256="f" * 64)
     with pytest.raises(CompareError, match="without its sealed sha256"):
-        compare_runs(R["bfs"] / "seed-1234", R["greedy"], tmp_path / "c.json", n_resamples=B,
+        compare_runs(R["bfs"] / "seed-1234", R["greedy"], tmp_path / "c.json", n_bootstrap=B,
                      roster=f)
-    res = compare_runs(R["bfs"] / "seed-1234", R["greedy"], tmp_path / "c.json", n_resamples=B,
+    res = compare_runs(R["bfs"] / "seed-1234", R["greedy"], tmp_path / "c.json", n_bootstrap=B,
                        roster=f, roster_sha256=sha)
     assert res["blocks"]["source"] == "roster" and res["blocks"]["sha256"] == sha
     assert res["blocks"]["census"]["n_blocks"] == len(ids) // 2
@@ -194,7 +194,7 @@ def test_roster_sha_and_blocks(R, tmp_path):
     bad = Roster(format="passage-roster-v1", task_ids=ids[::-1], blocks=roster.blocks)
     sha2 = write_roster(tmp_path / "bad.json", bad)
     with pytest.raises(CompareError, match="not the runs' ordered sample ids"):
-        compare_runs(R["bfs"] / "seed-1234", R["greedy"], tmp_path / "c2.json", n_resamples=B,
+        compare_runs(R["bfs"] / "seed-1234", R["greedy"], tmp_path / "c2.json", n_bootstrap=B,
                      roster=tmp_path / "bad.json", roster_sha256=sha2)
 
 
@@ -206,7 +206,7 @@ def test_odd_bins(R, tmp_path):
     spec.write_text("stratifiers:\n"
                     f"  start_goal_distance_px: [0, {mid}, {float(d.max()) + 1}]\n"
                     "  obstacle_coverage: [0.0, 0.9, 1.0]\n")
-    res = compare_runs(R["bfs"] / "seed-1234", R["greedy"], tmp_path / "c.json", n_resamples=B,
+    res = compare_runs(R["bfs"] / "seed-1234", R["greedy"], tmp_path / "c.json", n_bootstrap=B,
                        odd_spec=spec)
     bins = res["odd"]["bins"]
     assert len(bins) == 4 and res["odd"]["n_outside_support"] == 0
@@ -232,7 +232,7 @@ def test_output_not_overwritten(R, tmp_path):
     out = tmp_path / "c.json"
     out.write_text("keep")
     with pytest.raises(CompareError, match="exists"):
-        compare_runs(R["greedy"], R["greedy"], out, n_resamples=B)
+        compare_runs(R["greedy"], R["greedy"], out, n_bootstrap=B)
     assert out.read_text() == "keep"
 
 
@@ -241,7 +241,7 @@ def test_unscored_run_refused(R, tmp_path):
     shutil.copytree(R["greedy"], d)
     (d / "seed-1234" / "per_sample.npz").unlink()
     with pytest.raises(CompareError, match="not scored"):
-        compare_runs(R["greedy"], d, tmp_path / "c.json", n_resamples=B)
+        compare_runs(R["greedy"], d, tmp_path / "c.json", n_bootstrap=B)
 
 
 # --------------------------------------------------------------------------- #
@@ -313,7 +313,7 @@ def hand_votes(deltas: dict, rejected: set) -> tuple[dict, str]:
 def test_randomization_p_values_equal_a_direct_call_and_holm_by_hand(R3, tmp_path):
     from passage_jax.stats import block_randomization_test
 
-    res = compare_runs(R3["bfs"], R3["exact"], tmp_path / "c.json", n_resamples=B,
+    res = compare_runs(R3["bfs"], R3["exact"], tmp_path / "c.json", n_bootstrap=B,
                        bootstrap_seed=3, paired_test="randomization")
     recs_a, ids, blocks = primary_records(R3["bfs"])
     recs_b, _, _ = primary_records(R3["exact"])
@@ -349,7 +349,7 @@ def test_evidence_file_feeds_holm(R3, tmp_path, capsys):
                               "test_assumptions": ["labels exchangeable within blocks"]}))
     out = tmp_path / "c.json"
     rc = cli_main(["compare", "--score", str(R3["bfs"]), "--score", str(R3["exact"]),
-                   "--output", str(out), "--bootstrap-resamples", str(B),
+                   "--output", str(out), "--n-bootstrap", str(B),
                    "--test-evidence", str(ev)])
     assert rc == 0
     shown = capsys.readouterr().out
@@ -404,20 +404,20 @@ def test_malformed_evidence_is_refused_naming_the_field(R3, tmp_path, doc, field
     ev = tmp_path / "ev.json"
     ev.write_text(json.dumps(doc))
     with pytest.raises(CompareError, match=field):
-        compare_runs(R3["bfs"], R3["exact"], tmp_path / "c.json", n_resamples=B, test_evidence=ev)
+        compare_runs(R3["bfs"], R3["exact"], tmp_path / "c.json", n_bootstrap=B, test_evidence=ev)
     assert not (tmp_path / "c.json").exists()
 
 
 def test_confirmatory_test_needs_three_seeds_and_one_source(R, R3, tmp_path):
     with pytest.raises(CompareError, match=r"needs the seeds \[1234, 2026, 3407\]"):
-        compare_runs(R["bfs"], R["exact"], tmp_path / "c.json", n_resamples=B,
+        compare_runs(R["bfs"], R["exact"], tmp_path / "c.json", n_bootstrap=B,
                      paired_test="randomization")
     with pytest.raises(CompareError, match="not both"):
-        compare_runs(R3["bfs"], R3["exact"], tmp_path / "c.json", n_resamples=B,
+        compare_runs(R3["bfs"], R3["exact"], tmp_path / "c.json", n_bootstrap=B,
                      paired_test="randomization", test_evidence=tmp_path / "x.json")
     with pytest.raises(CompareError, match="unknown paired test"):
-        compare_runs(R3["bfs"], R3["exact"], tmp_path / "c.json", n_resamples=B,
+        compare_runs(R3["bfs"], R3["exact"], tmp_path / "c.json", n_bootstrap=B,
                      paired_test="t-test")
-    res = compare_runs(R3["bfs"], R3["exact"], tmp_path / "plain.json", n_resamples=B)
+    res = compare_runs(R3["bfs"], R3["exact"], tmp_path / "plain.json", n_bootstrap=B)
     assert res["confirmatory"] is None
     assert res["primary_comparison"]["inference_status"] == "test_not_provided"

@@ -85,7 +85,7 @@ def test_estimates_only_contrast_names_statistic_and_counts(R, tmp_path):
                     blocks=[None] + [f"b{i % 2}" for i in range(1, len(ids))])
     sha = write_roster(tmp_path / "r.json", roster)
     res = compare_runs(R["bfs"] / "seed-1234", R["greedy"], tmp_path / "c.json",
-                       n_resamples=B, roster=tmp_path / "r.json", roster_sha256=sha)
+                       n_bootstrap=B, roster=tmp_path / "r.json", roster_sha256=sha)
     assert res["blocks"]["uncertainty_status"] == "unknown"
     g = np.load(R["greedy"] / "seed-1234" / "per_sample.npz", allow_pickle=False)
     c = res["contrasts"]["regret_median"]
@@ -103,7 +103,7 @@ def test_report_labels_pair_contrast_and_undefined_draws(R, tmp_path):
 
     cmp = tmp_path / "cmp.json"
     # a two-seed run against a one-seed run: the common seed, a single pair, no seed mean
-    res = compare_runs(R["bfs"], R["greedy"], cmp, n_resamples=B)
+    res = compare_runs(R["bfs"], R["greedy"], cmp, n_bootstrap=B)
     assert not res["seed_mean"] and len(res["pairs"]) == 1
     write_report(cmp, tmp_path / "rep.md")
     md = (tmp_path / "rep.md").read_text()
@@ -119,7 +119,7 @@ def test_report_labels_pair_contrast_and_undefined_draws(R, tmp_path):
 def test_report_seed_mean_header_when_seeds_match(R, tmp_path):
     from passage_jax.evaluate.report import render_markdown
 
-    res = compare_runs(R["bfs"], R["exact"], tmp_path / "c.json", n_resamples=B)
+    res = compare_runs(R["bfs"], R["exact"], tmp_path / "c.json", n_bootstrap=B)
     md = render_markdown(json.loads((tmp_path / "c.json").read_text()), {})
     assert res["seed_mean"] and "| metric | better | seed-mean Δ | interval |" in md
 
@@ -129,7 +129,7 @@ def test_regret_figure_shows_a_curve_at_zero(R, tmp_path, monkeypatch):
     and the legend must not cover the plotting area."""
     import passage_jax.evaluate.report._figures as rep
 
-    res = compare_runs(R["bfs"], R["exact"], tmp_path / "c.json", n_resamples=B)
+    res = compare_runs(R["bfs"], R["exact"], tmp_path / "c.json", n_bootstrap=B)
     seen = {}
 
     def capture(fig, path):

@@ -216,7 +216,7 @@ def test_malformed_profile_fields_are_refused_by_name(field, value):
 # --------------------------------------------------------------------------- #
 
 def test_compare_accepts_boundaries_of_one_profile_and_lists_them(runs, tmp_path):
-    res = compare_runs(runs["in_process"], runs["supervised"], tmp_path / "c.json", n_resamples=B)
+    res = compare_runs(runs["in_process"], runs["supervised"], tmp_path / "c.json", n_bootstrap=B)
     assert res["identity"]["timing_profile"] == {"profile": DEFAULT}
     lim = res["procedure_limits"]
     assert "timing_boundary" in lim["differ"] and "timer" in lim["differ"]
@@ -226,7 +226,7 @@ def test_compare_accepts_boundaries_of_one_profile_and_lists_them(runs, tmp_path
     assert lc["timing_boundary"] == {"A": IN_PROCESS, "B": SUPERVISED} and lc["same_boundary"] is False
     for side, run in (("A", runs["in_process"]), ("B", runs["supervised"])):
         assert res["validation_recost_ms"][side] == {"1234": _metrics(run)["validation_recost_ms"]}
-    same = compare_runs(runs["in_process"], runs["in_process"], None, n_resamples=B,
+    same = compare_runs(runs["in_process"], runs["in_process"], None, n_bootstrap=B,
                         require_identical_limits=True)
     assert same["procedure_limits"]["differ"] == [] and same["latency_contrast"]["same_boundary"]
 
@@ -237,7 +237,7 @@ def test_report_says_when_boundaries_differ(runs, tmp_path):
     note = "timing boundaries differ (A `{}`, B `{}`)"
     for b, differ in (("supervised", True), ("in_process", False)):
         cmp = tmp_path / f"{b}.json"
-        compare_runs(runs["in_process"], runs[b], cmp, n_resamples=B)
+        compare_runs(runs["in_process"], runs[b], cmp, n_bootstrap=B)
         write_report(cmp, tmp_path / f"{b}.md")
         text = (tmp_path / f"{b}.md").read_text()
         assert f"Timing profile: `{DEFAULT}`" in text
@@ -248,34 +248,34 @@ def test_report_says_when_boundaries_differ(runs, tmp_path):
 def test_console_names_differing_boundaries(runs, capsys):
     from cli.compare import print_limits
 
-    res = compare_runs(runs["in_process"], runs["supervised"], None, n_resamples=B)
+    res = compare_runs(runs["in_process"], runs["supervised"], None, n_bootstrap=B)
     print_limits(res)
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("warning: procedure limits differ: timer, timing_boundary (timer: A ")
     assert out[1].startswith(f"timing boundaries differ (A {IN_PROCESS}, B {SUPERVISED})")
-    print_limits(compare_runs(runs["in_process"], runs["in_process"], None, n_resamples=B))
+    print_limits(compare_runs(runs["in_process"], runs["in_process"], None, n_bootstrap=B))
     assert capsys.readouterr().out == ""
 
 
 def test_compare_require_identical_limits_refuses_boundaries(runs, tmp_path):
     with pytest.raises(LimitsDiffer, match=f"timing_boundary: A '{IN_PROCESS}' vs B '{SUPERVISED}'"):
-        compare_runs(runs["in_process"], runs["supervised"], tmp_path / "c.json", n_resamples=B,
+        compare_runs(runs["in_process"], runs["supervised"], tmp_path / "c.json", n_bootstrap=B,
                      require_identical_limits=True)
     assert not (tmp_path / "c.json").exists()
 
 
 def test_compare_refuses_different_profiles(runs, tmp_path):
     with pytest.raises(CompareError, match=f"^timing profiles differ: A {NATIVE} vs B {DEFAULT}$"):
-        compare_runs(runs["native"], runs["supervised"], tmp_path / "c.json", n_resamples=B)
+        compare_runs(runs["native"], runs["supervised"], tmp_path / "c.json", n_bootstrap=B)
     with pytest.raises(CompareError, match=f"A {DEFAULT} vs B {NATIVE}"):
-        compare_runs(runs["in_process"], runs["native"], tmp_path / "c.json", n_resamples=B)
+        compare_runs(runs["in_process"], runs["native"], tmp_path / "c.json", n_bootstrap=B)
 
 
 def test_cli_compare_refuses_different_profiles_in_one_line(runs, tmp_path):
     out = tmp_path / "c.json"
     p = subprocess.run([sys.executable, "-m", "cli", "compare", "--score", str(runs["native"]),
                         "--score", str(runs["in_process"]), "--output", str(out),
-                        "--bootstrap-resamples", str(B)],
+                        "--n-bootstrap", str(B)],
                        cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert p.returncode != 0 and not out.exists()
     err = p.stderr.strip()
@@ -331,13 +331,13 @@ def test_older_run_reads_as_the_default_profile(older, runs):
 
 
 def test_older_run_compares_with_runs_of_the_default_profile(older, runs):
-    same = compare_runs(older, runs["in_process"], None, n_resamples=B, require_identical_limits=True)
+    same = compare_runs(older, runs["in_process"], None, n_bootstrap=B, require_identical_limits=True)
     assert same["identity"]["timing_profile"] == {"profile": DEFAULT}
     assert same["validation_recost_ms"]["A"]["1234"]["recorded"] == 0
-    mixed = compare_runs(older, runs["supervised"], None, n_resamples=B)
+    mixed = compare_runs(older, runs["supervised"], None, n_bootstrap=B)
     assert "timing_boundary" in mixed["procedure_limits"]["differ"]
     with pytest.raises(CompareError, match=f"timing profiles differ: A {NATIVE} vs B {DEFAULT}"):
-        compare_runs(runs["native"], older, None, n_resamples=B)
+        compare_runs(runs["native"], older, None, n_bootstrap=B)
 
 
 def _score_of(manifest: dict) -> Score:

@@ -103,7 +103,7 @@ def report_pages(tmp_path_factory):
     R = runs()
     tmp = tmp_path_factory.mktemp("report_html")
     cmp = tmp / "cmp.json"
-    compare_runs(R["exact"], R["bfs"], cmp, n_resamples=100)
+    compare_runs(R["exact"], R["bfs"], cmp, n_bootstrap=100)
     out = write_report(cmp, tmp / "rep" / "report.md", n_route_tasks=2, html=True)
     return {"cmp": cmp, "out": out, "tmp": tmp, "runs": R}
 
@@ -215,7 +215,7 @@ def test_browser_renders_and_sorts(report_pages, tmp_path):
     from passage_jax.evaluate.leaderboard import write_leaderboard
 
     R = report_pages["runs"]
-    lb = write_leaderboard([report_pages["cmp"], R["greedy"]], tmp_path / "lb", n_resamples=50)
+    lb = write_leaderboard([report_pages["cmp"], R["greedy"]], tmp_path / "lb", n_bootstrap=50)
     driver = _browser()
     try:
         # the report: the six-metric table sorted by regret_median
@@ -268,7 +268,7 @@ def wide_pages(tmp_path_factory):
     bench = tmp / "bench"
     bench.mkdir()
     greedy = renamed_copy(R["greedy"], tmp / "greedy", f"greedy_{LONG}")
-    compare_runs(greedy, R["bfs"], bench / "compare.json", n_resamples=200)
+    compare_runs(greedy, R["bfs"], bench / "compare.json", n_bootstrap=200)
     doc = json.loads((bench / "compare.json").read_text())
     rep = write_report(bench / "compare.json", bench / "report" / "report.md", n_route_tasks=2,
                        html=True)
@@ -276,10 +276,10 @@ def wide_pages(tmp_path_factory):
     for i in range(6):
         run = renamed_copy(R["greedy"], tmp / f"run_{i}", f"{LONG}_{i}")
         inputs.append(tmp / f"cmp_{i}.json")
-        compare_runs(run, R["bfs"], inputs[-1], n_resamples=200)
+        compare_runs(run, R["bfs"], inputs[-1], n_bootstrap=200)
     from passage_jax.evaluate.leaderboard import write_leaderboard
 
-    lb = write_leaderboard(inputs, tmp / "lb", n_resamples=50)
+    lb = write_leaderboard(inputs, tmp / "lb", n_bootstrap=50)
     return {"report": Path(rep["report"]), "html": Path(rep["html"]), "index": Path(lb["index"]),
             "board": lb["board"], "doc": doc}
 

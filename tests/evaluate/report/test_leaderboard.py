@@ -38,7 +38,7 @@ def boards(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("leaderboard")
     bench = tmp / "bench"  # a `bench --against` style folder: compare.json and report/
     bench.mkdir()
-    cmp = compare_runs(R["exact"], R["bfs"], bench / "compare.json", n_resamples=100)
+    cmp = compare_runs(R["exact"], R["bfs"], bench / "compare.json", n_bootstrap=100)
     write_report(bench / "compare.json", bench / "report" / "report.md", n_route_tasks=2,
                  html=True)
     return {"R": R, "tmp": tmp, "bench": bench, "cmp": cmp}
@@ -46,7 +46,7 @@ def boards(tmp_path_factory):
 
 def test_ranking_and_contrasts_match_the_inputs(boards, tmp_path):
     R, cmp = boards["R"], boards["cmp"]
-    out = write_leaderboard([boards["bench"], R["greedy"]], tmp_path / "lb", n_resamples=100)
+    out = write_leaderboard([boards["bench"], R["greedy"]], tmp_path / "lb", n_bootstrap=100)
     board = out["board"]
     # default baseline: run B of the first comparison
     assert board["baseline"]["method_name"] == "bfs"
@@ -64,7 +64,7 @@ def test_ranking_and_contrasts_match_the_inputs(boards, tmp_path):
     assert (got["delta"], got["ci_low"], got["ci_high"]) == (c["delta"], c["ci_low"], c["ci_high"])
     assert rows["exact"]["contrast_source"].endswith("compare.json")
     # greedy: no comparison given pairs it with bfs, so it is compared in memory
-    ref = compare_runs(R["greedy"], R["bfs"], None, n_resamples=100)
+    ref = compare_runs(R["greedy"], R["bfs"], None, n_bootstrap=100)
     g = rows["greedy"]["contrasts"]["success_rate"]
     assert rows["greedy"]["contrast_source"] == "in memory"
     assert g["delta"] == pytest.approx(ref["contrasts"]["success_rate"]["delta"])
@@ -85,7 +85,7 @@ def test_ranking_and_contrasts_match_the_inputs(boards, tmp_path):
 
 
 def test_baseline_as_run_a_is_reoriented(boards):
-    board = leaderboard([boards["bench"]], baseline="exact", n_resamples=50)
+    board = leaderboard([boards["bench"]], baseline="exact", n_bootstrap=50)
     rows = {r["method_name"]: r for r in board["rows"]}
     c = boards["cmp"]["contrasts"]["regret_median"]
     got = rows["bfs"]["contrasts"]["regret_median"]  # bfs − exact = −(exact − bfs)
@@ -129,7 +129,7 @@ def test_existing_leaderboard_kept_and_cli(boards, tmp_path):
     p = ArgumentParser()
     cli_leaderboard.register(p)
     args = p.parse_args([str(boards["bench"]), "--output", str(tmp_path / "lb"),
-                         "--bootstrap-resamples", "20"])
+                         "--n-bootstrap", "20"])
     assert cli_leaderboard.main(args) == 0
     first = (tmp_path / "lb" / "index.html").read_text()
     with pytest.raises(LeaderboardExists):

@@ -116,7 +116,7 @@ def hostile(tmp_path_factory):
         renamed_copy(R["exact"], run, name)
         case = root / "w" / f"c{i}"
         case.mkdir(parents=True)
-        compare_runs(run, R["bfs"], case / "compare.json", n_resamples=20)
+        compare_runs(run, R["bfs"], case / "compare.json", n_bootstrap=20)
         doc = json.loads((case / "compare.json").read_text())
         out = write_report(case / "compare.json", case / "report.md", n_route_tasks=1, html=True)
         cases[key] = {"name": name, "run": run, "path": doc["runs"]["A"]["path"], "out": out}
@@ -126,7 +126,7 @@ def hostile(tmp_path_factory):
     shutil.copy(root / "w" / "c0" / "compare.json", link / "compare.json")
     write_report(link / "compare.json", link / "report.md", n_route_tasks=1, html=True)
     inputs = [link] + [root / "w" / f"c{i}" for i in range(len(fam))]  # link first: its report
-    lb = write_leaderboard(inputs, root / "lb" / "out", n_resamples=20)
+    lb = write_leaderboard(inputs, root / "lb" / "out", n_bootstrap=20)
     return {"R": R, "root": root, "png": png, "svg": svg, "cases": cases, "lb": lb}
 
 
@@ -191,7 +191,7 @@ def test_leaderboard_baseline_path_and_planner_precision(hostile, tmp_path, monk
     run_spec(parse_spec(spec), run, progress=False)
     score_run(run)
     base = hostile["cases"]["inline image"]["run"]
-    out = write_leaderboard([base, run], hostile["root"] / "lb" / "two", n_resamples=20)
+    out = write_leaderboard([base, run], hostile["root"] / "lb" / "two", n_bootstrap=20)
     index = Path(out["index"]).read_text()
     assert_no_secret(index, "index.html")
     text = page_text(index)

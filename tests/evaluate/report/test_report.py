@@ -14,7 +14,7 @@ from passage_jax.evaluate.report import ReportError, write_report
 def test_report_markdown_and_figures(tmp_path):
     R = runs()
     cmp = tmp_path / "cmp.json"
-    res = compare_runs(R["bfs"] / "seed-1234", R["greedy"], cmp, n_resamples=200)
+    res = compare_runs(R["bfs"] / "seed-1234", R["greedy"], cmp, n_bootstrap=200)
     out = write_report(cmp, tmp_path / "rep" / "report.md")
     md = (tmp_path / "rep" / "report.md").read_text()
     for k in ("regret_median", "regret_p90", "assd_mean", "h95_mean", "success_rate",
@@ -68,7 +68,7 @@ def _captured(monkeypatch):
 def test_limits_header_named_and_figures_styled(tmp_path, monkeypatch):
     R = runs()
     cmp = tmp_path / "cmp.json"
-    compare_runs(R["bfs"] / "seed-1234", R["greedy"], cmp, n_resamples=50)
+    compare_runs(R["bfs"] / "seed-1234", R["greedy"], cmp, n_bootstrap=50)
     from passage_jax.evaluate.report import read_comparison
     from passage_jax.evaluate.report._figures import (
         REGRET_AXIS_LABEL,

@@ -35,8 +35,8 @@ def S(tmp_path_factory):
     greedy, exact = tmp / "greedy", tmp / "exact"
     shutil.copytree(R["greedy"], greedy)
     shutil.copytree(R["exact"], exact)
-    compare_runs(greedy, R["bfs"], tmp / "greedy_cmp.json", n_resamples=B)
-    compare_runs(exact, R["bfs"], tmp / "exact_cmp.json", n_resamples=B)
+    compare_runs(greedy, R["bfs"], tmp / "greedy_cmp.json", n_bootstrap=B)
+    compare_runs(exact, R["bfs"], tmp / "exact_cmp.json", n_bootstrap=B)
     return {"R": R, "tmp": tmp, "greedy": greedy, "exact": exact,
             "greedy_cmp": tmp / "greedy_cmp.json", "exact_cmp": tmp / "exact_cmp.json"}
 
@@ -117,10 +117,10 @@ def test_honest_scores_equal_what_their_rows_give(S):
 def test_honest_inputs_still_work(S, tmp_path, capsys):
     out = write_report(S["exact_cmp"], tmp_path / "r" / "report.md", n_route_tasks=1)
     assert Path(out["report"]).is_file()
-    board = leaderboard([S["exact_cmp"], S["greedy"]], n_resamples=B)
+    board = leaderboard([S["exact_cmp"], S["greedy"]], n_bootstrap=B)
     assert [r["method_name"] for r in board["rows"]] == ["exact", "bfs", "greedy"]
     rc, err = cli(["compare", "--score", S["greedy"], "--score", S["R"]["bfs"], "--output",
-                   tmp_path / "c.json", "--bootstrap-resamples", B], capsys)
+                   tmp_path / "c.json", "--bootstrap-resamples", B], capsys)  # the former spelling
     assert rc == 0, err
 
 
@@ -167,11 +167,11 @@ def test_forged_metrics_refused_by_every_reader(S, tmp_path, field, value, liter
             load_score(seed)
         out = tmp_path / "c.json"
         with pytest.raises(CompareError, match=pattern):
-            compare_runs(S["greedy"], S["R"]["bfs"], out, n_resamples=B)
+            compare_runs(S["greedy"], S["R"]["bfs"], out, n_bootstrap=B)
         assert not out.exists()  # nothing of the forged file is copied into a comparison
         for inputs in ([S["greedy"], S["R"]["bfs"]], [S["greedy_cmp"]]):
             with pytest.raises(LeaderboardError, match=pattern.lstrip("^")):
-                leaderboard(inputs, n_resamples=B)
+                leaderboard(inputs, n_bootstrap=B)
         with pytest.raises(ReportError, match=pattern.lstrip("^")):
             write_report(S["greedy_cmp"], tmp_path / "r" / "report.md", n_route_tasks=1)
         assert not (tmp_path / "r").exists()
@@ -183,7 +183,7 @@ def test_forged_metrics_refused_on_the_command_line(S, tmp_path, capsys):
     seed = S["greedy"] / "seed-1234"
     with forged_metrics(seed, "primary.regret_median", 0.0):
         for argv in (["compare", "--score", S["greedy"], "--score", S["R"]["bfs"], "--output",
-                      tmp_path / "c.json", "--bootstrap-resamples", B],
+                      tmp_path / "c.json", "--n-bootstrap", B],
                      ["leaderboard", S["greedy"], S["R"]["bfs"], "--output", tmp_path / "lb"],
                      ["report", "--compare", S["greedy_cmp"], "--output", tmp_path / "r.md"]):
             rc, err = cli(argv, capsys)
@@ -238,7 +238,7 @@ def test_forged_comparison_refused_by_report_and_leaderboard(S, tmp_path, field,
         write_report(bad, tmp_path / "r" / "report.md", n_route_tasks=1)
     assert not (tmp_path / "r").exists()
     with pytest.raises(LeaderboardError, match=pattern):
-        leaderboard([bad], n_resamples=B)
+        leaderboard([bad], n_bootstrap=B)
 
 
 def test_forged_comparison_refused_on_the_command_line(S, tmp_path, capsys):
@@ -265,11 +265,11 @@ def test_a_comparison_whose_run_changed_since(S, tmp_path):
     doc["runs"]["A"]["folders"] = {k: str(run.resolve() / Path(v).name)
                                    for k, v in doc["runs"]["A"]["folders"].items()}
     bad.write_text(json.dumps(doc))
-    assert len(leaderboard([bad], n_resamples=B)["rows"]) == 2
+    assert len(leaderboard([bad], n_bootstrap=B)["rows"]) == 2
     shutil.rmtree(run / "seed-2026")
     shutil.copytree(S["R"]["bfs"] / "seed-2026", run / "seed-2026")
     with pytest.raises(LeaderboardError, match=f"^{re.escape(str(bad))}: field 'runs.A.path'"):
-        leaderboard([bad], n_resamples=B)
+        leaderboard([bad], n_bootstrap=B)
 
 
 # --------------------------------------------------------------------------- #
