@@ -41,7 +41,9 @@ from passage_jax.protocol.runfolder import (
     PER_SAMPLE,
     RECEIPT,
     RUN_SUMMARY,
+    SEED_FOLDER_GLOB,
     FolderError,
+    seed_folder_name,
     verify_run_folder,
 )
 
@@ -80,7 +82,7 @@ def _item(met: bool, detail: str) -> dict:
 
 def _manifests(run: Path) -> dict:
     out = {}
-    for f in sorted(run.glob("seed-*")):
+    for f in sorted(run.glob(SEED_FOLDER_GLOB)):
         if f.is_dir():
             m = _json(f / MANIFEST)
             out[f.name] = m if isinstance(m, dict) else None
@@ -137,7 +139,8 @@ def _seeds(run: Path, manifests: dict) -> dict:
     seeds = sorted(m.get("seed") for m in manifests.values() if m and "seed" in m)
     if seeds != sorted(DEFAULT_SEEDS):
         return _item(False, f"seeds {seeds} are not the three training seeds {list(DEFAULT_SEEDS)}")
-    missing = [f"seed-{s}/{n}" for s in seeds for n in SEEDED_FILES if not (run / f"seed-{s}" / n).is_file()]
+    missing = [f"{seed_folder_name(s)}/{n}" for s in seeds for n in SEEDED_FILES
+               if not (run / seed_folder_name(s) / n).is_file()]
     if missing:
         return _item(False, f"not scored: missing {', '.join(missing[:4])}"
                             + (f" (+{len(missing) - 4})" if len(missing) > 4 else ""))
@@ -236,7 +239,7 @@ def check_entries(paths) -> dict:
     runs, compares = [], []
     for p in map(Path, paths):
         if p.is_dir():
-            if not (p / RUN_SUMMARY).is_file() and not any(p.glob(f"seed-*/{MANIFEST}")):
+            if not (p / RUN_SUMMARY).is_file() and not any(p.glob(f"{SEED_FOLDER_GLOB}/{MANIFEST}")):
                 raise EntryError(f"{p}: not a run folder (no {RUN_SUMMARY}, no seed-*/{MANIFEST})")
             runs.append(p)
         elif p.is_file():

@@ -45,8 +45,9 @@ __all__ = ["FolderError", "FolderIncomplete", "FolderForeign", "RUN_SUMMARY", "R
            "RECEIPT", "SCORE_OUTPUTS", "RUN_FOLDER_FILES", "seed_folder_name",
            "partial_seed_folder_name", "launch_record_name",
            "RUN_FOLDER_PATTERNS", "SEED_FOLDER_FILES", "IDENTITY_FIELDS", "RunRecords", "VerifiedSeed",
-           "refuse_links_out", "verify_seed_folder", "verify_run_folder", "seed_of_folder",
-           "run_file_hashes"]
+           "SEED_FOLDER_PREFIX", "PARTIAL_SEED_PREFIX", "PARTIAL_SEED_SUFFIX", "SEED_FOLDER_GLOB",
+           "is_partial_seed_folder_name", "refuse_links_out", "verify_seed_folder",
+           "verify_run_folder", "seed_of_folder", "run_file_hashes"]
 
 # --------------------------------------------------------------------------- #
 # the layout: every file name of a run folder, a seed folder and what score writes
@@ -93,14 +94,26 @@ RUN_FOLDER_PATTERNS = (re.compile(r"resolved_protocol\.\d+\.json"),)
 SEED_FOLDER_FILES = (MANIFEST, *RUN_FILES, JOURNAL, SEED_STATE, *SCORE_OUTPUTS)
 
 
+#: a seed folder is ``seed-<seed>``; while ``run`` writes it, ``.seed-<seed>.partial``
+SEED_FOLDER_PREFIX = "seed-"
+PARTIAL_SEED_PREFIX, PARTIAL_SEED_SUFFIX = ".seed-", ".partial"
+#: the glob of a run folder's seed folders
+SEED_FOLDER_GLOB = f"{SEED_FOLDER_PREFIX}*"
+
+
 def seed_folder_name(seed: int) -> str:
     """A seed folder's name in its run folder."""
-    return f"seed-{seed}"
+    return f"{SEED_FOLDER_PREFIX}{seed}"
 
 
 def partial_seed_folder_name(seed: int) -> str:
     """The name a seed folder has while ``run`` writes it (renamed when the seed finishes)."""
-    return f".seed-{seed}.partial"
+    return f"{PARTIAL_SEED_PREFIX}{seed}{PARTIAL_SEED_SUFFIX}"
+
+
+def is_partial_seed_folder_name(name: str) -> bool:
+    """Whether ``name`` is a seed folder's name while ``run`` writes it."""
+    return name.startswith(PARTIAL_SEED_PREFIX) and name.endswith(PARTIAL_SEED_SUFFIX)
 
 
 def launch_record_name(index: int) -> str:
@@ -224,7 +237,7 @@ def _check_listed(entries: list[Path], files, patterns, folders, what: str) -> N
 # --------------------------------------------------------------------------- #
 
 def _partial_note(path: Path, seed) -> str:
-    partial = path / f".seed-{seed}.partial"
+    partial = path / partial_seed_folder_name(seed)
     return (f" ({partial} exists: the seed is still being written or was interrupted)"
             if partial.exists() else "")
 
@@ -232,9 +245,9 @@ def _partial_note(path: Path, seed) -> str:
 def _unfinished(path: Path) -> FolderError:
     """What to raise for a folder without ``run.json``: an unfinished run, or no run."""
     summary = path / RUN_SUMMARY
-    partial = sorted(p.name for p in path.glob(".seed-*.partial"))
+    partial = sorted(p.name for p in path.glob(f"{PARTIAL_SEED_PREFIX}*{PARTIAL_SEED_SUFFIX}"))
     started = (path / RUN_STARTED).is_file()
-    seeds = sorted(p.name for p in path.iterdir() if p.is_dir() and p.name.startswith("seed-"))
+    seeds = sorted(p.name for p in path.iterdir() if p.is_dir() and p.name.startswith(SEED_FOLDER_PREFIX))
     if started or partial:
         what = ", ".join(([RUN_STARTED] if started else []) + partial)
         return FolderIncomplete(f"{summary}: file not found: the run is unfinished or still being "
@@ -329,7 +342,7 @@ class RunRecords:
         seeds = list(self.seeds)
         verified = []
         for seed in seeds:
-            folder = self.path / f"seed-{seed}"
+            folder = self.path / seed_folder_name(seed)
             refuse_links_out(self.path, [folder])
             if not folder.is_dir():
                 raise FolderIncomplete(f"{folder}: not found, but {self.where} declares seed {seed} "
@@ -347,8 +360,8 @@ class RunRecords:
         declare is :class:`FolderForeign`."""
         entries = _entries(self.path)
         refuse_links_out(self.path, entries)
-        declared = {f"seed-{s}" for s in self.seeds}
-        extra = [p for p in entries if p.name.startswith("seed-") and p.name not in declared]
+        declared = {seed_folder_name(s) for s in self.seeds}
+        extra = [p for p in entries if p.name.startswith(SEED_FOLDER_PREFIX) and p.name not in declared]
         if extra:
             raise FolderForeign(f"{extra[0]}: not a seed of this run ({self.where} declares seeds "
                                 f"{list(self.seeds)}); move it out of the run folder")
@@ -406,7 +419,8 @@ class VerifiedSeed:
 def seed_of_folder(folder: Path, run: RunRecords) -> int:
     """The seed of ``folder`` (named ``seed-<seed>``), which ``run`` must declare;
     :class:`FolderForeign` otherwise."""
-    seed = folder.name[5:] if folder.name.startswith("seed-") else None
+    seed = (folder.name[len(SEED_FOLDER_PREFIX):] if folder.name.startswith(SEED_FOLDER_PREFIX)
+            else None)
     if seed is None or not seed.lstrip("-").isdigit():
         raise FolderForeign(f"{folder}: a seed folder of the run in {folder.resolve().parent} must "
                             f"be named seed-<seed>")

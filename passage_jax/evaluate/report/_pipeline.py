@@ -52,6 +52,7 @@ from passage_jax.evaluate.report._markdown import render_markdown
 from passage_jax.evaluate.score import ScoreError
 from passage_jax.fileio import atomic_write_text
 from passage_jax.protocol.records import RecordFileError
+from passage_jax.protocol.runfolder import SEED_FOLDER_PREFIX
 
 __all__ = [
     "write_report", "html_path_of", "check_report_name", "METRICS_COLUMNS", "metrics_rows",
@@ -68,7 +69,7 @@ def metrics_rows(scores: dict) -> list[list[str]]:
     rows = []
     for name, m in scores.items():
         p = m["primary"]
-        label = str(name)[5:] if str(name).startswith("seed-") else str(name)
+        label = str(name).removeprefix(SEED_FOLDER_PREFIX)
         rows.append([label] + [_fmt(p[k]) for k in PRIMARY_METRICS]
                     + [f"{m['n_path_valid']}/{m['n_tasks']}"])
     if len(scores) > 1:

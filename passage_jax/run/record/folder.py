@@ -19,7 +19,15 @@ from pathlib import Path
 
 from passage_jax.data.reader import SHIPPED, shipped_cohort_root
 from passage_jax.fileio import fsync_dir
-from passage_jax.protocol.runfolder import JOURNAL, LOCK, RUN_STARTED, RUN_SUMMARY
+from passage_jax.protocol.runfolder import (
+    JOURNAL,
+    LOCK,
+    PARTIAL_SEED_PREFIX,
+    RUN_STARTED,
+    RUN_SUMMARY,
+    SEED_FOLDER_PREFIX,
+    is_partial_seed_folder_name,
+)
 from passage_jax.run.errors import OutputFolderTaken, ResumeError, RunError
 from passage_jax.run.record.journal import JOURNAL_HEADER
 from passage_jax.run.record.launch_record import is_protocol_file
@@ -32,7 +40,7 @@ __all__ = ["output_folder", "create_folder",
 
 
 def _is_run_entry(name: str) -> bool:
-    return name.startswith(("seed-", ".seed-")) or name in (RUN_SUMMARY, RUN_STARTED)
+    return name.startswith((SEED_FOLDER_PREFIX, PARTIAL_SEED_PREFIX)) or name in (RUN_SUMMARY, RUN_STARTED)
 
 
 def _os_problem(folder: Path) -> str | None:
@@ -177,9 +185,9 @@ def holds_records(output: Path) -> bool:
     """Whether a run folder holds a completed seed or a journal with any entry (what a
     resume keeps)."""
     for p in output.iterdir():
-        if p.name.startswith("seed-") and p.is_dir():
+        if p.name.startswith(SEED_FOLDER_PREFIX) and p.is_dir():
             return True
-        if p.name.startswith(".seed-") and p.name.endswith(".partial"):
+        if is_partial_seed_folder_name(p.name):
             j = p / JOURNAL
             if j.is_file() and j.stat().st_size > len(JOURNAL_HEADER):
                 return True
@@ -195,7 +203,7 @@ def undo_launch(output: Path, created: list[Path], started: bool) -> None:
     with contextlib.suppress(OSError):
         if started and output.is_dir() and not holds_records(output):
             for p in output.iterdir():
-                if p.name.startswith(".seed-") and p.name.endswith(".partial") and p.is_dir():
+                if is_partial_seed_folder_name(p.name) and p.is_dir():
                     shutil.rmtree(p)
                 elif p.name in (RUN_STARTED, LOCK) or p.name.startswith(f".{RUN_STARTED}.tmp-"):
                     p.unlink()
