@@ -335,6 +335,19 @@ VARIANTS = {
     ),
 }
 RECORDED = json.loads(GOLDEN.read_text())["runs"]
+RECORDED_WITH = json.loads(GOLDEN.read_text())["recorded_with"]
+
+
+def _same_release_as_the_recording():
+    """Routes that read the learned field are compared under the JAX release they were
+    recorded with only: the network's last bits (and a route that follows them) may differ
+    between XLA releases; the octile-guide routes are compared everywhere."""
+    import jax
+    import jaxlib
+
+    here = {"jax": jax.__version__, "jaxlib": jaxlib.__version__}
+    if here != RECORDED_WITH:
+        pytest.skip(f"routes on the learned field were recorded with {RECORDED_WITH}; this is {here}")
 
 
 def _digest(res):
@@ -358,6 +371,8 @@ def _requests(resolution, n, budget):
 def test_the_shipped_specs_give_the_recorded_routes(name):
     spec = load_spec(REPO / "configs" / f"{name}.yaml")
     kw = spec.kwargs_for_seed(1234)
+    if kw.get("guide", "learned") != "octile":
+        _same_release_as_the_recording()
     want = RECORDED[name]
     planner = make_planner(**kw)
     got = [_digest(planner.plan(q)) for q in _requests(spec.resolution, len(want), spec.budget)]
@@ -367,6 +382,8 @@ def test_the_shipped_specs_give_the_recorded_routes(name):
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_the_variants_give_the_recorded_routes(name):
     kw, budget = VARIANTS[name]
+    if kw.get("guide", "learned") != "octile":
+        _same_release_as_the_recording()
     want = RECORDED[name]
     guide = {} if kw.get("guide") == "octile" else {"guide": load_guide("shipped:1234")}
     planner = make_planner(**kw, **guide)
