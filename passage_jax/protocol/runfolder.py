@@ -304,7 +304,7 @@ class RunRecords:
             raise FolderIncomplete(f"{summary}: format {run.get('format')!r} is not {RUN_FORMAT}")
         for key, kind in (("method_name", str), ("spec_sha256", str), ("seeds", list)):
             if key not in run or not isinstance(run[key], kind):
-                raise FolderIncomplete(_type_error(run, key, kind, summary))
+                raise FolderError(_type_error(run, key, kind, summary))
         seeds = run["seeds"]
         if not seeds or not all(is_int(x) for x in seeds) or len(set(seeds)) != len(seeds):
             raise FolderIncomplete(f"{summary}: seeds must be a non-empty list of distinct integers, "
@@ -321,7 +321,7 @@ class RunRecords:
                                         f"different runs")
             identity = st.get("identity")
             if not isinstance(identity, dict):
-                raise FolderIncomplete(_type_error(st, "identity", dict, started))
+                raise FolderError(_type_error(st, "identity", dict, started))
         code = run.get("code")
         return cls(path=path, method_name=run["method_name"], spec_sha256=run["spec_sha256"],
                    seeds=tuple(int(x) for x in seeds),
