@@ -175,13 +175,25 @@ def _read_json(path: Path, error=FolderError) -> dict:
     return doc
 
 
-def _typed(doc: dict, key: str, kind, where, error=FolderError):
+def _read_records(summary: Path, started: Path) -> tuple[dict, dict | None]:
+    """``run.json`` and, when present, ``run_started.json``, each a JSON object
+    (:class:`FolderIncomplete` naming the file otherwise)."""
+    records = []
+    for path in (summary, started):
+        doc = read_document(path, FolderIncomplete) if path == summary or path.is_file() else None
+        if doc is not None and not isinstance(doc, dict):
+            raise FolderIncomplete(f"{path}: not a JSON object (got {type(doc).__name__})")
+        records.append(doc)
+    return records[0], records[1]
+
+
+def _type_error(doc: dict, key: str, kind, where) -> str:
+    """What is wrong with field ``key`` of ``doc`` (read from ``where``), which must be of
+    ``kind``: missing, or of another type."""
     if key not in doc:
-        raise error(f"{where}: field {key!r} is missing")
-    if not isinstance(doc[key], kind):
-        raise error(f"{where}: field {key!r} must be {kind.__name__}, got {type(doc[key]).__name__} "
-                    f"{_short(doc[key])}")
-    return doc[key]
+        return f"{where}: field {key!r} is missing"
+    return (f"{where}: field {key!r} must be {kind.__name__}, got {type(doc[key]).__name__} "
+            f"{_short(doc[key])}")
 
 
 # --------------------------------------------------------------------------- #
@@ -291,41 +303,43 @@ class RunRecords:
     @classmethod
     def read(cls, path):
         """The run records of ``path``, checked; :class:`FolderIncomplete` naming what is
-        missing otherwise."""
+        missing otherwise. Top to bottom: both records inside the folder, ``run.json``
+        present (else what is unfinished, :func:`_unfinished`), both read
+        (:func:`_read_records`), then ``run.json``'s fields and ``run_started.json``'s
+        against them."""
         path = Path(path)
-        summary = path / RUN_SUMMARY
-        refuse_links_out(path, [summary, path / RUN_STARTED])
+        summary, started = path / RUN_SUMMARY, path / RUN_STARTED
+        refuse_links_out(path, [summary, started])
         if not summary.is_file():
             raise _unfinished(path)
-        run = _read_json(summary, FolderIncomplete)
+        run, st = _read_records(summary, started)
         if run.get("format") != RUN_FORMAT:
             raise FolderIncomplete(f"{summary}: format {run.get('format')!r} is not {RUN_FORMAT}")
-        _typed(run, "method_name", str, summary)
-        _typed(run, "spec_sha256", str, summary)
-        seeds = _typed(run, "seeds", list, summary)
+        for key, kind in (("method_name", str), ("spec_sha256", str), ("seeds", list)):
+            if key not in run or not isinstance(run[key], kind):
+                raise FolderError(_type_error(run, key, kind, summary))
+        seeds = run["seeds"]
         if not seeds or not all(is_int(x) for x in seeds) or len(set(seeds)) != len(seeds):
             raise FolderIncomplete(f"{summary}: seeds must be a non-empty list of distinct integers, "
                                    f"got {_short(seeds)}")
+        identity = None
+        if st is not None:  # the run identity, of the same run
+            if st.get("format") != RUN_STARTED_FORMAT:
+                raise FolderIncomplete(f"{started}: format {st.get('format')!r} is not "
+                                       f"{RUN_STARTED_FORMAT}")
+            for k in ("method_name", "spec_sha256", "seeds"):
+                if st.get(k) != run.get(k):
+                    raise FolderForeign(f"{summary}: {k} {_short(run.get(k))} differs from "
+                                        f"{started}'s {_short(st.get(k))}; the two records are of "
+                                        f"different runs")
+            identity = st.get("identity")
+            if not isinstance(identity, dict):
+                raise FolderError(_type_error(st, "identity", dict, started))
         code = run.get("code")
         return cls(path=path, method_name=run["method_name"], spec_sha256=run["spec_sha256"],
                    seeds=tuple(int(x) for x in seeds),
                    code_sha256=code.get("sha256") if isinstance(code, dict) else None,
-                   identity=cls._identity(path, run))
-
-    @staticmethod
-    def _identity(path: Path, run: dict) -> dict | None:
-        started = path / RUN_STARTED
-        if not started.is_file():
-            return None
-        st = _read_json(started, FolderIncomplete)
-        if st.get("format") != RUN_STARTED_FORMAT:
-            raise FolderIncomplete(f"{started}: format {st.get('format')!r} is not {RUN_STARTED_FORMAT}")
-        for k in ("method_name", "spec_sha256", "seeds"):
-            if st.get(k) != run.get(k):
-                raise FolderForeign(f"{path / RUN_SUMMARY}: {k} {_short(run.get(k))} differs from "
-                                    f"{started}'s {_short(st.get(k))}; the two records are of "
-                                    f"different runs")
-        return _typed(st, "identity", dict, started)
+                   identity=identity)
 
     @classmethod
     def of_seed(cls, folder):
@@ -437,11 +451,10 @@ def verify_seed_folder(folder) -> VerifiedSeed:
     checked as far as it goes (its entries, its manifest's hashes and references)."""
     folder = Path(folder)
     run = RunRecords.of_seed(folder)
-    if run is None:
-        return _verify_seed(folder, None, None)
-    seed = seed_of_folder(folder, run)
+    seed = None if run is None else seed_of_folder(folder, run)
     out = _verify_seed(folder, run, seed)
-    run.check_contents()
+    if run is not None:
+        run.check_contents()
     return out
 
 
@@ -458,8 +471,9 @@ def verify_run_folder(path) -> list[VerifiedSeed]:
 
 
 def _verify_seed(folder: Path, run: RunRecords | None, seed: int | None) -> VerifiedSeed:
-    """The checks of one seed folder (of ``run`` when given): links, listed contents,
-    manifest (against the run), hashes and the references identity."""
+    """The checks of one seed folder (of ``run`` when given), in order: its entries inside
+    the folder and listed, the manifest present and (against the run) the run's, then the
+    files the manifest vouches for (:func:`_check_seed_files`)."""
     root = run.path if run is not None else folder
     entries = _entries(folder)
     refuse_links_out(root, [folder, *entries])
@@ -474,11 +488,7 @@ def _verify_seed(folder: Path, run: RunRecords | None, seed: int | None) -> Veri
     manifest = _read_json(where)
     if run is not None:
         run.check_manifest(folder, manifest, seed)
-    hashes = {MANIFEST: sha256_file(where)}
-    hashes.update(run_file_hashes(folder, manifest))
-    _check_journal(folder, manifest)
-    _check_references(folder, manifest)
-    return VerifiedSeed(path=folder, manifest=manifest, hashes=hashes)
+    return VerifiedSeed(path=folder, manifest=manifest, hashes=_check_seed_files(folder, manifest))
 
 
 def run_file_hashes(folder: Path, manifest: dict) -> dict:
@@ -502,22 +512,25 @@ def run_file_hashes(folder: Path, manifest: dict) -> dict:
     return hashes
 
 
-def _check_journal(folder: Path, manifest: dict) -> None:
-    """The journal, when the folder keeps it and the manifest records its hash, has it."""
+def _check_seed_files(folder: Path, manifest: dict) -> dict:
+    """The files of seed folder ``folder`` that its manifest vouches for, each read once, in
+    order: the run files hashed against the manifest's ``files`` (:func:`run_file_hashes`),
+    the manifest hashed, the journal (when the folder keeps it and the manifest records its
+    hash) against ``journal.sha256``; then the references identity recomputed from
+    ``references.npz``'s arrays, which must equal the one the file stores and the
+    manifest's ``references.identity``. Returns the sha256 of the manifest and of the run
+    files (what a score receipt records as its inputs)."""
     want = _dig(manifest, "journal", "sha256")
-    p = folder / JOURNAL
-    if not isinstance(want, str) or not p.is_file():
-        return
-    got = sha256_file(p)
-    if got != want:
-        raise FolderError(f"{p}: sha256 {got} differs from the manifest's journal.sha256 {want}; "
-                          f"the journal was changed after the run")
-
-
-def _check_references(folder: Path, manifest: dict) -> None:
-    """The identity recomputed from ``references.npz``'s arrays equals the one it stores
-    and the manifest's ``references.identity``."""
-    path = folder / "references.npz"
+    recorded = _dig(manifest, "references", "identity")
+    run_files = run_file_hashes(folder, manifest)
+    hashes = {MANIFEST: sha256_file(folder / MANIFEST), **run_files}
+    journal = folder / JOURNAL
+    if isinstance(want, str) and journal.is_file():
+        got = sha256_file(journal)
+        if got != want:
+            raise FolderError(f"{journal}: sha256 {got} differs from the manifest's journal.sha256 "
+                              f"{want}; the journal was changed after the run")
+    path = folder / REFERENCES
     arrays = {}
     with npz_errors(path, error=FolderError), open_npz(path, FolderError) as z:
         missing = [k for k in _IDENTITY_MEMBERS if k not in z.files]
@@ -531,7 +544,7 @@ def _check_references(folder: Path, manifest: dict) -> None:
     stored = str(arrays["identity"])
     if got != stored:
         raise FolderError(f"{path}: reference identity {got} does not match the recorded {stored}")
-    recorded = _dig(manifest, "references", "identity")
     if recorded != got:
         raise FolderError(f"{path}: reference identity {got} differs from the manifest's "
                           f"references.identity {_short(recorded)} ({folder / MANIFEST})")
+    return hashes

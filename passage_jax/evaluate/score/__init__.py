@@ -19,7 +19,6 @@ from passage_jax.evaluate.score._folder import (
     load_npz,
     read_doc,
     read_json,
-    references_from_npz,
     seed_folders,
 )
 from passage_jax.evaluate.score._format import (
@@ -54,6 +53,7 @@ from passage_jax.evaluate.score._records import (
     RECORD_FIELDS,
     RecordColumns,
     check_record,
+    references_from_npz,
 )
 from passage_jax.evaluate.score._scenes import (
     open_run_tasks,

@@ -6,9 +6,9 @@ checked in one place.
   the ``seed-<seed>/`` folders they declare, each verified
   (:func:`~passage_jax.protocol.runfolder.verify_run_folder`).
 * :class:`SeedFolder` is one seed's folder: :meth:`SeedFolder.verify` holds it to be what a
-  finished run left, and :meth:`SeedFolder.read_inputs` reads the records
-  (:mod:`~passage_jax.evaluate.score._records`), the routes (``paths.npz``, read by seeking)
-  and the references into one frozen :class:`SeedInputs`.
+  finished run left, and :meth:`SeedFolder.read_inputs` reads the routes (``paths.npz``,
+  read by seeking), the references and the records into one frozen :class:`SeedInputs`
+  (their contents checked by :mod:`~passage_jax.evaluate.score._records`).
 
 The verification is the one every reader of a run folder uses
 (:mod:`passage_jax.protocol.runfolder`: links out of the folder, entries that are not
@@ -27,9 +27,6 @@ import contextlib
 import dataclasses
 from pathlib import Path
 
-import numpy as np
-
-from passage_jax.data.strata import SCENE_STRATIFIERS
 from passage_jax.evaluate.score._format import (
     OUTPUTS,
     RECEIPT,
@@ -40,15 +37,9 @@ from passage_jax.evaluate.score._format import (
     is_int,
     short,
 )
-from passage_jax.evaluate.score._records import RecordColumns
+from passage_jax.evaluate.score._records import RecordColumns, References, check_consistency
 from passage_jax.fileio import read_document
-from passage_jax.protocol.records import (
-    PathsReader,
-    npz_errors,
-    open_npz,
-    references_identity,
-    unpack_routes,
-)
+from passage_jax.protocol.records import PathsReader, npz_errors, open_npz
 from passage_jax.protocol.runfolder import (
     MANIFEST,
     PATHS,
@@ -66,8 +57,8 @@ from passage_jax.protocol.runfolder import (
 )
 from passage_jax.protocol.runfolder import refuse_links_out as check_links
 
-__all__ = ["SeedFolder", "SeedInputs", "References", "seed_folders", "check_seed_folder",
-           "is_scored", "read_doc", "read_json", "load_npz", "verify_run_files", "references_from_npz",
+__all__ = ["SeedFolder", "SeedInputs", "seed_folders", "check_seed_folder",
+           "is_scored", "read_doc", "read_json", "load_npz", "verify_run_files",
            "refuse_links_out", "SEED_FILES", "verified_seed_folders", "folder_errors"]
 
 #: the files of a seed folder that scoring reads or writes
@@ -195,82 +186,6 @@ def verify_run_files(folder: Path, manifest: dict) -> dict:
         return run_file_hashes(Path(folder), manifest)
 
 
-#: references.npz members that scoring reads
-_REFERENCE_MEMBERS = ("sample_id", "c_star", "qualified", "route_coords", "route_offsets", "objective",
-                      "variant", "cost_weight", "input_sha256", "tile_json", "identity")
-
-
-def references_from_npz(ref: dict, where: str) -> dict:
-    """The checked core of ``references.npz`` (ids, c*, qualified flags, routes, the
-    identity recomputed from them); :class:`ScoreError` naming the file otherwise."""
-    missing = [k for k in _REFERENCE_MEMBERS if k not in ref]
-    if missing:
-        raise ScoreError(f"{where}: missing arrays {missing}")
-    ids = [str(s) for s in ref["sample_id"]]
-    routes = unpack_routes(ref["route_coords"], ref["route_offsets"])
-    if len(routes) != len(ids):
-        raise ScoreError(f"{where}: {len(routes)} reference routes for {len(ids)} tasks")
-    ident = references_identity(ids, ref["c_star"], ref["route_coords"], ref["route_offsets"],
-                                ref["qualified"])
-    if ident != str(ref["identity"]):
-        raise ScoreError(f"{where}: reference identity {ident} does not match the recorded "
-                         f"{ref['identity']}")
-    return {"sample_id": ids, "c_star": np.asarray(ref["c_star"], np.float64),
-            "qualified": np.asarray(ref["qualified"], bool), "routes": routes,
-            "identity": ident}
-
-
-def _recorded_strata(ref: dict, n: int, path) -> np.ndarray | None:
-    """``scene_strata`` of ``references.npz`` checked: (n, 5) float64 with the field names
-    ``scene_strata_fields`` equal to SCENE_STRATIFIERS; None when the run has none."""
-    if "scene_strata" not in ref:
-        return None
-    fields = [str(x) for x in np.asarray(ref.get("scene_strata_fields", []), dtype=str).reshape(-1)]
-    if fields != list(SCENE_STRATIFIERS):
-        raise ScoreError(f"{path}: scene_strata_fields {fields} are not {list(SCENE_STRATIFIERS)}")
-    rows = ref["scene_strata"]
-    if rows.shape != (n, len(SCENE_STRATIFIERS)) or rows.dtype != np.float64:
-        raise ScoreError(f"{path}: scene_strata has shape {rows.shape} and dtype {rows.dtype}, not "
-                         f"({n}, {len(SCENE_STRATIFIERS)}) float64")
-    return rows
-
-
-@dataclasses.dataclass(frozen=True)
-class References:
-    """The run's qualified references (``references.npz``), checked: per task its scene id,
-    c*, qualification, reference route, and the identity the run recorded for it (input
-    hash, objective, variant, cost weight, tile)."""
-
-    sample_id: list
-    c_star: np.ndarray
-    qualified: np.ndarray
-    routes: list
-    identity: str
-    objective: list
-    variant: list
-    cost_weight: np.ndarray
-    input_sha256: list
-    tile_json: np.ndarray
-    policy: str
-    #: (T, 5) the scene stratifiers admission measured (SCENE_STRATIFIERS' order), or None
-    #: for a run written before admission recorded them
-    scene_strata: np.ndarray | None = None
-
-    @classmethod
-    def read(cls, path: Path) -> References:
-        ref = load_npz(path)
-        core = references_from_npz(ref, str(path))
-        return cls(**core, objective=[str(x) for x in ref["objective"]],
-                   variant=[str(x) for x in ref["variant"]],
-                   cost_weight=np.asarray(ref["cost_weight"], np.float64),
-                   input_sha256=[str(x) for x in ref["input_sha256"]], tile_json=ref["tile_json"],
-                   policy=str(ref.get("policy", "")),
-                   scene_strata=_recorded_strata(ref, len(core["sample_id"]), path))
-
-    def __len__(self) -> int:
-        return len(self.sample_id)
-
-
 @dataclasses.dataclass(frozen=True)
 class SeedInputs:
     """Everything scoring reads from a seed folder, verified (:meth:`SeedFolder.read_inputs`):
@@ -324,15 +239,18 @@ class SeedFolder:
             return verify_seed_folder(self.path)
 
     def read_inputs(self) -> SeedInputs:
-        """The folder's :class:`SeedInputs`: the folder verified (:meth:`verify`), then the
-        run files read and checked against each other."""
+        """The folder's :class:`SeedInputs`, in one sequence: the folder verified
+        (:meth:`verify`), the manifest's timing, the routes' index (``paths.npz``) and the
+        arrays of ``references.npz`` read here, then the records and the references read
+        and checked against each other (:mod:`~passage_jax.evaluate.score._records`)."""
         v = self.verify()
         folder, manifest = self.path, v.manifest
         q_index, warmup = _manifest_timing(manifest, folder / MANIFEST)
-        records = RecordColumns(folder / REQUESTS, str(folder), q_index)
         paths = self._paths()
-        refs = References.read(folder / REFERENCES)
-        _check_consistency(records, paths.index, refs, manifest, str(folder))
+        ref = load_npz(folder / REFERENCES)
+        records = RecordColumns(folder / REQUESTS, str(folder), q_index)
+        refs = References.of_arrays(ref, folder / REFERENCES)
+        check_consistency(records, paths.index, refs, manifest, str(folder))
         return SeedInputs(folder=folder, manifest=manifest, input_hashes=dict(v.hashes),
                           quality_repeat=q_index, warmup_declared=warmup, records=records,
                           paths=paths, refs=refs)
@@ -360,30 +278,3 @@ def _manifest_timing(manifest: dict, where) -> tuple[int, int]:
                              f"{short(src[k])}")
         out.append(int(src[k]))
     return out[0], out[1]
-
-
-def _check_consistency(records: RecordColumns, paths: dict, refs: References, manifest: dict,
-                       where: str) -> None:
-    """The records, routes and references of one run agree: one route per record, the
-    manifest's record count, records in order, each naming a task of the run by index
-    and scene id."""
-    n = len(records)
-    if len(paths["route_format"]) != n:
-        raise ScoreError(f"{where}: {PATHS} holds {len(paths['route_format'])} routes for "
-                         f"{n} records")
-    if manifest.get("n_records") is not None and manifest["n_records"] != n:
-        raise ScoreError(f"{where}: manifest says {manifest['n_records']} records, "
-                         f"{REQUESTS} has {n}")
-    order = np.arange(n, dtype=np.int64)
-    bad = np.flatnonzero((records.record != order) | (np.asarray(paths["record_index"]) != order))
-    if bad.size:
-        raise ScoreError(f"{where}: record {int(bad[0])} is out of order")
-    ti, n_tasks = records.task_index, len(refs)
-    if len(ti) and (ti.min() < 0 or ti.max() >= n_tasks):
-        raise ScoreError(f"{where}: a record's task_index is outside [0, {n_tasks})")
-    ref_ids = np.asarray(refs.sample_id, dtype=str)
-    bad = np.flatnonzero(records.sample_id != ref_ids[ti])
-    if bad.size:
-        i = int(bad[0])
-        raise ScoreError(f"{where}: record {i}: sample_id {records.sample_id[i]} is not task "
-                         f"{ti[i]}'s scene {ref_ids[ti[i]]}")

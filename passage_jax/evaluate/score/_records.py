@@ -1,17 +1,22 @@
-"""Reading a run's ``requests.jsonl`` for scoring (part of the read stage,
-:mod:`passage_jax.evaluate.score._folder`): every line checked (:func:`check_record`) and
-the fields scoring uses held as columns (:class:`RecordColumns`).
+"""The run's records and references as scoring reads them (part of the read stage,
+:mod:`passage_jax.evaluate.score._folder`, which reads the files): ``requests.jsonl``,
+every line checked (:func:`check_record`) and the fields scoring uses held as columns
+(:class:`RecordColumns`); the arrays of ``references.npz`` checked (:class:`References`,
+:func:`references_from_npz`); and the records, routes and references of one run held to
+agree (:func:`check_consistency`).
 
 The timing-profile fields (``validation_recost_ms``, ``warm_complete``, ``process_index``,
 ``host``, ``device``, ``torch_synchronized``) are optional: runs written before they were
 recorded have none, and read as "not recorded" (NaN, or -1 for ``warm_complete``)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
 import numpy as np
 
+from passage_jax.data.strata import SCENE_STRATIFIERS
 from passage_jax.evaluate.score._format import (
     SERIES,
     ScoreError,
@@ -21,9 +26,11 @@ from passage_jax.evaluate.score._format import (
     short,
 )
 from passage_jax.protocol.contracts import STAGES, STATUSES
-from passage_jax.protocol.records import ROUTE_FORMATS
+from passage_jax.protocol.records import ROUTE_FORMATS, references_identity, unpack_routes
+from passage_jax.protocol.runfolder import PATHS, REQUESTS
 
-__all__ = ["RecordColumns", "RECORD_FIELDS", "check_record", "record_lines"]
+__all__ = ["RecordColumns", "RECORD_FIELDS", "check_record", "record_lines", "References",
+           "references_from_npz", "check_consistency"]
 
 
 def _is_counters(v) -> bool:
@@ -169,3 +176,107 @@ def _float_column(values) -> np.ndarray:
 
 def _none_if_nan(v):
     return None if np.isnan(v) else float(v)
+
+
+#: references.npz members that scoring reads
+_REFERENCE_MEMBERS = ("sample_id", "c_star", "qualified", "route_coords", "route_offsets", "objective",
+                      "variant", "cost_weight", "input_sha256", "tile_json", "identity")
+
+
+def references_from_npz(ref: dict, where: str) -> dict:
+    """The checked core of ``references.npz`` (ids, c*, qualified flags, routes, the
+    identity recomputed from them); :class:`ScoreError` naming the file otherwise."""
+    missing = [k for k in _REFERENCE_MEMBERS if k not in ref]
+    if missing:
+        raise ScoreError(f"{where}: missing arrays {missing}")
+    ids = [str(s) for s in ref["sample_id"]]
+    routes = unpack_routes(ref["route_coords"], ref["route_offsets"])
+    if len(routes) != len(ids):
+        raise ScoreError(f"{where}: {len(routes)} reference routes for {len(ids)} tasks")
+    ident = references_identity(ids, ref["c_star"], ref["route_coords"], ref["route_offsets"],
+                                ref["qualified"])
+    if ident != str(ref["identity"]):
+        raise ScoreError(f"{where}: reference identity {ident} does not match the recorded "
+                         f"{ref['identity']}")
+    return {"sample_id": ids, "c_star": np.asarray(ref["c_star"], np.float64),
+            "qualified": np.asarray(ref["qualified"], bool), "routes": routes,
+            "identity": ident}
+
+
+def _recorded_strata(ref: dict, n: int, path) -> np.ndarray | None:
+    """``scene_strata`` of ``references.npz`` checked: (n, 5) float64 with the field names
+    ``scene_strata_fields`` equal to SCENE_STRATIFIERS; None when the run has none."""
+    if "scene_strata" not in ref:
+        return None
+    fields = [str(x) for x in np.asarray(ref.get("scene_strata_fields", []), dtype=str).reshape(-1)]
+    if fields != list(SCENE_STRATIFIERS):
+        raise ScoreError(f"{path}: scene_strata_fields {fields} are not {list(SCENE_STRATIFIERS)}")
+    rows = ref["scene_strata"]
+    if rows.shape != (n, len(SCENE_STRATIFIERS)) or rows.dtype != np.float64:
+        raise ScoreError(f"{path}: scene_strata has shape {rows.shape} and dtype {rows.dtype}, not "
+                         f"({n}, {len(SCENE_STRATIFIERS)}) float64")
+    return rows
+
+
+@dataclasses.dataclass(frozen=True)
+class References:
+    """The run's qualified references (``references.npz``), checked: per task its scene id,
+    c*, qualification, reference route, and the identity the run recorded for it (input
+    hash, objective, variant, cost weight, tile)."""
+
+    sample_id: list
+    c_star: np.ndarray
+    qualified: np.ndarray
+    routes: list
+    identity: str
+    objective: list
+    variant: list
+    cost_weight: np.ndarray
+    input_sha256: list
+    tile_json: np.ndarray
+    policy: str
+    #: (T, 5) the scene stratifiers admission measured (SCENE_STRATIFIERS' order), or None
+    #: for a run written before admission recorded them
+    scene_strata: np.ndarray | None = None
+
+    @classmethod
+    def of_arrays(cls, ref: dict, path) -> References:
+        """The references held by ``ref``, the arrays of ``references.npz`` at ``path``,
+        checked (:func:`references_from_npz`, :func:`_recorded_strata`)."""
+        core = references_from_npz(ref, str(path))
+        return cls(**core, objective=[str(x) for x in ref["objective"]],
+                   variant=[str(x) for x in ref["variant"]],
+                   cost_weight=np.asarray(ref["cost_weight"], np.float64),
+                   input_sha256=[str(x) for x in ref["input_sha256"]], tile_json=ref["tile_json"],
+                   policy=str(ref.get("policy", "")),
+                   scene_strata=_recorded_strata(ref, len(core["sample_id"]), path))
+
+    def __len__(self) -> int:
+        return len(self.sample_id)
+
+
+def check_consistency(records: RecordColumns, paths: dict, refs: References, manifest: dict,
+                       where: str) -> None:
+    """The records, routes and references of one run agree: one route per record, the
+    manifest's record count, records in order, each naming a task of the run by index
+    and scene id."""
+    n = len(records)
+    if len(paths["route_format"]) != n:
+        raise ScoreError(f"{where}: {PATHS} holds {len(paths['route_format'])} routes for "
+                         f"{n} records")
+    if manifest.get("n_records") is not None and manifest["n_records"] != n:
+        raise ScoreError(f"{where}: manifest says {manifest['n_records']} records, "
+                         f"{REQUESTS} has {n}")
+    order = np.arange(n, dtype=np.int64)
+    bad = np.flatnonzero((records.record != order) | (np.asarray(paths["record_index"]) != order))
+    if bad.size:
+        raise ScoreError(f"{where}: record {int(bad[0])} is out of order")
+    ti, n_tasks = records.task_index, len(refs)
+    if len(ti) and (ti.min() < 0 or ti.max() >= n_tasks):
+        raise ScoreError(f"{where}: a record's task_index is outside [0, {n_tasks})")
+    ref_ids = np.asarray(refs.sample_id, dtype=str)
+    bad = np.flatnonzero(records.sample_id != ref_ids[ti])
+    if bad.size:
+        i = int(bad[0])
+        raise ScoreError(f"{where}: record {i}: sample_id {records.sample_id[i]} is not task "
+                         f"{ti[i]}'s scene {ref_ids[ti[i]]}")

@@ -107,7 +107,7 @@ def task_input_hash(task) -> str:
 
 
 def _ref(refs, key: str):
-    """A field of the run's references: a :class:`~passage_jax.evaluate.score._folder.References`
+    """A field of the run's references: a :class:`~passage_jax.evaluate.score._records.References`
     or a mapping with the same keys."""
     return refs[key] if isinstance(refs, Mapping) else getattr(refs, key)
 
@@ -158,7 +158,7 @@ def open_run_tasks(manifest: dict, refs, where: str, dataset_path=None, on_chunk
     ``on_read(index, task)`` on the reading thread as each task is read (unchecked yet).
     ``check`` (:data:`INPUT_CHECKS`, decided by :func:`input_check`): ``"provenance"``
     takes no input hashes (the stream is then read once only).
-    ``refs`` is the run's :class:`~passage_jax.evaluate.score._folder.References` (or a mapping
+    ``refs`` is the run's :class:`~passage_jax.evaluate.score._records.References` (or a mapping
     of ``sample_id``, ``input_sha256``, ``objective``, ``variant``, ``cost_weight``).
     Returns (tasks, root, shard hashes)."""
     data = manifest.get("data") or {}

@@ -180,16 +180,18 @@ def test_admission_records_the_strata_and_score_uses_them(tmp_path, monkeypatch)
 
     from score_support import runs  # noqa: PLC0415
 
-    import passage_jax.evaluate.score._folder as run_folder  # noqa: PLC0415
     import passage_jax.evaluate.score._kernel as score_kernel  # noqa: PLC0415
     import passage_jax.evaluate.score._pipeline as score  # noqa: PLC0415
+    import passage_jax.evaluate.score._records as score_records  # noqa: PLC0415
+    from passage_jax.evaluate.score._folder import load_npz  # noqa: PLC0415
     from passage_jax.evaluate.score._scenes import reload_tasks  # noqa: PLC0415
 
     src = runs()["exact"]
     seed = sorted(p.name for p in src.glob("seed-*"))[0]
     z = np.load(src / seed / "references.npz")
     assert list(z["scene_strata_fields"]) == list(SCENE_STRATIFIERS)
-    refs = run_folder.References.read(src / seed / "references.npz")
+    refs = score_records.References.of_arrays(load_npz(src / seed / "references.npz"),
+                                              src / seed / "references.npz")
     manifest = json.loads((src / seed / "manifest.json").read_text())
     tasks, _, _ = reload_tasks(manifest, refs, "test")
     want = np.array([_strata_numpy(t) for t in tasks])
@@ -205,9 +207,10 @@ def test_admission_records_the_strata_and_score_uses_them(tmp_path, monkeypatch)
     monkeypatch.undo()
 
     measured = _unscored_copy(src, tmp_path / "measured")
-    read = run_folder.References.read
-    monkeypatch.setattr(run_folder.References, "read",
-                        classmethod(lambda cls, p: dataclasses.replace(read(p), scene_strata=None)))
+    of_arrays = score_records.References.of_arrays
+    monkeypatch.setattr(score_records.References, "of_arrays",
+                        classmethod(lambda cls, ref, p: dataclasses.replace(of_arrays(ref, p),
+                                                                            scene_strata=None)))
     calls = []
     real = score_kernel.scene_strata
     monkeypatch.setattr(score_kernel, "scene_strata", lambda t: calls.append(1) or real(t))
@@ -218,8 +221,8 @@ def test_admission_records_the_strata_and_score_uses_them(tmp_path, monkeypatch)
 
 
 def test_recorded_strata_of_another_shape_or_names_are_refused(tmp_path):
-    from passage_jax.evaluate.score._folder import _recorded_strata  # noqa: PLC0415
     from passage_jax.evaluate.score._format import ScoreError  # noqa: PLC0415
+    from passage_jax.evaluate.score._records import _recorded_strata  # noqa: PLC0415
 
     good = {"scene_strata": np.zeros((3, 5)), "scene_strata_fields": np.array(SCENE_STRATIFIERS)}
     assert _recorded_strata(good, 3, "r.npz").shape == (3, 5)

@@ -40,8 +40,9 @@ import pytest
 from passage_jax.evaluate import score as S
 from passage_jax.evaluate.score._batch import Batch, BatchPlan, make_batch
 from passage_jax.evaluate.score._collect import Collector, ScoreOutputs, collect_outputs
-from passage_jax.evaluate.score._folder import References, SeedFolder, SeedInputs
+from passage_jax.evaluate.score._folder import SeedFolder, SeedInputs
 from passage_jax.evaluate.score._kernel import BatchScores, finish_batches, submit_batch
+from passage_jax.evaluate.score._records import References
 from passage_jax.evaluate.score._scenes import open_run_tasks
 from passage_jax.evaluate.score._write import COMPILATION_FIELDS
 from passage_jax.metrics import RouteStream
@@ -260,7 +261,8 @@ def test_score_module_keeps_its_public_names():
     import importlib
 
     for stage, names in (("_scenes", ("dataset_root",)),
-                         ("_folder", ("verify_run_files", "references_from_npz")),
+                         ("_folder", ("verify_run_files",)),
+                         ("_records", ("references_from_npz",)),
                          ("_collect", ("quality_summary", "cluster_ids", "scoring_precision")),
                          ("_pipeline", ("RouteStream", "atomic_write_npz", "atomic_write_json"))):
         module = importlib.import_module(f"passage_jax.evaluate.score.{stage}")
