@@ -231,7 +231,8 @@ import json, sys
 import jax
 import numpy as np
 from passage_jax import cluster
-from passage_jax.stats.bootstrap import draw_placement, paired_bootstrap, seed_mean_bootstrap
+from passage_jax.stats import paired_bootstrap, seed_mean_bootstrap
+from passage_jax.stats.draws import draw_placement
 cluster.initialize(cluster.launch_settings(sys.argv[1], int(sys.argv[2]), int(sys.argv[3])))
 place = draw_placement("global")
 assert place[2] == jax.device_count() > jax.local_device_count()
