@@ -27,11 +27,8 @@ from passage_jax.evaluate.score._format import (
     OUTPUTS,
     PER_SAMPLE_FIELDS,
     PER_SAMPLE_SCALARS,
-    RECEIPT,
     RECEIPT_FORMAT,
     RUN_INPUTS,
-    RUN_STARTED,
-    RUN_SUMMARY,
     SCORE_FORMAT,
     STRATIFIERS,
     AlreadyScored,
@@ -65,6 +62,7 @@ from passage_jax.evaluate.score._verify import (
     difference_text,
     first_difference,
 )
+from passage_jax.protocol.runfolder import RECEIPT, RUN_STARTED, RUN_SUMMARY
 
 __all__ = [
     "score_run", "score_folder", "load_score", "Score", "seed_folders", "timing_profile", "reload_tasks",

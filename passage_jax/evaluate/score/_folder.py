@@ -29,7 +29,6 @@ from pathlib import Path
 
 from passage_jax.evaluate.score._format import (
     OUTPUTS,
-    RECEIPT,
     RUN_INPUTS,
     ForeignSeed,
     RunIncomplete,
@@ -43,6 +42,7 @@ from passage_jax.protocol.records import PathsReader, npz_errors, open_npz
 from passage_jax.protocol.runfolder import (
     MANIFEST,
     PATHS,
+    RECEIPT,
     REFERENCES,
     REQUESTS,
     FolderError,

@@ -16,21 +16,16 @@ import json
 from passage_jax.checks import is_int, is_number
 from passage_jax.protocol.runfolder import (
     PATHS,
-    RECEIPT,
     REFERENCES,
     REQUESTS,
-    RUN_STARTED,
-    RUN_STARTED_FORMAT,
-    RUN_SUMMARY,
     SCORE_OUTPUTS,
 )
 
 __all__ = [
     "ScoreError", "AlreadyScored", "DatasetNotFound", "ScoreOutdated", "RunIncomplete", "ForeignSeed",
     "SCORE_SHARDING", "METRIC_CONTRACT", "SCORE_FORMAT", "RECEIPT_FORMAT", "BLOCK_RULE", "OUTPUTS",
-    "RECEIPT", "RUN_SUMMARY", "RUN_STARTED", "RUN_STARTED_FORMAT", "SERIES", "RUN_INPUTS",
-    "PER_SAMPLE_FIELDS", "PER_SAMPLE_SCALARS", "STRATIFIERS",
-    "is_number", "is_number_or_none", "is_index", "short", "dig", "typed",
+    "SERIES", "RUN_INPUTS", "PER_SAMPLE_FIELDS", "PER_SAMPLE_SCALARS", "STRATIFIERS", "is_number_or_none",
+    "is_index", "short", "dig", "typed"
 ]
 
 #: Scoring spreads each kernel call over every local device of the default backend

@@ -17,8 +17,10 @@ from passage_jax.evaluate.score._format import STRATIFIERS
 from passage_jax.graph.routes import route_length_pixels
 from passage_jax.protocol.records import ROUTE_FORMAT_CODE
 
-__all__ = ["BatchScores", "PendingScores", "submit_batch", "finish_batches", "score_batch",
-           "task_strata", "scene_strata", "SceneStrata", "SCENE_STRATIFIERS"]
+__all__ = [
+    "BatchScores", "PendingScores", "submit_batch", "finish_batches", "score_batch", "task_strata",
+    "SceneStrata"
+]
 
 
 

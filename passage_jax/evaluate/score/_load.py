@@ -16,7 +16,6 @@ from passage_jax.evaluate.score._format import (
     OUTPUTS,
     PER_SAMPLE_FIELDS,
     PER_SAMPLE_SCALARS,
-    RECEIPT,
     SCORE_FORMAT,
     ScoreError,
     ScoreOutdated,
@@ -27,7 +26,7 @@ from passage_jax.evaluate.score._format import (
 from passage_jax.evaluate.score._scenes import check_data_fields
 from passage_jax.evaluate.score._verify import check_numbers, verify_metrics
 from passage_jax.fileio import sha256_file
-from passage_jax.protocol.runfolder import MANIFEST, METRICS, PER_SAMPLE
+from passage_jax.protocol.runfolder import MANIFEST, METRICS, PER_SAMPLE, RECEIPT
 
 __all__ = ["load_score", "Score", "METRICS_FIELDS", "MANIFEST_FIELDS"]
 

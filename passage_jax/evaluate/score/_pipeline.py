@@ -60,12 +60,7 @@ from passage_jax.evaluate.score._folder import (
     is_scored,
     verified_seed_folders,
 )
-from passage_jax.evaluate.score._format import (
-    RECEIPT,
-    SCORE_SHARDING,
-    AlreadyScored,
-    ScoreError,
-)
+from passage_jax.evaluate.score._format import SCORE_SHARDING, AlreadyScored, ScoreError
 from passage_jax.evaluate.score._kernel import SceneStrata, finish_batches, submit_batch
 from passage_jax.evaluate.score._load import load_score
 from passage_jax.evaluate.score._scenes import (
@@ -76,6 +71,7 @@ from passage_jax.evaluate.score._scenes import (
 from passage_jax.evaluate.score._write import Receipt, Writers, write_score
 from passage_jax.fileio import atomic_write_json, atomic_write_npz
 from passage_jax.metrics import RouteStream
+from passage_jax.protocol.runfolder import RECEIPT
 
 __all__ = ["score_run", "score_folder"]
 

@@ -16,15 +16,9 @@ import math
 
 import numpy as np
 
+from passage_jax.checks import is_number
 from passage_jax.data.strata import SCENE_STRATIFIERS
-from passage_jax.evaluate.score._format import (
-    SERIES,
-    ScoreError,
-    is_index,
-    is_number,
-    is_number_or_none,
-    short,
-)
+from passage_jax.evaluate.score._format import SERIES, ScoreError, is_index, is_number_or_none, short
 from passage_jax.protocol.contracts import STAGES, STATUSES
 from passage_jax.protocol.records import ROUTE_FORMATS, references_identity, unpack_routes
 from passage_jax.protocol.runfolder import PATHS, REQUESTS

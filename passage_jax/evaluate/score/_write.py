@@ -13,11 +13,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from passage_jax.evaluate.score._collect import ScoreOutputs
-from passage_jax.evaluate.score._format import METRIC_CONTRACT, RECEIPT, RECEIPT_FORMAT, SCORE_SHARDING
+from passage_jax.evaluate.score._format import METRIC_CONTRACT, RECEIPT_FORMAT, SCORE_SHARDING
 from passage_jax.fileio import fsync_dir, sha256_file, utc_now
 from passage_jax.metrics import sharding_devices
 from passage_jax.protocol.records import code_hash, package_versions
-from passage_jax.protocol.runfolder import METRICS, PER_SAMPLE
+from passage_jax.protocol.runfolder import METRICS, PER_SAMPLE, RECEIPT
 
 __all__ = ["Writers", "Receipt", "write_score", "COMPILATION_FIELDS"]
 

@@ -13,9 +13,10 @@ import pytest
 from fixtures_data import make_rows, mutated, write_rows
 
 from passage_jax.data import DataError, iter_scenes, open_tasks
+from passage_jax.data.strata import SCENE_STRATIFIERS, scene_strata
 from passage_jax.data.validate import declares_markers, validate_row
 from passage_jax.data.writer import rows_to_table
-from passage_jax.evaluate.score._kernel import SCENE_STRATIFIERS, SceneStrata, scene_strata, task_strata
+from passage_jax.evaluate.score._kernel import SceneStrata, task_strata
 from passage_jax.fileio import array_sha256
 
 
