@@ -20,6 +20,10 @@ three seeds, the exact planner against the greedy baseline, every step a fresh
 * ``trust``: the trust axes of the greedy run with the exact run as its oracle;
 * ``report``: the Markdown report of the comparison.
 
+Then per session run and size: the planner's latency (p50, mean), the session's wall
+time a request and the evaluator's own time a request (the session's wall time less
+the planner's latency; from the seed states' ``requests_wall_ms``).
+
 With ``--processes P`` (P > 1) the runs and scores are P-process launches on this
 host (``--coordinator 127.0.0.1:PORT``): each process runs its own session on its share
 of the roster. The quality fields of ``per_sample.npz`` are then checked equal to the
@@ -31,6 +35,7 @@ measured sizes (a single size: proportional) and projected to 40,000, said so.
     python bench/campaign_session.py --sizes 2000 8000
     python bench/campaign_session.py --sizes 2000 --processes 2
     python bench/campaign_session.py --quick        # N = 200
+    python bench/campaign_session.py --sizes 2000 --work W2 --quality-against W1
 Last line: ``campaign: <minutes> min for <N> scenes x 3 seeds (measured|projected to 40000)``.
 """
 from __future__ import annotations
@@ -166,6 +171,28 @@ def quality_equal(a: Path, b: Path) -> bool:
     return True
 
 
+def session_figures(run: Path) -> dict:
+    """A session run's own figures per seed, from its files: requests, the planner's
+    latency (p50, mean), the session's wall time a request (its builds'
+    ``requests_wall_ms``) and the evaluator's own time a request (that less the mean
+    latency); the means over the seeds."""
+    seeds = []
+    for folder in sorted(Path(run).glob("seed-*")):
+        state = json.loads((folder / "seed_state.json").read_text())
+        wall = [b.get("requests_wall_ms") for b in state["builds"]]
+        lat = np.array([json.loads(line)["latency_ms"]
+                        for line in (folder / "requests.jsonl").read_text().splitlines()], float)
+        if None in wall or not len(lat):
+            continue
+        per = sum(wall) / len(lat)
+        seeds.append({"seed": folder.name, "requests": len(lat), "latency_p50_ms": float(np.median(lat)),
+                      "latency_mean_ms": float(lat.mean()), "session_ms_per_request": per,
+                      "evaluator_ms_per_request": per - float(lat.mean())})
+    keys = ("latency_p50_ms", "latency_mean_ms", "session_ms_per_request", "evaluator_ms_per_request")
+    mean = {k: float(np.mean([s[k] for s in seeds])) for k in keys} if seeds else {}
+    return {"seeds": seeds, "mean": mean}
+
+
 def projection(rows: dict, target: int = HEADLINE) -> dict:
     """Per step, the time at ``target`` scenes from ``a + b*N`` over the measured sizes."""
     ns = sorted(rows)
@@ -189,6 +216,9 @@ def main(argv=None) -> int:
     ap.add_argument("--requalify", action="store_true",
                     help="the greedy run qualifies its references again (default: it takes the exact "
                          "run's, references_from)")
+    ap.add_argument("--quality-against", type=Path, default=None, metavar="WORK",
+                    help="another campaign's --work folder (the code before, say): the quality "
+                         "fields of every seed's per_sample.npz checked equal to its, size by size")
     args = ap.parse_args(argv)
     sizes = [200] if args.quick else args.sizes
     work = args.work.resolve()
@@ -207,10 +237,25 @@ def main(argv=None) -> int:
         case = work / f"session-n{n}-p{args.processes}"
         rows[n] = run_campaign(root, n, case, resolution=args.resolution, processes=args.processes,
                                env=env, reuse=not args.requalify)
+        if args.quality_against is not None:
+            other = args.quality_against.resolve() / case.name
+            equal[f"against-{n}"] = quality_equal(other, case)
+            print(f"  N={n}: quality equal to {other}: {equal[f'against-{n}']}")
         single = work / f"session-n{n}-p1"
         if args.processes > 1 and (single / "report.md").is_file():
             equal[n] = quality_equal(single, case)
             print(f"  N={n}: quality equal to the one-process campaign: {equal[n]}")
+    print("\n| run | N | latency p50 ms | latency mean ms | session ms/request | evaluator ms/request |")
+    print("|---|---:|---:|---:|---:|---:|")
+    sessions = {}
+    for n in sizes:
+        for model in ("exact", "greedy"):
+            f = session_figures(work / f"session-n{n}-p{args.processes}" / model)
+            sessions[f"{model}-{n}"] = f
+            m = f["mean"]
+            if m:
+                print(f"| run_{model} | {n} | {m['latency_p50_ms']:.3f} | {m['latency_mean_ms']:.3f} | "
+                      f"{m['session_ms_per_request']:.3f} | {m['evaluator_ms_per_request']:.3f} |")
     big = max(sizes)
     total = sum(rows[big][s]["wall_s"] for s in STEPS if s != "admission")
     peak = max(rows[big][s]["maxrss_kb"] for s in STEPS) / 1024
@@ -222,7 +267,7 @@ def main(argv=None) -> int:
     proj = projection(rows) if big < HEADLINE else None
     doc = {"machine": platform.platform(), "cpus": os.cpu_count(), "profile": PROFILE,
            "seeds": list(SEEDS), "processes": args.processes, "rows": rows,
-           "total_s": total, "peak_mib": peak, "quality_equal_single": equal,
+           "total_s": total, "peak_mib": peak, "quality_equal_single": equal, "sessions": sessions,
            "projection_s": proj}
     if args.json_out:
         atomic_write_json(args.json_out, doc)

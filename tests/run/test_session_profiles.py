@@ -131,6 +131,9 @@ def test_native_session_run(cohort, tmp_path, monkeypatch):
                                                                  str(jax.devices()[0]))
         assert r["torch_synchronized"] is False
 
+    # the build's requests took at least their latencies and their 50 ms checks
+    build = json.loads((out / "seed-1234" / "seed_state.json").read_text())["builds"][-1]
+    assert build["requests_wall_ms"] >= sum(r["latency_ms"] + 50.0 for r in recs)
     calls = read_log(log)  # every call the planner received, in order
     assert len(calls) == 16 + len(tasks)
     assert all(c["id"] == warm_id and tuple(c["start"]) == VAL_START and tuple(c["goal"]) == VAL_GOAL

@@ -3,8 +3,9 @@
 The planner is built (not timed); under a session timing profile the session's warm-up
 calls run next (:mod:`passage_jax.run.execution.sessions`). The build is recorded in the seed state
 (with its session entry), every missing request runs and its record is appended to the
-journal (fsynced before the next request starts), then the build records what the
-executor saw and what it compiled in the run's process. :func:`serve_requests` is that
+journal (written and flushed before the next request starts; fsynced within half a
+second), then the build records what the executor saw and what it compiled in the run's
+process. :func:`serve_requests` is that
 build and its requests with the records handed to any sink: the journal here, a process's
 share of a seed in a multi-process session run (:mod:`passage_jax.run.execution.session_shares`).
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 
 import numpy as np
 
@@ -51,7 +53,8 @@ def execute_requests(ctx: RunContext, seed: int, rows: RequestPlan, journal: Jou
     build = serve_requests(ctx, seed, rows, range(done, len(rows)), journal.append, planner=planner,
                            resumed_at=done if resumed else None, on_build=started)
     state = held["state"].with_build_finished(build.executor_stats, build.compilation,
-                                              build.working_directory_restored, build.session)
+                                              build.working_directory_restored, build.session,
+                                              build.requests_wall_ms)
     return save_state(folder, state)
 
 
@@ -69,14 +72,17 @@ def serve_requests(ctx: RunContext, seed: int, rows: RequestPlan, indices: range
         build = _build(ex, first, session)
         if on_build is not None:
             on_build(build)
+        t0 = time.monotonic()
         _run_rows(ctx, seed, rows, indices, append, ex, cwd, resumed_at)
+        wall_ms = (time.monotonic() - t0) * 1000.0
         # what the executor saw (requests; for workers also starts, kills, crashes, warm-ups)
         stats = dict(ex.stats or {})
         counter.__exit__(None, None, None)
         if session is not None:
             session = {**ex.session.to_dict(), "first_record": first}
         return dataclasses.replace(build, executor_stats=stats, compilation=counter.stats.to_dict(),
-                                   working_directory_restored=cwd.record(), session=session)
+                                   working_directory_restored=cwd.record(), session=session,
+                                   requests_wall_ms=round(wall_ms, 3))
 
 
 def _open(ctx: RunContext, seed: int, planner, cwd: WorkingDirectory):
@@ -114,7 +120,7 @@ def _run_rows(ctx: RunContext, seed: int, rows: RequestPlan, indices: range, app
     warmed_build = spec.latency_warmup >= 1 and indices.start <= len(rows.stubs)
     for i in indices:
         series, rep, ti, _sid = rows[i]
-        task = ctx.admitted.tasks[ti]  # the chunk holding it is read when first needed
+        task = ctx.admitted.tasks[ti]  # the chunk holding it is taken when first needed
         try:
             rec, snap = ex.execute(task, spec.budget)
         finally:

@@ -24,7 +24,8 @@ _BUILD_KEYS = ("utc", "at_record", "construction_ms", "planner_name", "profile",
 #: what a build records when its requests are done (absent while it runs); ``session`` (a
 #: session timing profile's session entry) is recorded after the session's warm-up and
 #: again, brought up to date, when its requests are done
-_FINISHED_KEYS = ("executor_stats", "compilation", "working_directory_restored", "session")
+_FINISHED_KEYS = ("executor_stats", "compilation", "working_directory_restored", "session",
+                  "requests_wall_ms")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,7 +35,9 @@ class Build:
     compiled in the run's process (``compilation``) and, when the planner changed the
     working directory, how it was restored (``working_directory_restored``). Under a
     session timing profile ``session`` is the build's session entry (the manifest's
-    ``session.sessions``)."""
+    ``session.sessions``). ``requests_wall_ms``: the wall time of its requests, from the
+    first one's preparation to the last record handed to the journal (the evaluator's own
+    time per request is this over the requests, less their mean ``latency_ms``)."""
 
     utc: str
     at_record: int
@@ -46,6 +49,7 @@ class Build:
     compilation: dict | None = None
     working_directory_restored: dict | None = None
     session: dict | None = None
+    requests_wall_ms: float | None = None
 
     def to_dict(self) -> dict:
         d = {k: getattr(self, k) for k in _BUILD_KEYS}
@@ -86,13 +90,15 @@ class SeedState:
 
     def with_build_finished(self, executor_stats: dict, compilation: dict,
                             working_directory_restored: dict | None = None,
-                            session: dict | None = None) -> SeedState:
+                            session: dict | None = None,
+                            requests_wall_ms: float | None = None) -> SeedState:
         """The last build, its requests done (``session``: its session entry brought up to
         date; None keeps the one recorded)."""
         last = self.builds[-1]
         last = dataclasses.replace(last, executor_stats=executor_stats, compilation=compilation,
                                    working_directory_restored=working_directory_restored,
-                                   session=last.session if session is None else session)
+                                   session=last.session if session is None else session,
+                                   requests_wall_ms=requests_wall_ms)
         return dataclasses.replace(self, builds=(*self.builds[:-1], last))
 
     def with_resume(self, recovered_records: int, dropped_torn_bytes: int, torn) -> SeedState:
