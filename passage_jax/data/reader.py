@@ -20,7 +20,9 @@ import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from passage_jax.checks import is_int, is_number
@@ -39,7 +41,7 @@ from passage_jax.data.layout import (
     split_folder,
 )
 from passage_jax.data.read_ahead import ReadAhead, close_read_aheads
-from passage_jax.data.scene import Scene, Task
+from passage_jax.data.scene import ROUTE_COLUMNS, Scene, Task
 from passage_jax.data.validate import (
     REQUIRED_COLUMNS,
     SCENE_COLUMNS,
@@ -65,6 +67,8 @@ __all__ = [
 ]
 
 DEFAULT_N_SAMPLES = 1024
+#: The released route columns' names.
+ROUTE_COLUMN_NAMES = frozenset(ROUTE_COLUMNS.values())
 #: Rows per pyarrow record batch read from a shard.
 READ_BATCH_ROWS = 16
 #: What reading or converting a shard's Arrow data can raise on a damaged or foreign
@@ -113,11 +117,44 @@ def _column_values(array) -> list:
         return out
 
 
+def _route_cells(column) -> list | None:
+    """A route column of a record batch as one ``(L, 2)`` integer array per row, taken
+    from Arrow's buffers without a Python value per coordinate; None (the column then goes
+    through Python values and the full checks of
+    :func:`~passage_jax.data.validate.route_array`) unless it is a list of lists of
+    integers with no null anywhere and every cell of two coordinates."""
+    t = column.type
+    if not (pa.types.is_list(t) and pa.types.is_list(t.value_type)
+            and pa.types.is_integer(t.value_type.value_type)):
+        return None
+    if column.null_count:
+        return None
+    cells = column.flatten()  # the rows' cells, the batch's slice respected
+    if cells.null_count:
+        return None
+    coords = cells.flatten()
+    if coords.null_count or len(coords) != 2 * len(cells):
+        return None
+    per_cell = pc.list_value_length(cells).to_numpy(zero_copy_only=False)
+    if len(per_cell) and (per_cell.min() != 2 or per_cell.max() != 2):
+        return None
+    flat = coords.to_numpy(zero_copy_only=False).reshape(-1, 2)
+    per_row = pc.list_value_length(column).to_numpy(zero_copy_only=False)
+    return np.split(flat, np.cumsum(per_row)[:-1]) if len(per_row) else []
+
+
 def _batch_rows(batch, path, first: int) -> list[RawRow]:
     """The rows of one record batch; a row with a column that does not convert from
-    Arrow carries the ``problem`` instead of failing the whole batch."""
+    Arrow carries the ``problem`` instead of failing the whole batch. A released route
+    column comes as integer arrays (:func:`_route_cells`) where its Arrow type allows."""
     try:
-        return [RawRow(str(path), first + i, v) for i, v in enumerate(batch.to_pylist())]
+        columns = {}
+        for name in batch.schema.names:
+            column = batch.column(name)
+            routes = _route_cells(column) if name in ROUTE_COLUMN_NAMES else None
+            columns[name] = column.to_pylist() if routes is None else routes
+        return [RawRow(str(path), first + i, {k: v[i] for k, v in columns.items()})
+                for i in range(batch.num_rows)]
     except READ_ERRORS:
         pass
     rows = []

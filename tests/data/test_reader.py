@@ -251,3 +251,55 @@ def test_metadata_markers_forms(tmp_path):
     reps = scan_split(tmp_path, N, "test")
     assert reps[0].valid, reps[0].error
     assert not reps[1].valid and "metadata.markers must hold start and goal" in reps[1].error
+
+
+# --------------------------------------------------------------------------- route columns from Arrow
+
+def _python_cells(column) -> list:
+    """The independent conversion: Python values per row, then an int64 array."""
+    return [np.array(v, dtype=np.int64).reshape(-1, 2) for v in column.to_pylist()]
+
+
+@pytest.mark.parametrize("int_type", [pa.int32(), pa.int64(), pa.int16()])
+def test_route_cells_equal_python_values_on_a_sliced_batch(int_type):
+    from passage_jax.data.reader import _route_cells
+    rng = np.random.default_rng(3)
+    routes = [rng.integers(0, 64, size=(int(n), 2)).tolist() for n in (5, 0, 1, 17, 3, 0, 9)]
+    whole = pa.array(routes, type=pa.list_(pa.list_(int_type)))
+    for column in (whole, whole.slice(2, 4), whole.slice(5)):
+        got = _route_cells(column)
+        want = _python_cells(column)
+        assert len(got) == len(want) == len(column)
+        for g, w in zip(got, want):
+            assert g.shape == w.shape
+            np.testing.assert_array_equal(g.astype(np.int64), w)
+
+
+@pytest.mark.parametrize("values, type_", [
+    ([[[1, 2]], None], pa.list_(pa.list_(pa.int32()))),           # a null route
+    ([[[1, 2], None]], pa.list_(pa.list_(pa.int32()))),           # a null cell
+    ([[[1, None]]], pa.list_(pa.list_(pa.int32()))),              # a null coordinate
+    ([[[1, 2, 3]]], pa.list_(pa.list_(pa.int32()))),              # three coordinates
+    ([[[1]]], pa.list_(pa.list_(pa.int32()))),                    # one coordinate
+    ([[[1.0, 2.0]]], pa.list_(pa.list_(pa.float64()))),           # not integers
+    ([[1, 2]], pa.list_(pa.int32())),                             # flat
+], ids=["null-route", "null-cell", "null-coordinate", "three", "one", "float", "flat"])
+def test_route_cells_leave_anything_else_to_the_python_checks(values, type_):
+    from passage_jax.data.reader import _route_cells
+    assert _route_cells(pa.array(values, type=type_)) is None
+
+
+def test_scenes_read_with_route_arrays_equal_scenes_read_with_python_values(tmp_path, monkeypatch):
+    import passage_jax.data.reader as reader
+    write_dataset(tmp_path, count=6)
+    fast = load_scenes(tmp_path, N, "test", n_samples=None)
+    monkeypatch.setattr(reader, "_route_cells", lambda column: None)
+    slow = load_scenes(tmp_path, N, "test", n_samples=None)
+    assert [s.id for s in fast] == [s.id for s in slow]
+    for a, b in zip(fast, slow):
+        assert a.routes.keys() == b.routes.keys()
+        for k in a.routes:
+            assert a.routes[k].dtype == b.routes[k].dtype == np.int32
+            np.testing.assert_array_equal(a.routes[k], b.routes[k])
+        np.testing.assert_array_equal(a.elevation_m, b.elevation_m)
+        assert (a.start, a.goal, a.metadata) == (b.start, b.goal, b.metadata)
