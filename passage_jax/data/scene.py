@@ -116,13 +116,18 @@ class Scene:
                     route=self.routes.get((objective, variant)), weight=self.weight(objective))
 
     def input_tensor(self, variant: str = "obstacles") -> np.ndarray:
-        """The normalised (N, N, 3) float32 input; obstacles cleared for ``free``."""
-        markers = np.zeros_like(self.elevation_norm)
+        """The normalised (N, N, 3) float32 input (a new array): the elevation plane, the
+        markers (the start's and the goal's sign, 0 elsewhere) and the obstacles (1.0;
+        cleared for ``free``)."""
+        e = np.asarray(self.elevation_norm, np.float32)
+        out = np.empty(e.shape + (3,), np.float32)
+        out[..., 0] = e
+        out[..., 1] = 0.0
         sgn = self.metadata.get("markers", DEFAULT_MARKERS)
-        markers[self.start] = sgn["start"]
-        markers[self.goal] = sgn["goal"]
-        obst = self.obstacles if variant == "obstacles" else np.zeros_like(self.obstacles)
-        return np.stack([self.elevation_norm, markers, obst.astype(np.float32)], axis=-1)
+        out[(*self.start, 1)] = sgn["start"]
+        out[(*self.goal, 1)] = sgn["goal"]
+        out[..., 2] = self.obstacles if variant == "obstacles" else False
+        return out
 
     @property
     def blocks(self) -> dict:
@@ -140,6 +145,9 @@ class Task:
     obstacles: np.ndarray  # bool (N, N), cleared for `free`
     route: np.ndarray | None  # released route (L, 2) int32; None when the routes were not read
     weight: float
+    #: the input tensor kept for it (a read-only view of a run's kept grids,
+    #: :mod:`passage_jax.data.grid_store`); None: built from the scene for each request
+    input_tensor: np.ndarray | None = None
 
     @property
     def id(self) -> str:

@@ -21,6 +21,8 @@ from passage_jax.protocol.contracts import (  # noqa: F401
     SUMMED_COUNTERS,
     WORK_KEYS,
     BudgetSpec,
+    FrozenMapping,
+    HandedOver,
     PlanRequest,
     PlanResult,
     ProtocolError,
@@ -56,7 +58,8 @@ from passage_jax.protocol.requests import build_request, request_graph  # noqa: 
 # module that re-exports names; only the names differ.
 __all__ = [
     # requests, results, budgets (contracts, requests)
-    "GraphSpec", "PlanRequest", "PlanResult", "BudgetSpec", "ProtocolError", "STATUSES",
+    "GraphSpec", "PlanRequest", "PlanResult", "BudgetSpec", "ProtocolError", "HandedOver",
+    "FrozenMapping", "STATUSES",
     "WORK_KEYS", "STAGES", "LIMIT_COUNTER", "SUMMED_COUNTERS", "METADATA_ALLOWLIST",
     "REQUEST_FIELDS", "filter_metadata", "accumulate_stages", "normalise_result",
     "budget_problem", "build_request", "request_graph", "SEARCH_STATUS", "work_counters",

@@ -2,15 +2,20 @@
 
 A :class:`PlanRequest` holds the ordinary input of one task and nothing the
 evaluator owns: no reference route, optimal cost, reachability or anything
-derived from them. Its arrays are private read-only copies, so a planner cannot
-change the runner's data. A :class:`PlanResult` is what a planner returns.
+derived from them. Its arrays are read-only and nobody else can write to them: a
+private copy of what it was given, except an array that nobody can write to already
+(read-only all the way down to a read-only buffer, such as a view of a read-only
+memory map: the kept grids of :mod:`passage_jax.data.grid_store`), which it shares, and
+an array handed over to it (:class:`HandedOver`: built for this request alone, such as
+its input tensor), which it takes. Its metadata is frozen once (:class:`FrozenMapping`).
+So a planner cannot change the runner's data. A :class:`PlanResult` is what a planner
+returns.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
 import time
-import types
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,7 +29,8 @@ from passage_jax.graph.spec import GraphSpec
 
 __all__ = [
     "STATUSES", "WORK_KEYS", "STAGES", "LIMIT_COUNTER", "SUMMED_COUNTERS", "METADATA_ALLOWLIST",
-    "REQUEST_FIELDS", "ProtocolError", "BudgetSpec", "PlanRequest", "PlanResult",
+    "REQUEST_FIELDS", "ProtocolError", "BudgetSpec", "PlanRequest", "PlanResult", "HandedOver",
+    "FrozenMapping",
     "SEARCH_STATUS", "filter_metadata", "accumulate_stages", "normalise_result", "budget_problem",
     "work_counters",
 ]
@@ -54,20 +60,101 @@ REQUEST_FIELDS = ("sample_id", "elevation", "obstacles", "start", "goal", "cost_
                   "deadline_monotonic")
 
 
+class HandedOver:
+    """An array handed over to a :class:`PlanRequest`: the request takes it as its own
+    (made read-only) without copying it. For an array built for that request alone (the
+    caller keeps no other reference to write through)."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, array: np.ndarray):
+        self.array = array
+
+
+def _immutable(a: np.ndarray) -> bool:
+    """Whether nobody can write to ``a``'s memory: it and every array it views are
+    read-only, and the memory under them is a read-only buffer (``bytes``, a read-only
+    memory map). An array that owns its memory is not: its flag can be set again."""
+    base = a
+    while isinstance(base, np.ndarray):
+        if base.flags.writeable:
+            return False
+        base = base.base
+    if base is None:
+        return False
+    try:
+        return memoryview(base).readonly
+    except TypeError:
+        return False
+
+
 def _frozen_array(a, dtype, name: str, ndim: int | None = None) -> np.ndarray:
-    arr = np.array(a, dtype=dtype, copy=True, order="C")
+    if isinstance(a, HandedOver):
+        a = a.array
+        if type(a) is not np.ndarray or a.dtype != dtype or not a.flags.c_contiguous:
+            raise ProtocolError(f"PlanRequest.{name}: a handed-over array must be a C-contiguous "
+                                f"{np.dtype(dtype).name} numpy array")
+        arr = a
+    elif type(a) is np.ndarray and a.dtype == dtype and a.flags.c_contiguous and _immutable(a):
+        arr = a  # nobody can write to it: shared, not copied
+    else:
+        arr = np.array(a, dtype=dtype, copy=True, order="C")
     if ndim is not None and arr.ndim != ndim:
         raise ProtocolError(f"PlanRequest.{name} must have {ndim} dimensions, got shape {arr.shape}")
     arr.setflags(write=False)
     return arr
 
 
+class FrozenMapping(Mapping):
+    """A read-only mapping whose values are frozen too (tuples, frozen mappings, read-only
+    arrays): what :func:`filter_metadata` returns. Made by freezing only, so a request
+    given one takes it as it is."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: Mapping = ()):
+        self._items = {str(k): _deep_freeze(v) for k, v in dict(items).items()}
+
+    @classmethod
+    def _of(cls, frozen: dict) -> FrozenMapping:
+        """A frozen mapping around ``frozen``, whose values are frozen already."""
+        out = cls.__new__(cls)
+        out._items = frozen
+        return out
+
+    def __getitem__(self, key):
+        return self._items[key]
+
+    def __iter__(self):
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __repr__(self) -> str:
+        return f"FrozenMapping({self._items!r})"
+
+    def __reduce__(self):
+        return (_refreeze, (_thaw(self),))
+
+
+def _refreeze(value):
+    return _deep_freeze(value)
+
+
+#: values that are frozen already (exact types: a subclass takes the checks below)
+_SCALARS = frozenset((str, int, float, bool, type(None), FrozenMapping))
+
+
 def _deep_freeze(value):
-    """JSON-like value -> read-only mapping proxies and tuples (deep copy)."""
-    if isinstance(value, Mapping):
-        return types.MappingProxyType({str(k): _deep_freeze(v) for k, v in value.items()})
+    """JSON-like value -> read-only frozen mappings and tuples (deep copy); a frozen
+    mapping is already frozen."""
+    if type(value) in _SCALARS:
+        return value
+    if type(value) is dict or isinstance(value, Mapping):
+        return FrozenMapping._of({str(k): _deep_freeze(v) for k, v in value.items()})
     if isinstance(value, (list, tuple)):
-        return tuple(_deep_freeze(v) for v in value)
+        return tuple([_deep_freeze(v) for v in value])
     if isinstance(value, np.ndarray):
         return _frozen_array(value, value.dtype, "metadata")
     return value
@@ -81,7 +168,7 @@ def _thaw(value):
     return value
 
 
-def filter_metadata(metadata: Mapping | None) -> types.MappingProxyType:
+def filter_metadata(metadata: Mapping | None) -> FrozenMapping:
     """The allowlisted part of a scene's metadata, deep-copied and read-only."""
     metadata = metadata or {}
     return _deep_freeze({k: metadata[k] for k in METADATA_ALLOWLIST if k in metadata})
@@ -138,12 +225,14 @@ class PlanRequest:
             raise ProtocolError("PlanRequest.cost_model/cost_weight disagree with its graph")
         if not isinstance(self.budget, BudgetSpec):
             raise ProtocolError("PlanRequest.budget must be a BudgetSpec")
-        md = dict(self.metadata)
-        bad = sorted(set(md) - set(METADATA_ALLOWLIST))
+        if not isinstance(self.metadata, Mapping):
+            raise ProtocolError(f"PlanRequest.metadata must be a mapping, got "
+                                f"{type(self.metadata).__name__}")
+        bad = sorted(set(self.metadata) - set(METADATA_ALLOWLIST))
         if bad:
             raise ProtocolError(f"PlanRequest.metadata key(s) {bad} are not allowlisted "
                                 f"({list(METADATA_ALLOWLIST)})")
-        object.__setattr__(self, "metadata", _deep_freeze(md))
+        object.__setattr__(self, "metadata", _deep_freeze(self.metadata))
         object.__setattr__(self, "sample_id", str(self.sample_id))
         object.__setattr__(self, "cost_weight", float(self.cost_weight))
 

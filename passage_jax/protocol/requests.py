@@ -7,7 +7,7 @@ ordinary fields and the allowlisted metadata; nothing else crosses.
 from __future__ import annotations
 
 from passage_jax.graph.spec import GraphSpec
-from passage_jax.protocol.contracts import BudgetSpec, PlanRequest, filter_metadata
+from passage_jax.protocol.contracts import BudgetSpec, HandedOver, PlanRequest, filter_metadata
 
 __all__ = ["request_graph", "build_request", "set_deadline"]
 
@@ -24,7 +24,9 @@ def build_request(task, budget: BudgetSpec | None = None, deadline_monotonic: fl
 
     Copies: elevation (float64 metres), the task's obstacles (cleared for the
     ``free`` variant), start, goal, the objective and its weight, the allowlisted
-    metadata and (``include_tensor``) the normalised (H, W, 3) input tensor.
+    metadata and (``include_tensor``) the normalised (H, W, 3) input tensor (built for
+    the request and handed over to it). A grid nobody can write to (the kept grids of a
+    run's seeds) is shared, not copied.
     Never the released routes, ``c*`` or the solver metadata.
     """
     scene = task.scene
@@ -40,9 +42,16 @@ def build_request(task, budget: BudgetSpec | None = None, deadline_monotonic: fl
         graph=graph,
         budget=budget or BudgetSpec(),
         metadata=filter_metadata(scene.metadata),
-        input_tensor=scene.input_tensor(task.variant) if include_tensor else None,
+        input_tensor=_tensor(task) if include_tensor else None,
         deadline_monotonic=deadline_monotonic,
     )
+
+
+def _tensor(task):
+    """The task's kept input tensor (shared: nobody can write to it), or one built for the
+    request and handed over to it."""
+    kept = getattr(task, "input_tensor", None)
+    return kept if kept is not None else HandedOver(task.scene.input_tensor(task.variant))
 
 
 def set_deadline(request: PlanRequest, deadline_monotonic: float | None) -> PlanRequest:

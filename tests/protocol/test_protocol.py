@@ -299,3 +299,61 @@ def test_request_tensor_keeps_the_release_marker_convention(tmp_path, markers_ke
         assert dict(req.metadata["markers"]) == {"start": -1, "goal": 1}
         assert np.argwhere(t[..., 1] == -1).tolist() == [[1, 1]]
         assert np.argwhere(t[..., 1] == 1).tolist() == [[6, 6]]
+
+
+def test_request_shares_only_arrays_nobody_can_write(tmp_path):
+    import mmap
+
+    from passage_jax.protocol import HandedOver
+    z = np.arange(16, dtype=np.float64).reshape(4, 4)
+    path = tmp_path / "z.f64"
+    path.write_bytes(z.tobytes())
+    with open(path, "rb") as f:
+        m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    mapped = np.frombuffer(m, np.float64).reshape(4, 4)  # a read-only memory map: shared
+    assert np.shares_memory(_plain_request(elevation=mapped).elevation, mapped)
+    owner = z.copy()
+    owner.setflags(write=False)  # read-only, but its owner could unlock it: copied
+    assert not np.shares_memory(_plain_request(elevation=owner).elevation, owner)
+    view = owner[:, :]  # a read-only view of an array that can be unlocked: copied
+    assert not np.shares_memory(_plain_request(elevation=view).elevation, owner)
+    assert not np.shares_memory(_plain_request(elevation=z).elevation, z)  # writable: copied
+    # a handed-over tensor is taken as the request's own, made read-only
+    t = np.zeros((4, 4, 3), np.float32)
+    req = _plain_request(input_tensor=HandedOver(t))
+    assert req.input_tensor is t and not t.flags.writeable
+    with pytest.raises(ProtocolError, match="handed-over array"):
+        _plain_request(input_tensor=HandedOver(np.zeros((4, 4, 3), np.float64)))
+
+
+def test_request_metadata_is_frozen_all_the_way_down():
+    import pickle
+
+    from passage_jax.protocol import FrozenMapping
+    md = {"tile": {"tiles": [[45, -1]], "lat": 45}, "markers": {"start": 1, "goal": -1}}
+    req = _plain_request(metadata=md)
+    assert isinstance(req.metadata, FrozenMapping) and req.metadata["tile"]["tiles"] == ((45, -1),)
+    md["tile"]["lat"] = 0  # the caller's dict changes; the request's copy does not
+    assert req.metadata["tile"]["lat"] == 45
+    # a frozen mapping built by hand freezes what it is given
+    hand = FrozenMapping({"tile": {"tiles": [[1, 2]]}})
+    assert hand["tile"]["tiles"] == ((1, 2),)
+    with pytest.raises(TypeError):
+        hand["tile"]["x"] = 1
+    again = pickle.loads(pickle.dumps(req.metadata))
+    assert again == req.metadata and isinstance(again["tile"], FrozenMapping)
+    with pytest.raises(ProtocolError, match="must be a mapping"):
+        _plain_request(metadata=[("tile", 1)])
+
+
+def test_input_tensor_is_the_stacked_planes(tasks):
+    for task in tasks[:3]:
+        s = task.scene
+        markers = np.zeros(s.elevation_norm.shape, np.float32)
+        markers[s.start] = s.metadata["markers"]["start"]
+        markers[s.goal] = s.metadata["markers"]["goal"]
+        for variant, obst in (("obstacles", s.obstacles), ("free", np.zeros_like(s.obstacles))):
+            want = np.stack([s.elevation_norm.astype(np.float32), markers,
+                             obst.astype(np.float32)], axis=-1)
+            got = s.input_tensor(variant)
+            assert got.dtype == np.float32 and got.tobytes() == want.tobytes()
