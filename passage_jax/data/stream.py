@@ -27,6 +27,13 @@ a background read), but takes a chunk already read ahead. Leaving a pass early,
 :meth:`TaskStream.release` and dropping the stream stop the thread. ``prefetch=False``
 reads every chunk on the calling thread, as before (comparisons and debugging).
 
+**Kept grids.** With ``keep_grids`` (a run's admission) the opening read also keeps
+every task's decoded grids (:class:`~passage_jax.data.grid_store.GridStore`), and every
+later pass takes its chunks from there: views of a read-only memory map, nothing read
+from the shards, decoded or hashed again (:attr:`TaskStream.reads` stays 0). A store
+that could not be kept whole (a full disk; :attr:`GridStore.problem` says why) leaves
+the stream re-reading the shards as without it.
+
 Each task's input hash is computed once per read of it: on the opening read for the
 stub, on a re-read for its check against the stub, and kept on the task
 (:func:`~passage_jax.data.scene.task_input_hash`), so a caller asking for it again
@@ -49,6 +56,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from passage_jax.checks import is_int
+from passage_jax.data.grid_store import GridStore
 from passage_jax.data.layout import _check_n_samples
 from passage_jax.data.read_ahead import ReadAhead, close_read_aheads
 from passage_jax.data.reader import DECODE_WORKERS, DEFAULT_N_SAMPLES, check_weight, iter_scenes
@@ -95,9 +103,16 @@ class ReadOptions:
     #: refused), for a caller that vouches for the tasks otherwise (``score``'s
     #: provenance check: :func:`passage_jax.evaluate.score._scenes.input_check`).
     hash_inputs: bool = True
+    #: whether the opening read keeps every task's decoded grids
+    #: (:class:`~passage_jax.data.grid_store.GridStore`) and later passes take the tasks from
+    #: there rather than re-reading the shards (a run's seeds).
+    keep_grids: bool = False
 
     def __post_init__(self):
         _check_n_samples(self.n_samples)
+        if self.keep_grids and not self.hash_inputs:
+            raise DataError("keep_grids needs hash_inputs: the kept tasks carry the input hashes "
+                            "the opening read took")
         if self.chunk is not None and (not is_int(self.chunk) or self.chunk < 1):
             raise DataError(f"chunk must be a positive integer, got {self.chunk!r}")
 
@@ -292,8 +307,10 @@ class TaskStream(collections.abc.Sequence):
     module's docstring); may be changed between passes.
     """
 
-    def __init__(self, source: TaskSource, stubs: list[TaskStub], chunk: int, prefetch: bool = True):
+    def __init__(self, source: TaskSource, stubs: list[TaskStub], chunk: int, prefetch: bool = True,
+                 store: GridStore | None = None):
         self._source = source
+        self.store = store  # the kept grids (None: every pass re-reads the shards)
         self.stubs = stubs
         self.chunk = int(chunk)
         self.prefetch = bool(prefetch)
@@ -354,6 +371,10 @@ class TaskStream(collections.abc.Sequence):
             return self._held
         self._held = None  # drop the chunk held before reading the next
         trim_heap()
+        if self.store is not None and self.store.usable:
+            self._held = (first, self.store.tasks(first, self.stubs[first:first + self.chunk],
+                                                  self._source.split))
+            return self._held
         if self._ahead is not None and self._ahead.first == first:
             if owner is not None:
                 self._ahead.owner = owner
@@ -418,14 +439,16 @@ class TaskStream(collections.abc.Sequence):
 
 
 def _opening_chunks(source: TaskSource, n_samples, chunk: int, stop: threading.Event, on_read=None,
-                    hashed: bool = True):
+                    hashed: bool = True, store: GridStore | None = None):
     """The opening read in chunks of ``chunk`` tasks, each task's input hash taken (and kept
-    on it; not with ``hashed`` False) and ``on_read(index, task)`` called; ends early when
-    ``stop`` is set."""
+    on it; not with ``hashed`` False), its grids kept in ``store`` and ``on_read(index,
+    task)`` called; ends early when ``stop`` is set."""
     pending: list[Task] = []
     for i, task in enumerate(source.tasks(n_samples)):
         if hashed:
             task_input_hash(task)
+        if store is not None:
+            store.add(task)
         if on_read is not None:
             on_read(i, task)
         pending.append(task)
@@ -438,21 +461,31 @@ def _opening_chunks(source: TaskSource, n_samples, chunk: int, stop: threading.E
         yield pending
 
 
-def _read_stubs(source: TaskSource, opts: ReadOptions, chunk: int, on_chunk) -> list[TaskStub]:
-    """The opening read: every task's stub, ``on_chunk(first, tasks)`` per chunk."""
+def _read_stubs(source: TaskSource, opts: ReadOptions, chunk: int, on_chunk,
+                store: GridStore | None = None) -> list[TaskStub]:
+    """The opening read: every task's stub, ``on_chunk(first, tasks)`` per chunk, the
+    grids kept in ``store`` (dropped if the read fails)."""
     stubs: list[TaskStub] = []
 
     def chunks(stop):
-        return _opening_chunks(source, opts.n_samples, chunk, stop, opts.on_read, opts.hash_inputs)
+        return _opening_chunks(source, opts.n_samples, chunk, stop, opts.on_read, opts.hash_inputs,
+                               store)
 
-    with ReadAhead(chunks, ahead=1 if opts.prefetch else 0, name="passage-open-tasks") as reader:
-        for tasks in reader:
-            first = len(stubs)
-            stubs.extend(_stub(first + k, t, opts.hash_inputs) for k, t in enumerate(tasks))
-            if on_chunk is not None:
-                on_chunk(first, tasks)
-            del tasks
-            trim_heap()
+    try:
+        with ReadAhead(chunks, ahead=1 if opts.prefetch else 0, name="passage-open-tasks") as reader:
+            for tasks in reader:
+                first = len(stubs)
+                stubs.extend(_stub(first + k, t, opts.hash_inputs) for k, t in enumerate(tasks))
+                if on_chunk is not None:
+                    on_chunk(first, tasks)
+                del tasks
+                trim_heap()
+    except BaseException:
+        if store is not None:
+            store.close()
+        raise
+    if store is not None:
+        store.finish(len(stubs))
     return stubs
 
 
@@ -484,5 +517,6 @@ def open_tasks(root, resolution: int, split: str, objective: str, variant: str =
     chunk = chunk_scenes(resolution) if opts.chunk is None else opts.chunk
     source = TaskSource(root, resolution, split, objective, variant, opts.weight, opts.workers,
                         opts.released_routes)
-    stubs = _read_stubs(source, opts, chunk, on_chunk)
-    return TaskStream(source, stubs, chunk, prefetch=opts.prefetch)
+    store = GridStore(resolution) if opts.keep_grids else None
+    stubs = _read_stubs(source, opts, chunk, on_chunk, store)
+    return TaskStream(source, stubs, chunk, prefetch=opts.prefetch, store=store)

@@ -40,6 +40,14 @@ def crop_stats(z, xp=np) -> CropStats:
     return CropStats(zmin, zmax - zmin, xp.max(xp.abs(z), axis=(-2, -1)))
 
 
+def crop_stats_from_bounds(zmin, zmax) -> CropStats:
+    """:func:`crop_stats` of a grid whose least and greatest values are ``zmin`` and
+    ``zmax`` (a reader took them), bit for bit: max |z| over the grid is max(|zmin|,
+    |zmax|)."""
+    lo, hi = np.float64(zmin), np.float64(zmax)
+    return CropStats(lo, hi - lo, np.maximum(abs(lo), abs(hi)))
+
+
 def _normalised(num, den, xp):
     """num / den, and exactly 0 where den == 0 (the flat-crop rule)."""
     safe = xp.where(den > 0, den, 1.0)

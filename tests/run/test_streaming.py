@@ -200,3 +200,34 @@ def test_chunked_run_and_score_equal_unchunked(tmp_path):
         assert (route is None) == (r["route_len"] is None or r["route_format"] != "int")
         if route is not None:
             assert len(route) == r["route_len"]
+
+
+TIMES = ("latency_ms", "returned_ms", "validation_recost_ms", "overrun_ms")
+
+
+def test_seeds_on_kept_grids_equal_seeds_on_re_read_shards(tmp_path, monkeypatch):
+    """The grids admission keeps (passage_jax.data.grid_store) give every seed the tasks a
+    re-read of the shards gives: the same records but their times, the same routes."""
+    import passage_jax.run.admission.checks as checks_mod
+
+    spec = _spec(tmp_path, "bfs_kept")
+    kept = tmp_path / "kept"
+    run_spec(spec, kept, progress=False)
+    real = checks_mod.open_tasks
+    monkeypatch.setattr(checks_mod, "open_tasks", lambda *a, **k: real(*a, **{**k, "keep_grids": False}))
+    reread = tmp_path / "reread"
+    run_spec(spec, reread, progress=False)
+    ma = json.loads((kept / "seed-0" / "manifest.json").read_text())
+    mb = json.loads((reread / "seed-0" / "manifest.json").read_text())
+    assert ma["data"]["kept_grids"] == {"scenes": 24, "bytes": 24 * 21 * 64 * 64, "problem": None}
+    assert mb["data"]["kept_grids"] is None
+    ra, rb = ([json.loads(x) for x in (f / "seed-0" / "requests.jsonl").read_text().splitlines()]
+              for f in (kept, reread))
+    assert len(ra) == len(rb) == 72  # cold + 2 warm passes
+    for x, y in zip(ra, rb):
+        assert {k: v for k, v in x.items() if k not in TIMES} == {k: v for k, v in y.items()
+                                                                  if k not in TIMES}
+    pa, pb = (_npz(f / "seed-0" / "paths.npz") for f in (kept, reread))
+    assert pa.keys() == pb.keys() and all(np.array_equal(pa[k], pb[k]) for k in pa)
+    build = json.loads((kept / "seed-0" / "seed_state.json").read_text())["builds"][-1]
+    assert build["requests_wall_ms"] >= sum(r["latency_ms"] for r in ra)

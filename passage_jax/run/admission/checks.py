@@ -123,14 +123,16 @@ def resolve_root(spec: RunSpec) -> Path:
         raise AdmissionError(f"data: {e}") from None
 
 
-def open_admitted_tasks(spec: RunSpec, root: Path, on_chunk=None, chunk: int | None = None
-                        ) -> TaskStream:
+def open_admitted_tasks(spec: RunSpec, root: Path, on_chunk=None, chunk: int | None = None,
+                        keep_grids: bool = False) -> TaskStream:
     """The spec's tasks as a :class:`~passage_jax.data.TaskStream` (one read of the shards,
-    ``on_chunk(first, tasks)`` per chunk during it); AdmissionError for data problems."""
+    ``on_chunk(first, tasks)`` per chunk during it; ``keep_grids``: the decoded grids kept
+    for the seeds' passes, :mod:`passage_jax.data.grid_store`); AdmissionError for data
+    problems."""
     try:
         tasks = open_tasks(root, spec.resolution, spec.split, spec.cost_model, spec.task_variant,
                            n_samples=spec.n_samples, weight=spec.cost_weight, chunk=chunk,
-                           on_chunk=on_chunk)
+                           on_chunk=on_chunk, keep_grids=keep_grids)
     except (DataError, ValueError) as e:
         raise AdmissionError(f"data: {e}") from None
     if not len(tasks):
@@ -403,13 +405,13 @@ def admit(spec: RunSpec, qualify: bool = True, *, chunk: int | None = None) -> A
               else None)
     qualifier = reused or _Qualifier(spec)
     if cluster.process_count() == 1:
-        tasks = open_admitted_tasks(spec, root, on_chunk=qualifier, chunk=chunk)
+        tasks = open_admitted_tasks(spec, root, on_chunk=qualifier, chunk=chunk, keep_grids=True)
         tasks.release()
     else:
         held: dict = {}
 
         def read() -> str:
-            held["tasks"] = open_admitted_tasks(spec, root, chunk=chunk)
+            held["tasks"] = open_admitted_tasks(spec, root, chunk=chunk, keep_grids=True)
             held["tasks"].release()
             return hashlib.sha256("\n".join(held["tasks"].input_hashes).encode()).hexdigest()
 

@@ -32,6 +32,7 @@ import traceback
 
 import jax
 
+from passage_jax.graph.costs import crop_stats_from_bounds
 from passage_jax.graph.routes import route_cost, route_problem
 from passage_jax.protocol.contracts import (
     BudgetSpec,
@@ -144,9 +145,18 @@ def _legality(rec: dict, task, snap: tuple) -> None:
     if route is not None:
         rec["problem"] = route_problem(route, task.scene.start, task.scene.goal, task.obstacles)
         if rec["problem"] is None:
-            rec["route_cost"] = route_cost(route, task.elevation_m, task.objective, task.weight)
+            rec["route_cost"] = route_cost(route, task.elevation_m, task.objective, task.weight,
+                                           stats=_crop_stats(task))
     elif ROUTE_FORMATS[fmt] != "none":
         rec["problem"] = f"malformed route ({ROUTE_FORMATS[fmt]}: {describe_route(snap[3])})"
+
+
+def _crop_stats(task):
+    """The crop statistics of the task's elevation from the extremes the reader took
+    (:meth:`passage_jax.data.Scene.kept_elevation_bounds`), or None (computed over the grid)."""
+    kept = getattr(getattr(task, "scene", None), "kept_elevation_bounds", None)
+    bounds = None if kept is None else kept(task.elevation_m)
+    return None if bounds is None else crop_stats_from_bounds(*bounds)
 
 
 def _status(rec: dict, result, budget: BudgetSpec, has_route: bool, late: bool) -> str:

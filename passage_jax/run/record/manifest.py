@@ -143,6 +143,10 @@ def _data(admitted) -> dict:
         "shards": admitted.shards,
         "sample_ids": admitted.sample_ids,
         "tasks_sha256": tasks_sha256(admitted),
+        # where the seeds' tasks came from: the grids kept at admission, or (None, or a
+        # problem) re-reads of the shards
+        "kept_grids": None if getattr(admitted.tasks, "store", None) is None
+        else admitted.tasks.store.record(),
     }
 
 

@@ -1,0 +1,168 @@
+"""The grids a run keeps for its seeds (passage_jax.data.grid_store).
+
+A stream opened with ``keep_grids`` gives on every later pass the very tasks a stream
+without it re-reads from the shards (grids, routes, metadata, input hashes), without
+reading a shard; its arrays cannot be made writable, and a request shares them. A store
+that cannot be written, or would leave too little free space, is given up and the
+stream re-reads the shards; its folder goes with the stream.
+"""
+from __future__ import annotations
+
+import gc
+import hashlib
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from passage_jax.data import DataError, open_tasks, shipped_cohort_root
+from passage_jax.data import grid_store as store_mod
+from passage_jax.data.scene import task_input_hash
+from passage_jax.fileio import planner_input_sha256
+from passage_jax.protocol.contracts import BudgetSpec
+from passage_jax.protocol.requests import build_request
+
+ROOT = shipped_cohort_root()
+N = 64
+CHUNK = 3
+
+
+def _open(keep: bool, variant: str = "obstacles", **kw):
+    return open_tasks(ROOT, N, "test", "energy", variant, n_samples=8, chunk=CHUNK, keep_grids=keep,
+                      **kw)
+
+
+def _sha(a) -> str:
+    a = np.ascontiguousarray(a)
+    return hashlib.sha256(a.dtype.str.encode() + str(a.shape).encode() + a.tobytes()).hexdigest()
+
+
+def _facts(t) -> tuple:
+    s = t.scene
+    return (t.id, t.objective, t.variant, s.file, s.row, s.start, s.goal, t.weight,
+            _sha(t.elevation_m), _sha(t.obstacles), _sha(s.obstacles), _sha(s.elevation_norm),
+            _sha(s.input_tensor(t.variant)), None if t.route is None else _sha(t.route),
+            s.metadata, s.kept_elevation_bounds(s.elevation_m))
+
+
+@pytest.mark.parametrize("variant", ["obstacles", "free"])
+def test_kept_tasks_equal_the_tasks_re_read_from_the_shards(variant):
+    kept, reread = _open(True, variant), _open(False, variant)
+    assert kept.store is not None and kept.store.problem is None
+    assert kept.store.count == len(kept) == 8
+    a, b = list(kept), list(reread)  # a second pass of each
+    assert [_facts(t) for t in a] == [_facts(t) for t in b]
+    assert kept.reads == 0 and reread.reads == 1  # no shard read again
+    for t in a:
+        # the input hash kept on the task is the hash of what it holds
+        assert task_input_hash(t) == planner_input_sha256(t.elevation_m, t.obstacles,
+                                                          t.scene.start, t.scene.goal)
+        # the kept tensor is the one the scene builds
+        assert _sha(t.input_tensor) == _sha(t.scene.input_tensor(variant))
+    assert kept.input_hashes == reread.input_hashes
+
+
+def test_kept_arrays_cannot_be_made_writable_and_a_request_shares_them():
+    tasks = _open(True)
+    t = tasks[4]
+    for a in (t.elevation_m, t.obstacles, t.input_tensor, t.scene.elevation_norm):
+        assert not a.flags.writeable
+        with pytest.raises(ValueError):
+            a.setflags(write=True)
+        base = a
+        while base.base is not None and isinstance(base.base, np.ndarray):
+            base = base.base
+        with pytest.raises(ValueError):
+            base.setflags(write=True)
+    r = build_request(t, BudgetSpec())
+    assert np.shares_memory(r.elevation, t.elevation_m)
+    assert np.shares_memory(r.obstacles, t.obstacles)
+    assert np.shares_memory(r.input_tensor, t.input_tensor)
+    # a task re-read from the shards is copied into its request, as before
+    u = _open(False)[4]
+    r = build_request(u, BudgetSpec())
+    assert not np.shares_memory(r.elevation, u.elevation_m)
+    assert not np.shares_memory(r.obstacles, u.obstacles)
+    assert r.input_tensor.flags.writeable is False
+
+
+def test_a_store_that_cannot_be_written_is_given_up(monkeypatch):
+    real = store_mod.GridStore.add
+    calls = {"n": 0}
+
+    def failing(self, task):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            self.drop(f"the decoded grids could not be kept in {self.folder}: [Errno 28] "
+                      f"No space left on device")
+            return
+        real(self, task)
+    monkeypatch.setattr(store_mod.GridStore, "add", failing)
+    tasks = _open(True)
+    assert tasks.store.problem.endswith("No space left on device")
+    assert tasks.store.record() == {"scenes": 0, "bytes": 0, "problem": tasks.store.problem}
+    assert not Path(tasks.store.folder).exists()
+    assert [_facts(t) for t in tasks] == [_facts(t) for t in _open(False)]
+    assert tasks.reads == 1  # the shards are read again
+
+
+def test_a_store_leaves_its_file_system_its_free_space(monkeypatch):
+    class Usage:
+        total, used, free = 100 << 30, 0, 3 << 30  # 3 GiB free of 100: the margin is 10 GiB
+
+    monkeypatch.setattr(store_mod.shutil, "disk_usage", lambda path: Usage)
+    tasks = _open(True)
+    assert "MiB free on its file system" in tasks.store.problem
+    assert tasks.store.count == 0
+    assert [_facts(t) for t in tasks] == [_facts(t) for t in _open(False)]
+
+
+def test_a_real_write_error_gives_the_store_up(monkeypatch):
+    tasks = _open(True)
+    store = store_mod.GridStore(N)
+    store._files[0].close()
+    store._files[0] = open(os.devnull, "rb")  # a write raises io.UnsupportedOperation (an OSError)
+    store.add(tasks[0])
+    assert store.problem is not None and "could not be kept" in store.problem
+    assert not Path(store.folder).exists()
+
+
+def test_the_folder_goes_with_the_stream_and_keep_grids_needs_hashes():
+    tasks = _open(True)
+    folder = Path(tasks.store.folder)
+    assert folder.is_dir() and (folder.stat().st_mode & 0o777) == 0o700
+    assert sorted(p.name for p in folder.iterdir()) == ["elevation_m.f64", "input_tensor.f32",
+                                                        "obstacles.bool"]
+    assert sum(p.stat().st_size for p in folder.iterdir()) == tasks.store.nbytes == 8 * 21 * N * N
+    del tasks
+    gc.collect()
+    assert not folder.exists()
+    with pytest.raises(DataError, match="keep_grids needs hash_inputs"):
+        _open(True, hash_inputs=False)
+
+
+def test_a_shard_changed_after_admission_no_longer_reaches_the_tasks(tmp_path):
+    import shutil
+
+    import pyarrow.parquet as pq
+    root = tmp_path / "root"
+    shutil.copytree(ROOT / f"{N}x{N}", root / f"{N}x{N}")
+    kept = open_tasks(root, N, "test", "energy", n_samples=None, chunk=4, keep_grids=True)
+    before = [_facts(t) for t in kept]
+    (shard,) = sorted((root / f"{N}x{N}" / "test").glob("*.parquet"))
+    table = pq.read_table(shard)
+    pq.write_table(table.take(list(range(table.num_rows))[::-1]), shard)
+    assert [_facts(t) for t in kept] == before  # the tasks admission read and hashed
+
+
+def test_crop_stats_from_bounds_equal_the_grids_own():
+    from passage_jax.graph.costs import crop_stats, crop_stats_from_bounds
+    rng = np.random.default_rng(5)
+    grids = [rng.normal(0, 500, (16, 16)), -rng.random((8, 8)) * 40, np.full((4, 4), 7.25),
+             rng.random((32, 32)) * 9000 - 430]
+    grids += [t.elevation_m for t in _open(True)]
+    for z in grids:
+        want = crop_stats(z)
+        got = crop_stats_from_bounds(float(z.min()), float(z.max()))
+        assert all(np.float64(a).tobytes() == np.float64(b).tobytes() for a, b in zip(got, want))
