@@ -6,13 +6,17 @@ zstd, the plane checks, the input hash), several times what a fast planner takes
 :class:`GridStore` keeps what a task is rebuilt from, written during the opening read:
 each scene's elevation in metres (float64), obstacle plane (bool) and the task's
 normalised input tensor (float32, three channels: its channel 0 is the elevation
-plane), 21 bytes a cell (1.4 MB a scene at 256 x 256; 2.8 GB for 2,000 scenes), in
-three files of a private temporary folder (``tempfile.mkdtemp`` under ``TMPDIR``, mode
-0700), and its metadata as JSON text and its elevation extremes in memory. A later pass
-maps a chunk's planes read-only (``mmap`` with ``PROT_READ``, its page tables filled at
-once) and rebuilds its tasks around views of them: no shard is read, nothing is decoded,
-computed or hashed again, and the planner's request takes the elevation, obstacle and
-tensor views without a copy (a read-only memory map cannot be made writable:
+plane), 21 bytes a cell (1.4 MB a scene at 256 x 256; 2.8 GB for 2,000 scenes), and its
+metadata as JSON text and its elevation extremes in memory. The grids go in parts of a
+stream's chunk of scenes, three files a part, each part in a private folder
+(``tempfile.mkdtemp``, mode 0700) in RAM (:data:`SHM`, a RAM-backed file system: the
+fastest to write) while the machine's available memory keeps :data:`MEMORY_MARGIN`,
+else on disk (``TMPDIR``) while its file system keeps :data:`FREE_MARGIN`; a part that
+fits in neither gives the store up. A later pass maps a chunk's planes read-only
+(``mmap`` with ``PROT_READ``, its page tables filled at once) and rebuilds its tasks
+around views of them: no shard is read, nothing is decoded, computed or hashed again,
+and the planner's request takes the elevation, obstacle and tensor views without a copy
+(a read-only memory map cannot be made writable:
 :class:`~passage_jax.protocol.contracts.PlanRequest` copies every other array).
 
 The task a pass gets is the task the opening read hashed, bit for bit: the planes are
@@ -20,14 +24,11 @@ the decoded grids' bytes, and the stub's input hash is kept on the task. A shard
 changes after admission no longer reaches the planner (the re-read's check named it);
 the run's ``data`` block records the shards' hashes taken at admission.
 
-The store keeps its file system's free space: it is dropped as soon as writing the next
-64 scenes would leave less than :data:`FREE_MARGIN` of it free (2 GiB, or a tenth of the
-file system when that is more).
-
 The files are written with ordinary writes (a full disk is an ``OSError``, never a fault
-in a memory map); a store that cannot be written is dropped (its folder removed) and the
-stream re-reads the shards as before, saying why in :attr:`GridStore.problem`. The
-folder is removed when the store is closed or collected, and at interpreter exit.
+in a memory map); a store that cannot be written is given up (its folders removed) and
+the stream re-reads the shards as before, saying why in :attr:`GridStore.problem`. The
+folders are removed when the store is dropped or collected, and at interpreter exit (a
+process killed outright leaves them: ``passage-grids-*``).
 """
 from __future__ import annotations
 
@@ -43,14 +44,35 @@ import numpy as np
 
 from passage_jax.data.scene import Scene, Task
 
-__all__ = ["GridStore"]
+__all__ = ["GridStore", "FREE_MARGIN", "MEMORY_MARGIN", "CELL_BYTES", "MODE_VARIABLE", "MODES",
+           "store_mode"]
 
-#: the files: name, dtype, values a cell
+#: the files of a part: name, dtype, values a cell
 _PLANES = (("elevation_m.f64", np.float64, 1), ("obstacles.bool", np.bool_, 1),
            ("input_tensor.f32", np.float32, 3))
-#: the free space (bytes) a store leaves its file system: 2 GiB, or a tenth of the file
-#: system when that is more
+#: the free space (bytes) a store leaves a disk's file system: 2 GiB, or a tenth of the
+#: file system when that is more
 FREE_MARGIN = 2 << 30
+#: the memory (bytes) a store in RAM leaves available (``MemAvailable``): 4 GiB, or a
+#: quarter of the machine's memory when that is more
+MEMORY_MARGIN = 4 << 30
+#: the RAM-backed file system tried first (Linux)
+SHM = "/dev/shm"
+#: the environment variable that says where a run keeps the grids: ``auto`` (the
+#: default: in RAM while memory allows, then on disk), ``disk`` (on disk only) or ``off``
+#: (no store: the seeds re-read the shards)
+MODE_VARIABLE = "PASSAGE_JAX_GRID_STORE"
+MODES = ("auto", "disk", "off")
+
+
+def store_mode() -> str:
+    """The store's mode from :data:`MODE_VARIABLE` (``auto`` when unset); ValueError
+    naming the variable for anything else than :data:`MODES`."""
+    mode = os.environ.get(MODE_VARIABLE, "auto").strip().lower() or "auto"
+    if mode not in MODES:
+        raise ValueError(f"{MODE_VARIABLE}={os.environ[MODE_VARIABLE]!r}: expected one of "
+                         f"{', '.join(MODES)}")
+    return mode
 #: fill a map's page tables when it is made (Linux); elsewhere the pages fault in on use
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 #: bytes a cell
@@ -61,17 +83,43 @@ def _remove(folder: str) -> None:
     shutil.rmtree(folder, ignore_errors=True)
 
 
+def _memory() -> tuple[int, int] | None:
+    """(MemAvailable, MemTotal) in bytes, or None where ``/proc/meminfo`` says nothing."""
+    try:
+        text = Path("/proc/meminfo").read_text()
+    except OSError:
+        return None
+    found = {}
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("MemAvailable", "MemTotal"):
+            found[key] = int(rest.split()[0]) * 1024
+    return (found["MemAvailable"], found["MemTotal"]) if len(found) == 2 else None
+
+
 class GridStore:
     """The grids of a stream's tasks at ``resolution``, appended in task order by
     :meth:`add` (on the opening read's thread) and read back a chunk at a time by
-    :meth:`tasks`."""
+    :meth:`tasks`. They are written in parts of ``part`` scenes (the stream's chunk), each
+    part in RAM (:data:`SHM`) while the machine's available memory keeps
+    :data:`MEMORY_MARGIN`, else on disk (``directory``, default the temporary directory)
+    while its file system keeps :data:`FREE_MARGIN`."""
 
-    def __init__(self, resolution: int, directory: str | None = None):
+    def __init__(self, resolution: int, part: int, directory: str | None = None,
+                 shm: str | None = None):
+        """``directory``: the disk's folder (None: the temporary directory); ``shm``: the
+        RAM-backed folder (None: :data:`SHM`, none under the ``disk`` mode; ``""``: none)."""
         self.resolution = int(resolution)
         self.cells = self.resolution * self.resolution
-        self.folder = tempfile.mkdtemp(prefix="passage-grids-", dir=directory)
-        self._cleanup = weakref.finalize(self, _remove, self.folder)
-        self._files = [open(Path(self.folder) / name, "wb") for name, _, _ in _PLANES]
+        self.part = max(1, int(part))
+        self.mode = store_mode()
+        shm = ("" if self.mode == "disk" else SHM) if shm is None else shm
+        self._roots = {"ram": shm if shm and os.path.isdir(shm) and os.access(shm, os.W_OK) else None,
+                       "disk": directory or tempfile.gettempdir()}
+        self._folders: dict[str, str] = {}  # kind -> this store's folder there
+        self._cleanups: list = []
+        self.parts: list[str] = []  # the folder of each part
+        self._files: list = []
         self.metadata: list[str] = []
         self.bounds: list[tuple[float, float] | None] = []
         self.problem: str | None = None
@@ -88,9 +136,13 @@ class GridStore:
     def nbytes(self) -> int:
         return CELL_BYTES * self.cells * self.count
 
+    @property
+    def folders(self) -> list[str]:
+        return list(self._folders.values())
+
     def add(self, task: Task) -> None:
-        """Append ``task``'s scene (the next in task order); a write that fails drops the
-        store."""
+        """Append ``task``'s scene (the next in task order); a write that fails, or a part
+        that fits neither in memory nor on disk, drops the store."""
         if self.problem is not None:
             return
         scene = task.scene
@@ -100,75 +152,112 @@ class GridStore:
             if any(a.size != self.cells * k for a, (_, _, k) in zip(planes, _PLANES)):
                 raise ValueError(f"scene {scene.id}: grids of shapes {[a.shape for a in planes]}")
             text = json.dumps(scene.metadata, allow_nan=False)
-            if self.count % 64 == 0:
-                self._keep_free_space()
+            if self.count % self.part == 0:
+                self._next_part()
             for f, a in zip(self._files, planes):
                 f.write(a.tobytes())
         except (OSError, ValueError, TypeError) as err:
-            self.drop(f"the decoded grids could not be kept in {self.folder}: {err}")
+            self.drop(f"the decoded grids could not be kept: {err}")
             return
         self.metadata.append(text)
         self.bounds.append(scene.kept_elevation_bounds(scene.elevation_m))
 
-    def _keep_free_space(self) -> None:
-        """OSError when 64 more scenes would leave the file system less than its margin."""
-        usage = shutil.disk_usage(self.folder)
+    def _next_part(self) -> None:
+        """Close the part written so far and open the next where it fits."""
+        self._close_files()
+        kind = self._place(self.part * self.cells * CELL_BYTES)
+        folder = self._folders.get(kind)
+        if folder is None:
+            folder = self._folders[kind] = tempfile.mkdtemp(prefix="passage-grids-", dir=self._roots[kind])
+            self._cleanups.append(weakref.finalize(self, _remove, folder))
+        k = len(self.parts)
+        self.parts.append(folder)
+        self._files = [open(Path(folder) / f"{k:06d}.{name}", "wb") for name, _, _ in _PLANES]
+
+    def _place(self, need: int) -> str:
+        """Where the next part goes: ``ram`` while the memory and the RAM file system keep
+        their margins, else ``disk`` while its file system keeps its margin; OSError when
+        neither does."""
+        why = []
+        if self._roots["ram"] is not None:
+            mem = _memory()
+            fs = shutil.disk_usage(self._roots["ram"])
+            if mem is None:
+                why.append("the machine's available memory is unknown")
+            elif mem[0] - need < max(MEMORY_MARGIN, mem[1] // 4):
+                why.append(f"{mem[0] >> 20} MiB of memory available")
+            elif fs.free - need < max(FREE_MARGIN, fs.total // 10):
+                why.append(f"{fs.free >> 20} MiB free in {self._roots['ram']}")
+            else:
+                return "ram"
+        usage = shutil.disk_usage(self._roots["disk"])
         margin = max(FREE_MARGIN, usage.total // 10)
-        if usage.free - 64 * CELL_BYTES * self.cells < margin:
-            raise OSError(f"{usage.free >> 20} MiB free on its file system, and a store leaves "
-                          f"{margin >> 20} MiB free")
+        if usage.free - need >= margin:
+            return "disk"
+        why.append(f"{usage.free >> 20} MiB free on {self._roots['disk']}'s file system, and a "
+                   f"store leaves {margin >> 20} MiB free")
+        raise OSError("; ".join(why))
+
+    def _close_files(self) -> None:
+        files, self._files = self._files, []
+        for f in files:
+            f.close()
 
     def finish(self, expected: int) -> None:
-        """The opening read has ended with ``expected`` tasks: flush the files (the store
+        """The opening read has ended with ``expected`` tasks: close the files (a store
         holding fewer tasks is dropped)."""
         if self.problem is None and self.count != expected:
             self.drop(f"the kept grids hold {self.count} of {expected} tasks")
-        for f in self._files:
-            try:
-                f.close()
-            except OSError as err:
-                self.drop(f"the decoded grids could not be kept in {self.folder}: {err}")
-        self._files = []
+        try:
+            self._close_files()
+        except OSError as err:
+            self.drop(f"the decoded grids could not be kept: {err}")
 
     def drop(self, why: str) -> None:
-        """Give the store up (its folder removed); later passes re-read the shards."""
+        """Give the store up (its folders removed); later passes re-read the shards."""
         if self.problem is None:
             self.problem = why
-        for f in self._files:
-            try:
-                f.close()
-            except OSError:
-                pass
-        self._files = []
-        self.metadata, self.bounds = [], []
-        self._cleanup()
+        try:
+            self._close_files()
+        except OSError:
+            pass
+        self.metadata, self.bounds, self.parts = [], [], []
+        for cleanup in self._cleanups:
+            cleanup()
 
     def record(self) -> dict:
-        """What a run's manifest says of it: the scenes and bytes kept, or why it was
-        given up (``problem``)."""
-        return {"scenes": self.count, "bytes": self.nbytes, "problem": self.problem}
+        """What a run's manifest says of it: the scenes and bytes kept, how many parts in
+        memory and on disk, or why it was given up (``problem``)."""
+        ram = self._folders.get("ram")
+        in_ram = sum(1 for f in self.parts if f == ram)
+        return {"mode": self.mode, "scenes": self.count, "bytes": self.nbytes, "parts_in_memory": in_ram,
+                "parts_on_disk": len(self.parts) - in_ram, "problem": self.problem}
 
     def close(self) -> None:
         self.drop("closed")
 
     def _planes(self, first: int, size: int) -> list[np.ndarray]:
-        """The planes of tasks ``first .. first + size - 1``: read-only views of a memory
-        map of each file, its page tables filled when it is made (``MAP_POPULATE``), so
-        that a planner reading them takes no page fault inside its timed call."""
+        """The planes of tasks ``first .. first + size - 1`` (within one part): read-only
+        views of a memory map of each of its files, their page tables filled when it is
+        made (``MAP_POPULATE``), so that a planner reading them takes no page fault inside
+        its timed call."""
+        k, at = divmod(first, self.part)
+        if at + size > self.part:
+            raise ValueError(f"tasks {first}..{first + size - 1} cross a part of {self.part}")
         out = []
-        for name, t, k in _PLANES:
-            shape = (size, self.resolution, self.resolution) + ((k,) if k > 1 else ())
-            itemsize = np.dtype(t).itemsize * k
-            start = first * self.cells * itemsize
+        for name, t, n in _PLANES:
+            shape = (size, self.resolution, self.resolution) + ((n,) if n > 1 else ())
+            itemsize = np.dtype(t).itemsize * n
+            start = at * self.cells * itemsize
             aligned = start - start % mmap.ALLOCATIONGRANULARITY
             length = start - aligned + size * self.cells * itemsize
-            fd = os.open(Path(self.folder) / name, os.O_RDONLY)
+            fd = os.open(Path(self.parts[k]) / f"{k:06d}.{name}", os.O_RDONLY)
             try:
                 m = mmap.mmap(fd, length, flags=mmap.MAP_SHARED | _POPULATE, prot=mmap.PROT_READ,
                               offset=aligned)
             finally:
                 os.close(fd)
-            out.append(np.frombuffer(m, t, count=size * self.cells * k,
+            out.append(np.frombuffer(m, t, count=size * self.cells * n,
                                      offset=start - aligned).reshape(shape))
         return out
 

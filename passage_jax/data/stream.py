@@ -517,6 +517,6 @@ def open_tasks(root, resolution: int, split: str, objective: str, variant: str =
     chunk = chunk_scenes(resolution) if opts.chunk is None else opts.chunk
     source = TaskSource(root, resolution, split, objective, variant, opts.weight, opts.workers,
                         opts.released_routes)
-    store = GridStore(resolution) if opts.keep_grids else None
+    store = GridStore(resolution, chunk) if opts.keep_grids else None
     stubs = _read_stubs(source, opts, chunk, on_chunk, store)
     return TaskStream(source, stubs, chunk, prefetch=opts.prefetch, store=store)

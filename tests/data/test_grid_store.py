@@ -94,50 +94,74 @@ def test_a_store_that_cannot_be_written_is_given_up(monkeypatch):
     def failing(self, task):
         calls["n"] += 1
         if calls["n"] == 5:
-            self.drop(f"the decoded grids could not be kept in {self.folder}: [Errno 28] "
-                      f"No space left on device")
+            self.drop("the decoded grids could not be kept: [Errno 28] No space left on device")
             return
         real(self, task)
     monkeypatch.setattr(store_mod.GridStore, "add", failing)
     tasks = _open(True)
     assert tasks.store.problem.endswith("No space left on device")
-    assert tasks.store.record() == {"scenes": 0, "bytes": 0, "problem": tasks.store.problem}
-    assert not Path(tasks.store.folder).exists()
+    assert tasks.store.record()["scenes"] == 0 and tasks.store.record()["problem"] == tasks.store.problem
+    assert not any(Path(f).exists() for f in tasks.store.folders)
     assert [_facts(t) for t in tasks] == [_facts(t) for t in _open(False)]
     assert tasks.reads == 1  # the shards are read again
 
 
-def test_a_store_leaves_its_file_system_its_free_space(monkeypatch):
-    class Usage:
-        total, used, free = 100 << 30, 0, 3 << 30  # 3 GiB free of 100: the margin is 10 GiB
+class _Usage:
+    def __init__(self, free_gib, total_gib=100):
+        self.total, self.used, self.free = total_gib << 30, 0, free_gib << 30
 
-    monkeypatch.setattr(store_mod.shutil, "disk_usage", lambda path: Usage)
+
+def test_parts_go_to_memory_while_it_lasts_then_to_disk(monkeypatch, tmp_path):
+    ram, disk = tmp_path / "ram", tmp_path / "disk"
+    ram.mkdir(), disk.mkdir()
+    monkeypatch.setattr(store_mod, "SHM", str(ram))
+    monkeypatch.setattr(store_mod.tempfile, "gettempdir", lambda: str(disk))
+    # 64 GiB of memory, 20 available: the margin is 16 GiB; each part takes a little
+    avail = iter([20 << 30, 20 << 30, 15 << 30])  # the third part finds too little
+    monkeypatch.setattr(store_mod, "_memory", lambda: (next(avail, 15 << 30), 64 << 30))
+    tasks = _open(True)  # 8 tasks in parts of 3: parts 0 and 1 in memory, part 2 on disk
+    store = tasks.store
+    assert store.problem is None
+    assert store.record() == {"mode": "auto", "scenes": 8, "bytes": 8 * 21 * N * N, "parts_in_memory": 2,
+                              "parts_on_disk": 1, "problem": None}
+    assert [Path(f).parent for f in store.parts] == [ram, ram, disk]
+    assert [_facts(t) for t in tasks] == [_facts(t) for t in _open(False)]
+    assert tasks.reads == 0
+
+
+def test_a_part_that_fits_nowhere_gives_the_store_up(monkeypatch):
+    monkeypatch.setattr(store_mod, "_memory", lambda: (1 << 30, 64 << 30))
+    monkeypatch.setattr(store_mod.shutil, "disk_usage", lambda path: _Usage(3))
     tasks = _open(True)
-    assert "MiB free on its file system" in tasks.store.problem
+    assert "MiB of memory available" in tasks.store.problem
+    assert "a store leaves 10240 MiB free" in tasks.store.problem
     assert tasks.store.count == 0
     assert [_facts(t) for t in tasks] == [_facts(t) for t in _open(False)]
 
 
-def test_a_real_write_error_gives_the_store_up(monkeypatch):
+def test_a_real_write_error_gives_the_store_up():
     tasks = _open(True)
-    store = store_mod.GridStore(N)
+    store = store_mod.GridStore(N, 4)
+    store.add(tasks[0])
     store._files[0].close()
     store._files[0] = open(os.devnull, "rb")  # a write raises io.UnsupportedOperation (an OSError)
-    store.add(tasks[0])
+    store.add(tasks[1])
     assert store.problem is not None and "could not be kept" in store.problem
-    assert not Path(store.folder).exists()
+    assert store.folders and not any(Path(f).exists() for f in store.folders)
 
 
-def test_the_folder_goes_with_the_stream_and_keep_grids_needs_hashes():
+def test_the_folders_go_with_the_stream_and_keep_grids_needs_hashes():
     tasks = _open(True)
-    folder = Path(tasks.store.folder)
-    assert folder.is_dir() and (folder.stat().st_mode & 0o777) == 0o700
-    assert sorted(p.name for p in folder.iterdir()) == ["elevation_m.f64", "input_tensor.f32",
-                                                        "obstacles.bool"]
-    assert sum(p.stat().st_size for p in folder.iterdir()) == tasks.store.nbytes == 8 * 21 * N * N
+    folders = [Path(f) for f in tasks.store.folders]
+    assert folders and all(f.is_dir() and (f.stat().st_mode & 0o777) == 0o700 for f in folders)
+    names = sorted(p.name for f in folders for p in f.iterdir())
+    assert names == sorted(f"{k:06d}.{n}" for k in range(3)
+                           for n in ("elevation_m.f64", "input_tensor.f32", "obstacles.bool"))
+    assert sum(p.stat().st_size for f in folders for p in f.iterdir()) == tasks.store.nbytes \
+        == 8 * 21 * N * N
     del tasks
     gc.collect()
-    assert not folder.exists()
+    assert not any(f.exists() for f in folders)
     with pytest.raises(DataError, match="keep_grids needs hash_inputs"):
         _open(True, hash_inputs=False)
 
@@ -166,3 +190,27 @@ def test_crop_stats_from_bounds_equal_the_grids_own():
         want = crop_stats(z)
         got = crop_stats_from_bounds(float(z.min()), float(z.max()))
         assert all(np.float64(a).tobytes() == np.float64(b).tobytes() for a, b in zip(got, want))
+
+
+def test_the_mode_variable(monkeypatch, tmp_path):
+    from passage_jax.run.admission.checks import AdmissionError, open_admitted_tasks
+    from passage_jax.run.specification import parse_spec
+    ram = tmp_path / "ram"
+    ram.mkdir()
+    monkeypatch.setattr(store_mod, "SHM", str(ram))
+    monkeypatch.setattr(store_mod, "_memory", lambda: (60 << 30, 64 << 30))
+    monkeypatch.setenv(store_mod.MODE_VARIABLE, "disk")
+    tasks = _open(True)
+    assert tasks.store.record()["mode"] == "disk" and tasks.store.record()["parts_in_memory"] == 0
+    monkeypatch.setenv(store_mod.MODE_VARIABLE, "auto")
+    tasks = _open(True)
+    assert tasks.store.record()["parts_in_memory"] == 3 and tasks.store.record()["parts_on_disk"] == 0
+    spec = parse_spec({"method_name": "m", "inference": "passage_jax.planners.bfs:make_planner",
+                       "dataset_path": "shipped", "resolution": N, "split": "test",
+                       "cost_model": "energy", "n_samples": 4, "seeds": [0]})
+    monkeypatch.setenv(store_mod.MODE_VARIABLE, "off")
+    assert open_admitted_tasks(spec, ROOT, keep_grids=True).store is None
+    monkeypatch.setenv(store_mod.MODE_VARIABLE, "memory")
+    with pytest.raises(AdmissionError, match="PASSAGE_JAX_GRID_STORE='memory': expected one of "
+                                             "auto, disk, off"):
+        open_admitted_tasks(spec, ROOT, keep_grids=True)

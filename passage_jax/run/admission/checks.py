@@ -34,6 +34,7 @@ import numpy as np
 
 from passage_jax import cluster
 from passage_jax.data import DataError, TaskStream, open_tasks, resolve_dataset_root
+from passage_jax.data.grid_store import store_mode
 from passage_jax.data.strata import strata_rows
 from passage_jax.fileio import read_document, sha256_file
 from passage_jax.graph.routes import route_cost
@@ -127,9 +128,10 @@ def open_admitted_tasks(spec: RunSpec, root: Path, on_chunk=None, chunk: int | N
                         keep_grids: bool = False) -> TaskStream:
     """The spec's tasks as a :class:`~passage_jax.data.TaskStream` (one read of the shards,
     ``on_chunk(first, tasks)`` per chunk during it; ``keep_grids``: the decoded grids kept
-    for the seeds' passes, :mod:`passage_jax.data.grid_store`); AdmissionError for data
-    problems."""
+    for the seeds' passes, :mod:`passage_jax.data.grid_store`, unless its mode is ``off``);
+    AdmissionError for data problems (and a mode it does not know)."""
     try:
+        keep_grids = keep_grids and store_mode() != "off"
         tasks = open_tasks(root, spec.resolution, spec.split, spec.cost_model, spec.task_variant,
                            n_samples=spec.n_samples, weight=spec.cost_weight, chunk=chunk,
                            on_chunk=on_chunk, keep_grids=keep_grids)
