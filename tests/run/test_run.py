@@ -83,6 +83,14 @@ def test_bfs_run_files(cohort, admitted, tmp_path):
     for name, h in m["files"].items():
         assert sha256_file(folder / name) == h
     assert m["hardware"]["jax_backend"] == "cpu" and m["versions"]["jax"]
+    # the CPU and its thread settings, as this process sees them
+    assert m["cpu"]["usable_cpus"] == len(os.sched_getaffinity(0))
+    assert m["cpu"]["thread_variables"] == {k: os.environ.get(k) for k in (
+        "XLA_FLAGS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+        "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")}
+    model = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
+                  if line.startswith("model name")), None)
+    assert m["cpu"]["model"] == model
     # the hill task costs more by BFS than the reference: positive regret material
     hill = next(r for r in recs if r["sample_id"] == "0000000002")
     with np.load(folder / "references.npz", allow_pickle=False) as z:

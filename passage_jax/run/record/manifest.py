@@ -24,7 +24,7 @@ from passage_jax.run.record.seed_state import Build, SeedState
 from passage_jax.run.specification import passes
 
 __all__ = ["run_identity", "tasks_sha256", "tasks_sha256_of", "SeedFiles", "seed_manifest",
-           "hardware"]
+           "hardware", "cpu_settings", "THREAD_VARIABLES"]
 
 _COMPILATION_SCOPE = ("the run's process (admission, references and in-process planners; "
                       "a supervised worker's compilations are its own)")
@@ -114,6 +114,7 @@ def seed_manifest(ctx: RunContext, seed: int, state: SeedState, made: SeedFiles)
         "session": _session(admitted, state),
         "budget": spec.budget.to_dict(),
         "hardware": hardware(),
+        "cpu": cpu_settings(),
         "device": None if admitted.device is None else str(admitted.device),
         "versions": package_versions(),
         "n_records": made.n_records,
@@ -195,6 +196,35 @@ def _resume(state: SeedState) -> dict:
         "builds": [b.to_dict() for b in state.builds],
         "repairs": list(state.repairs),
     }
+
+
+#: the environment variables that set how many threads the numerical libraries use
+THREAD_VARIABLES = ("XLA_FLAGS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                    "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
+
+
+def _cpu_model() -> str | None:
+    """The CPU's model name (``/proc/cpuinfo``; elsewhere ``platform.processor()``, or None)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def cpu_settings() -> dict:
+    """The CPU that served the run and its thread settings: the model, the CPUs this
+    process may run on, and the threading variables of the environment (None: unset). A
+    planner's latency on a CPU depends on them; they are recorded, not compared."""
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        usable = os.cpu_count()
+    return {"model": _cpu_model(), "usable_cpus": usable,
+            "thread_variables": {k: os.environ.get(k) for k in THREAD_VARIABLES}}
 
 
 def hardware() -> dict:
