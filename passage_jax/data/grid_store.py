@@ -27,8 +27,9 @@ the run's ``data`` block records the shards' hashes taken at admission.
 The files are written with ordinary writes (a full disk is an ``OSError``, never a fault
 in a memory map); a store that cannot be written is given up (its folders removed) and
 the stream re-reads the shards as before, saying why in :attr:`GridStore.problem`. The
-folders are removed when the store is dropped or collected, and at interpreter exit (a
-process killed outright leaves them: ``passage-grids-*``).
+folders are removed when the store is dropped or collected, and at interpreter exit. A
+process killed outright leaves them (``passage-grids-<pid>-*``); the next store made
+on the machine removes those whose process is gone (:func:`remove_orphans`).
 """
 from __future__ import annotations
 
@@ -44,8 +45,8 @@ import numpy as np
 
 from passage_jax.data.scene import Scene, Task
 
-__all__ = ["GridStore", "FREE_MARGIN", "MEMORY_MARGIN", "CELL_BYTES", "MODE_VARIABLE", "MODES",
-           "store_mode"]
+__all__ = ["GridStore", "remove_orphans", "PREFIX", "FREE_MARGIN", "MEMORY_MARGIN", "CELL_BYTES",
+           "MODE_VARIABLE", "MODES", "store_mode"]
 
 #: the files of a part: name, dtype, values a cell
 _PLANES = (("elevation_m.f64", np.float64, 1), ("obstacles.bool", np.bool_, 1),
@@ -79,8 +80,48 @@ _POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 CELL_BYTES = sum(np.dtype(t).itemsize * k for _, t, k in _PLANES)
 
 
+#: a store folder's name: this prefix, the writing process's id, a dash, a random part
+PREFIX = "passage-grids-"
+
+
 def _remove(folder: str) -> None:
     shutil.rmtree(folder, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # it exists, but is another user's
+        return True
+    return True
+
+
+def remove_orphans(root: str) -> list[str]:
+    """Remove the store folders under ``root`` whose writing process is gone (a run killed
+    outright leaves its folder: in RAM, its memory stays taken until someone removes it);
+    the folders removed. Only this user's folders are touched."""
+    removed = []
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return removed
+    for entry in entries:
+        name = entry.name
+        if not name.startswith(PREFIX):
+            continue
+        pid = name[len(PREFIX):].split("-", 1)[0]
+        try:
+            mine = entry.stat(follow_symlinks=False).st_uid == os.getuid()
+            if not pid.isdigit() or not mine or _alive(int(pid)):
+                continue
+        except OSError:
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            _remove(entry.path)
+            removed.append(entry.path)
+    return removed
 
 
 def _memory() -> tuple[int, int] | None:
@@ -168,7 +209,9 @@ class GridStore:
         kind = self._place(self.part * self.cells * CELL_BYTES)
         folder = self._folders.get(kind)
         if folder is None:
-            folder = self._folders[kind] = tempfile.mkdtemp(prefix="passage-grids-", dir=self._roots[kind])
+            remove_orphans(self._roots[kind])
+            folder = self._folders[kind] = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-",
+                                                            dir=self._roots[kind])
             self._cleanups.append(weakref.finalize(self, _remove, folder))
         k = len(self.parts)
         self.parts.append(folder)

@@ -214,3 +214,26 @@ def test_the_mode_variable(monkeypatch, tmp_path):
     with pytest.raises(AdmissionError, match="PASSAGE_JAX_GRID_STORE='memory': expected one of "
                                              "auto, disk, off"):
         open_admitted_tasks(spec, ROOT, keep_grids=True)
+
+
+def test_folders_of_a_killed_run_are_removed_by_the_next_store(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+    monkeypatch.setattr(store_mod, "_memory", lambda: (60 << 30, 64 << 30))
+    monkeypatch.setattr(store_mod.shutil, "disk_usage", lambda path: _Usage(90))
+    root = tmp_path / "ram"
+    root.mkdir()
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True)
+    dead = root / f"{store_mod.PREFIX}{int(gone.stdout)}-abc"  # its process has ended
+    live = root / f"{store_mod.PREFIX}{os.getpid()}-def"  # this process: alive
+    other = root / "passage-grids-notapid-x"
+    for f in (dead, live, other):
+        f.mkdir()
+        (f / "000000.obstacles.bool").write_bytes(b"\\0" * 16)
+    tasks = _open(False)
+    store = store_mod.GridStore(N, 4, shm=str(root))
+    store.add(tasks[0])
+    assert not dead.exists() and live.exists() and other.exists()
+    (made,) = store.folders
+    assert Path(made).name.startswith(f"{store_mod.PREFIX}{os.getpid()}-")
