@@ -28,8 +28,9 @@ The files are written with ordinary writes (a full disk is an ``OSError``, never
 in a memory map); a store that cannot be written is given up (its folders removed) and
 the stream re-reads the shards as before, saying why in :attr:`GridStore.problem`. The
 folders are removed when the store is dropped or collected, and at interpreter exit. A
-process killed outright leaves them (``passage-grids-<pid>-*``); the next store made
-on the machine removes those whose process is gone (:func:`remove_orphans`).
+process killed outright leaves them (``passage-grids-<pid>@<host>-*``); the next store
+made on the machine removes those of its host whose process is gone
+(:func:`remove_orphans`).
 """
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ import json
 import mmap
 import os
 import shutil
+import socket
 import tempfile
 import weakref
 from pathlib import Path
@@ -80,8 +82,10 @@ _POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 CELL_BYTES = sum(np.dtype(t).itemsize * k for _, t, k in _PLANES)
 
 
-#: a store folder's name: this prefix, the writing process's id, a dash, a random part
+#: a store folder's name: this prefix, the writing process's id, ``@``, the host's name,
+#: a dash and a random part
 PREFIX = "passage-grids-"
+_HOST = socket.gethostname().replace("/", "_")
 
 
 def _remove(folder: str) -> None:
@@ -111,7 +115,9 @@ def remove_orphans(root: str) -> list[str]:
         name = entry.name
         if not name.startswith(PREFIX):
             continue
-        pid = name[len(PREFIX):].split("-", 1)[0]
+        pid, _, rest = name[len(PREFIX):].partition("@")
+        if not rest.startswith(f"{_HOST}-"):  # another machine's, on a shared file system
+            continue
         try:
             mine = entry.stat(follow_symlinks=False).st_uid == os.getuid()
             if not pid.isdigit() or not mine or _alive(int(pid)):
@@ -210,7 +216,7 @@ class GridStore:
         folder = self._folders.get(kind)
         if folder is None:
             remove_orphans(self._roots[kind])
-            folder = self._folders[kind] = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-",
+            folder = self._folders[kind] = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}@{_HOST}-",
                                                             dir=self._roots[kind])
             self._cleanups.append(weakref.finalize(self, _remove, folder))
         k = len(self.parts)

@@ -225,15 +225,17 @@ def test_folders_of_a_killed_run_are_removed_by_the_next_store(tmp_path, monkeyp
     root.mkdir()
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True, check=True)
-    dead = root / f"{store_mod.PREFIX}{int(gone.stdout)}-abc"  # its process has ended
-    live = root / f"{store_mod.PREFIX}{os.getpid()}-def"  # this process: alive
+    host = store_mod._HOST
+    dead = root / f"{store_mod.PREFIX}{int(gone.stdout)}@{host}-abc"  # its process has ended
+    live = root / f"{store_mod.PREFIX}{os.getpid()}@{host}-def"  # this process: alive
+    elsewhere = root / f"{store_mod.PREFIX}{int(gone.stdout)}@another-host-ghi"  # not this host's
     other = root / "passage-grids-notapid-x"
-    for f in (dead, live, other):
+    for f in (dead, live, elsewhere, other):
         f.mkdir()
         (f / "000000.obstacles.bool").write_bytes(b"\\0" * 16)
     tasks = _open(False)
     store = store_mod.GridStore(N, 4, shm=str(root))
     store.add(tasks[0])
-    assert not dead.exists() and live.exists() and other.exists()
+    assert not dead.exists() and live.exists() and elsewhere.exists() and other.exists()
     (made,) = store.folders
-    assert Path(made).name.startswith(f"{store_mod.PREFIX}{os.getpid()}-")
+    assert Path(made).name.startswith(f"{store_mod.PREFIX}{os.getpid()}@{host}-")
