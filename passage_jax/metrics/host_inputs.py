@@ -23,6 +23,7 @@ from typing import NamedTuple
 import numpy as np
 
 from passage_jax.graph import MODEL_INDEX, route_problem
+from passage_jax.graph.costs import crop_stats_from_bounds
 
 __all__ = ["Grids", "TaskTable", "ReferenceRoutes", "Candidates", "normalise_candidate", "task_table",
            "reference_routes", "candidate_routes", "concat_routes", "cell_owner"]
@@ -137,8 +138,8 @@ class _GridIndex:
             z64 = np.asarray(z, np.float64)
             self.elev.append((z, z64.ravel()))  # the grid kept alive: its id stays its own
             # crop_stats' max |z| is max(|min z|, |max z|): two passes instead of three
-            lo, hi = (np.float64(b) for b in bounds) if bounds is not None else (z64.min(), z64.max())
-            self.stats.append((lo, hi - lo, np.maximum(abs(lo), abs(hi))))
+            lo, hi = bounds if bounds is not None else (z64.min(), z64.max())
+            self.stats.append(tuple(crop_stats_from_bounds(lo, hi)))
         return k
 
     def finish(self) -> Grids:

@@ -135,11 +135,7 @@ class FrozenMapping(Mapping):
         return f"FrozenMapping({self._items!r})"
 
     def __reduce__(self):
-        return (_refreeze, (_thaw(self),))
-
-
-def _refreeze(value):
-    return _deep_freeze(value)
+        return (FrozenMapping, (_thaw(self),))
 
 
 #: values that are frozen already (exact types: a subclass takes the checks below)
