@@ -21,6 +21,17 @@ of ``--rows-per-shard`` scenes are built in ``--workers`` processes. Scenes are
 checked pairwise distinct (tensor hashes). The cohort is cached under
 ``--work DIR`` as ``cohort-<res>-n<N>-s<seed>/`` and reused by later runs.
 
+Scale tests (``build_cohort(..., mirror=True)``, used by ``bench/resolutions.py``): at a
+resolution larger than every shipped raster (2,048 and 4,096; the largest raster,
+gironde, is 1142x1093), a crop is a window of the plane tiled with mirrored copies of a
+raster (:func:`mirror_window`, ``numpy.pad(..., mode="symmetric")`` extended without
+end), cut from the rasters whose smaller side is at least a quarter of the resolution
+(the largest raster when none is). Such a cohort is a *scale-test cohort*: its folder
+ends in ``-scale``, its record (``campaign_cohort.json``) says ``scale_test`` and every
+scene's ``metadata.source.scale_test`` says how it was tiled. Mirrored terrain repeats
+itself and has artificial ridges and valleys at the seams: it measures time and memory,
+never quality; its scores are not results.
+
 Steps, each ``python -m cli ...`` in a fresh process started by a small wrapper
 that reports the wall-clock time and the child's ``ru_maxrss`` from ``wait4``
 (the exact peak RSS of that command; VmHWM polled from /proc is kept as a cross-check):
@@ -67,6 +78,7 @@ from passage_jax.data.cohort import (
     CohortError,
     Crop,
     Labels,
+    crop_tile,
     eligible_rasters,
     place_scene,
     scene_row,
@@ -79,7 +91,7 @@ from passage_jax.data.scene import (
     elevation_metres,
     normalise_elevation,
 )
-from passage_jax.data.terrain import load_raster
+from passage_jax.data.terrain import RASTERS, load_raster
 from passage_jax.data.writer import atomic_write_table, rows_to_table
 from passage_jax.fileio import atomic_write_json, read_document
 from passage_jax.graph import OBJECTIVES, VARIANTS
@@ -88,7 +100,8 @@ from passage_jax.run.specification import DEFAULTS as SPEC_DEFAULTS
 
 __all__ = [
     "HEADLINE_SCENES", "HEADLINE_SEEDS", "MEMORY_LIMIT_GB", "STEPS", "CAMPAIGN_STEPS",
-    "drop_edges_into", "build_shard", "build_cohort", "cohort_folder",
+    "SCALE_TEST_NOTE", "drop_edges_into", "mirror_window", "scale_test_rasters", "needs_mirror",
+    "build_shard", "build_cohort", "cohort_folder",
     "fit_line", "project", "measure_command", "main",
 ]
 
@@ -105,6 +118,11 @@ _MARKER = "campaign_cohort.json"
 _MAX_SCENE_TRIES = 200
 _MAX_OBSTACLE_TRIES = 30
 _MAX_CROP_TRIES = 50
+#: what a scale-test (mirrored) scene and cohort say of themselves
+SCALE_TEST_NOTE = ("scale test only: mirrored tiling of a shipped raster, not real terrain at this "
+                   "size; its scores are not results")
+#: a scale-test crop is cut from rasters whose smaller side is at least resolution / this
+_MIRROR_COPIES = 4
 
 # --------------------------------------------------------------------------- #
 # The cohort builder
@@ -115,20 +133,56 @@ def drop_edges_into(graph: scipy.sparse.csr_matrix, blocked: np.ndarray) -> scip
     """``graph`` without its edges whose destination cell is blocked, entries kept in order
     (the obstacle graph of a task is its free graph so thinned: moves check their destination)."""
     keep = ~np.asarray(blocked, bool).ravel()[graph.indices]
-    cum = np.concatenate([[0], np.cumsum(keep, dtype=np.int64)])
-    indptr = cum[graph.indptr].astype(graph.indptr.dtype)
+    # kept entries up to each position: never more than nnz, so the index dtype holds them
+    cum = np.concatenate([np.zeros(1, graph.indptr.dtype), np.cumsum(keep, dtype=graph.indptr.dtype)])
+    indptr = cum[graph.indptr]
     return scipy.sparse.csr_matrix((graph.data[keep], graph.indices[keep], indptr),
                                    shape=graph.shape)
 
 
-def _crop(seed: int, n: int, split_ix: int, crop: int, order: list, loaded: dict) -> dict:
+def mirror_window(z: np.ndarray, row0: int, col0: int, n: int) -> np.ndarray:
+    """The ``n`` x ``n`` window at (``row0``, ``col0``) of the plane tiled with mirrored
+    copies of ``z`` (H x W): cell (i, j) is ``z[m(row0 + i, H), m(col0 + j, W)]`` where
+    ``m(k, L)`` is ``k mod 2L`` folded back into ``[0, L)`` (``2L - 1 - k`` past ``L``),
+    so the plane repeats with periods 2H and 2W and each copy mirrors its neighbours
+    (``numpy.pad(z, ..., mode="symmetric")`` continued without end). ``row0`` and
+    ``col0`` are non-negative; a contiguous copy is returned."""
+    z = np.asarray(z)
+    if z.ndim != 2 or min(z.shape) < 1:
+        raise CohortError(f"mirror_window: a 2-D raster is needed, got shape {z.shape}")
+    if row0 < 0 or col0 < 0 or n < 1:
+        raise CohortError(f"mirror_window: row0, col0 >= 0 and n >= 1 needed, got {row0}, {col0}, {n}")
+
+    def fold(start: int, length: int) -> np.ndarray:
+        k = (start + np.arange(n, dtype=np.int64)) % (2 * length)
+        return np.where(k < length, k, 2 * length - 1 - k)
+
+    return np.ascontiguousarray(z[np.ix_(fold(row0, z.shape[0]), fold(col0, z.shape[1]))])
+
+
+def scale_test_rasters(n: int) -> list[str]:
+    """The rasters a scale-test crop of side ``n`` is cut from (when no shipped raster
+    is ``n`` x ``n``): those whose smaller side is at least ``n / 4`` (at most four
+    mirrored copies across a crop), else the largest raster (by cells)."""
+    sizes = {k: load_raster(k)[1]["shape"] for k in RASTERS}
+    keys = [k for k, (h, w) in sizes.items() if _MIRROR_COPIES * min(h, w) >= n]
+    return keys or [max(sizes, key=lambda k: (sizes[k][0] * sizes[k][1], k))]
+
+
+def _crop(seed: int, n: int, split_ix: int, crop: int, order: list, loaded: dict,
+          mirror: bool = False) -> dict:
     key = order[crop % len(order)]
     z_raster, info = loaded[key]
     h, w = z_raster.shape
     rng = np.random.default_rng([seed, n, split_ix, 0, crop])
     for _ in range(_MAX_CROP_TRIES):
-        row0, col0 = int(rng.integers(h - n + 1)), int(rng.integers(w - n + 1))
-        e = normalise_elevation(z_raster[row0:row0 + n, col0:col0 + n], PASSAGE_CALIBRATION)
+        if mirror:  # any window of the mirrored plane (periods 2h, 2w)
+            row0, col0 = int(rng.integers(2 * h)), int(rng.integers(2 * w))
+            window = mirror_window(z_raster, row0, col0, n)
+        else:
+            row0, col0 = int(rng.integers(h - n + 1)), int(rng.integers(w - n + 1))
+            window = z_raster[row0:row0 + n, col0:col0 + n]
+        e = normalise_elevation(window, PASSAGE_CALIBRATION)
         if not (e.min() >= 0.0 and e.max() <= 1.0):
             raise CohortError(f"{key}: crop at ({row0}, {col0}) leaves the calibration range")
         z = elevation_metres(e, PASSAGE_CALIBRATION)  # what a reader reconstructs
@@ -140,7 +194,7 @@ def _crop(seed: int, n: int, split_ix: int, crop: int, order: list, loaded: dict
     graphs = {obj: scipy_task_graph(z, free, obj, DEFAULT_WEIGHTS[obj], CELL_SIZE_M)
               for obj in OBJECTIVES}
     return {"key": key, "info": info, "row0": row0, "col0": col0, "e": e, "z": z,
-            "graphs": graphs}
+            "graphs": graphs, "mirror": bool(mirror)}
 
 
 def _scene(c: dict, rng, n: int, split: str, *, index: int, seed: int, coverage_max: float,
@@ -170,22 +224,43 @@ def _scene(c: dict, rng, n: int, split: str, *, index: int, seed: int, coverage_
             routes[(obj, var)] = route
             c_star[f"{obj}/{var}"] = cs
     crop = Crop(c["key"], c["info"], c["row0"], c["col0"], c["e"])
-    return scene_row(crop, placed, Labels(routes, c_star), split=split, index=index, seed=seed,
-                     generator=f"{GENERATOR} (bench/campaign.py)")
+    if not c["mirror"]:
+        return scene_row(crop, placed, Labels(routes, c_star), split=split, index=index, seed=seed,
+                         generator=f"{GENERATOR} (bench/campaign.py)")
+    row = scene_row(crop, placed, Labels(routes, c_star), split=split, index=index, seed=seed,
+                    generator=f"{GENERATOR} (bench/campaign.py, scale test: mirrored tiling)")
+    md = row["metadata"]
+    h, w = c["info"]["shape"]
+    # the window lies on mirrored copies of the raster: its tiles are the raster's own
+    md["tile"] = crop_tile(c["info"], 0, 0, h, w)
+    md["source"]["scale_test"] = {
+        "tiling": "mirror", "raster_shape": [int(h), int(w)],
+        "window": "row0/col0 of metadata.crop are on the plane tiled with mirrored copies of "
+                  "the raster (periods 2x its rows and columns; bench/campaign.py mirror_window)",
+        "note": SCALE_TEST_NOTE}
+    return row
 
 
 def build_shard(folder, shard: int, first: int, count: int, *, n: int, split: str, seed: int,
-                scenes_per_crop: int = 4, coverage_max: float = 0.3, check: bool = True) -> dict:
+                scenes_per_crop: int = 4, coverage_max: float = 0.3, check: bool = True,
+                mirror: bool = False) -> dict:
     """Build scenes ``first .. first + count - 1`` and write them as
     ``<folder>/part-<shard>.parquet``. Scene ``i`` sits on crop ``i // scenes_per_crop``;
     crops and scenes draw from their own seeded generators, so a scene does not depend
     on how the cohort is cut into shards. ``check`` relabels the shard's first scene with
-    ``cohort.solve_label``. Returns the tensor hashes and the rasters used."""
+    ``cohort.solve_label``. ``mirror``: where no shipped raster is ``n`` x ``n``, cut
+    scale-test crops from mirrored tilings (:func:`scale_test_rasters`,
+    :func:`mirror_window`; each scene labelled so). Returns the tensor hashes and the
+    rasters used."""
     split = canonical_split(split)
     split_ix = SPLITS.index(split)
     keys, _ = eligible_rasters(n)
+    tiled = bool(mirror) and not keys
+    if tiled:
+        keys = scale_test_rasters(n)
     if not keys:
-        raise CohortError(f"no shipped raster can serve {n}x{n} crops")
+        raise CohortError(f"no shipped raster can serve {n}x{n} crops (a scale test may tile "
+                          "them: build_cohort(..., mirror=True))")
     order = [keys[j] for j in np.random.default_rng([seed, n, split_ix, 2]).permutation(len(keys))]
     loaded = {k: load_raster(k) for k in keys}
     min_sep = math.ceil(n / 3)
@@ -193,7 +268,7 @@ def build_shard(folder, shard: int, first: int, count: int, *, n: int, split: st
     for i in range(first, first + count):
         if i // scenes_per_crop != crop:
             crop = i // scenes_per_crop
-            current = _crop(seed, n, split_ix, crop, order, loaded)
+            current = _crop(seed, n, split_ix, crop, order, loaded, mirror=tiled)
         rng = np.random.default_rng([seed, n, split_ix, 1, i])
         row = _scene(current, rng, n, split, index=i, seed=seed, coverage_max=coverage_max,
                      min_sep=min_sep, check=check and i == first)
@@ -209,27 +284,43 @@ def _shard_job(job: dict) -> dict:
     return build_shard(**job)
 
 
-def cohort_folder(work, n_scenes: int, seed: int, resolution: int = 256) -> Path:
-    """The cache folder of a cohort: ``<work>/cohort-<res>-n<N>-s<seed>`` (a dataset root)."""
-    return Path(work) / f"cohort-{resolution}-n{n_scenes}-s{seed}"
+def cohort_folder(work, n_scenes: int, seed: int, resolution: int = 256,
+                  scale_test: bool = False) -> Path:
+    """The cache folder of a cohort: ``<work>/cohort-<res>-n<N>-s<seed>`` (a dataset root;
+    ``-scale`` appended for a scale-test cohort of mirrored tilings)."""
+    return Path(work) / f"cohort-{resolution}-n{n_scenes}-s{seed}{'-scale' if scale_test else ''}"
+
+
+def needs_mirror(resolution: int) -> bool:
+    """No shipped raster is ``resolution`` x ``resolution``: a cohort at that size can
+    only be a scale test of mirrored tilings."""
+    return not eligible_rasters(int(resolution))[0]
 
 
 def build_cohort(work, n_scenes: int, *, seed: int = 0, resolution: int = 256, split: str = "test",
                  workers: int = 2, rows_per_shard: int = 64, scenes_per_crop: int = 4,
-                 coverage_max: float = 0.3, log=None) -> dict:
+                 coverage_max: float = 0.3, mirror: bool = False, log=None) -> dict:
     """The cached ``n_scenes``-scene cohort under ``work`` (built when absent, else reused).
 
-    Returns its summary (``root``, build seconds, rasters used, ``reused``). A cohort whose
-    scenes are not pairwise distinct is refused (CohortError)."""
+    ``mirror``: where no shipped raster is ``resolution`` x ``resolution``, build a
+    scale-test cohort of mirrored tilings (the module docstring) instead of refusing;
+    its summary and record then carry ``scale_test`` (a note saying it measures time and
+    memory, never quality). Returns its summary (``root``, build seconds, rasters used,
+    ``reused``). A cohort whose scenes are not pairwise distinct is refused
+    (CohortError)."""
     if int(n_scenes) != n_scenes or n_scenes < 1:
         raise CohortError(f"n_scenes must be a positive integer, got {n_scenes!r}")
     if int(resolution) != resolution or resolution < 8:
         raise CohortError(f"resolution must be an integer >= 8, got {resolution!r}")
     split = canonical_split(split)
-    root = cohort_folder(work, n_scenes, seed, resolution)
+    tiled = bool(mirror) and needs_mirror(resolution)
+    root = cohort_folder(work, n_scenes, seed, resolution, scale_test=tiled)
     wanted = {"n_scenes": int(n_scenes), "seed": int(seed), "resolution": int(resolution),
               "split": split, "rows_per_shard": int(rows_per_shard),
               "scenes_per_crop": int(scenes_per_crop), "coverage_max": float(coverage_max)}
+    if tiled:
+        wanted["scale_test"] = {"tiling": "mirror", "rasters": scale_test_rasters(resolution),
+                                "note": SCALE_TEST_NOTE}
     marker = root / _MARKER
     if marker.exists():
         done = read_document(marker, CohortError, "cohort record")
@@ -244,7 +335,7 @@ def build_cohort(work, n_scenes: int, *, seed: int = 0, resolution: int = 256, s
     jobs = [{"folder": str(folder), "shard": k, "first": f,
              "count": min(rows_per_shard, n_scenes - f), "n": int(resolution), "split": split,
              "seed": int(seed), "scenes_per_crop": int(scenes_per_crop),
-             "coverage_max": float(coverage_max)}
+             "coverage_max": float(coverage_max), "mirror": tiled}
             for k, f in enumerate(range(0, n_scenes, rows_per_shard))]
     larger = _larger_cohort(work, wanted)
     if larger is not None:
@@ -283,7 +374,8 @@ def _larger_cohort(work, wanted: dict) -> Path | None:
     """A finished cohort under ``work`` of the same seed, resolution, split and build
     settings as ``wanted`` but more scenes (the smallest such), or None."""
     best = None
-    for marker in Path(work).glob(f"cohort-{wanted['resolution']}-n*-s{wanted['seed']}/{_MARKER}"):
+    tail = "-scale" if "scale_test" in wanted else ""
+    for marker in Path(work).glob(f"cohort-{wanted['resolution']}-n*-s{wanted['seed']}{tail}/{_MARKER}"):
         try:
             done = json.loads(marker.read_text())
         except (OSError, ValueError):

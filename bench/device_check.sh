@@ -28,6 +28,9 @@
 #   part11 reference_sizes  bench/reference.py (64..1024, double-float rows)
 #   part12 reference_jacobi bench/reference.py --strategy jacobi --compare-jacobi --no-double-float
 #   part13 tests            pytest -m "not slow" (pytest-xdist -n 8 when importable)
+#   part14 reference_4096   one exact reference at 2048x2048 and 4096x4096 against SciPy
+#                           (bench/device/reference_size.py: mirrored terrain, a scale test;
+#                           needs no zstandard)
 # Earlier names: `dfloat` and `tests` are parts; `train256` is `train` with
 # TRAIN_SEEDS="1234 2026 3407" (the three seeds: longer than 8 minutes is likely, the
 # part stops at its budget); `bench` is every part but train and tests, `all` every part:
@@ -58,9 +61,9 @@ parts=()
 for what in "${@:-part1}"; do
   case "$what" in
     bench) parts+=(references bootstrap score campaign metrics bellman_head compile_counts prefetch
-                   dfloat reference_sizes reference_jacobi) ;;
+                   dfloat reference_sizes reference_jacobi reference_4096) ;;
     all) parts+=(references bootstrap score campaign train metrics bellman_head compile_counts
-                 prefetch dfloat reference_sizes reference_jacobi tests) ;;
+                 prefetch dfloat reference_sizes reference_jacobi tests reference_4096) ;;
     train256) export TRAIN_SEEDS="${TRAIN_SEEDS:-1234 2026 3407}"; parts+=(train) ;;
     *) parts+=("$what") ;;
   esac
@@ -74,10 +77,14 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   export PYTHONPATH="$PYTHONPATH:/tmp/site"
 fi
 # every import the parts need, checked before any part runs: one line when one is missing
-python3 - "${parts[@]}" <<'PY' || exit 3
-import importlib, sys
-need = ["jax", "jaxlib", "numpy", "scipy", "flax", "optax", "pyarrow", "zstandard", "yaml",
+# (zstandard only where a part reads or writes shards: reference_4096 alone needs none)
+zstd=zstandard
+python3 bench/device/run_parts.py --needs-zstandard "${parts[@]}" || zstd=
+DEVICE_CHECK_ZSTD="$zstd" python3 - "${parts[@]}" <<'PY' || exit 3
+import importlib, os, sys
+need = ["jax", "jaxlib", "numpy", "scipy", "flax", "optax", "pyarrow", "yaml",
         "rich", "filelock", "matplotlib", "packaging", "passage_jax", "cli"]
+need += [m for m in [os.environ.get("DEVICE_CHECK_ZSTD", "zstandard")] if m]
 if any(p in ("dfloat", "tests", "part10", "part13") for p in sys.argv[1:]):
     need.append("pytest")
 bad = []

@@ -42,7 +42,11 @@ PY = sys.executable
 
 #: the parts, most valuable first (part1, part2, ... are these in order)
 ORDER = ("references", "bootstrap", "score", "campaign", "train", "metrics", "bellman_head",
-         "compile_counts", "prefetch", "dfloat", "reference_sizes", "reference_jacobi", "tests")
+         "compile_counts", "prefetch", "dfloat", "reference_sizes", "reference_jacobi", "tests",
+         "reference_4096")
+#: parts that read or write no shard, so need no zstandard (bench/device_check.sh checks the
+#: imports of the parts it is asked for)
+NO_ZSTANDARD = ("reference_4096",)
 
 WHAT = {
     "references": "exact references at 256x256 against SciPy: batches 1/16/256/1024 (float64 sweep), "
@@ -61,6 +65,8 @@ WHAT = {
     "reference_sizes": "bench/reference.py's whole table, 64..1024, with the double-float rows",
     "reference_jacobi": "bench/reference.py --strategy jacobi --compare-jacobi, 64..1024",
     "tests": "the default test selection (-m 'not slow'), pytest-xdist when importable",
+    "reference_4096": "one exact reference at 2048x2048 and 4096x4096 (mirrored terrain, a scale test) "
+                      "against SciPy (bench/device/reference_size.py)",
 }
 
 #: packages whose installed versions each part's JSON records (importlib.metadata: nothing
@@ -167,6 +173,11 @@ def plan(part: str, rehearsal: bool, work: Path) -> list[Cmd]:
     if part == "reference_jacobi":
         return [Cmd("reference_jacobi", _py("bench/reference.py", "--strategy", "jacobi", "--compare-jacobi",
                                             "--no-double-float", *(["--quick"] if r else [])))]
+    if part == "reference_4096":
+        j = jdir / "reference_size.json"
+        size = ["--res", "256", "512", "--repeats", "1"] if r else ["--res", "2048", "4096", "--repeats", "2"]
+        return [Cmd("reference_size", _py("bench/device/reference_size.py", *size, "--json-out", j),
+                    json_file=j)]
     if part == "tests":
         base = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", "--maxfail=20",
                 "--durations=10"]
@@ -326,6 +337,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or "device-out"))
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--check", action="store_true", help="only check the part names")
+    ap.add_argument("--needs-zstandard", action="store_true",
+                    help="exit 0 when one of the parts reads or writes shards (needs zstandard), else 1")
     a = ap.parse_args(argv)
     if a.list or not a.parts:
         for i, p in enumerate(ORDER, 1):
@@ -341,6 +354,8 @@ def main(argv=None) -> int:
         parts.append(p)
     if a.check:
         return 0
+    if a.needs_zstandard:
+        return 0 if any(p not in NO_ZSTANDARD for p in parts) else 1
     scale = os.environ.get("DEVICE_CHECK_SCALE", "full")
     if scale not in ("full", "rehearsal"):
         print(f"device_check: DEVICE_CHECK_SCALE must be full or rehearsal, got {scale!r}")

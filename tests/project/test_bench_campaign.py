@@ -167,3 +167,103 @@ def test_projection_never_below_measurements():
     assert p["fits"]["score_exact"]["time"] == pytest.approx((19.0, -0.06))
     assert p["seconds"]["score_exact"] == pytest.approx(48.0)
     assert p["peak_gb"]["score_exact"] == pytest.approx(0.5 + 0.2 / 150 * 39_950)
+
+
+# --------------------------------------------------------------------------- #
+# Scale tests: windows of mirrored tilings (bench/resolutions.py at 2,048² and 4,096²)
+# --------------------------------------------------------------------------- #
+
+@pytest.mark.parametrize("shape, n, row0, col0", [
+    ((5, 7), 4, 0, 0), ((5, 7), 16, 3, 11), ((5, 7), 23, 9, 13), ((3, 2), 20, 5, 1),
+    ((1, 4), 9, 0, 6), ((6, 6), 6, 6, 6)])
+def test_mirror_window_is_numpys_symmetric_padding(shape, n, row0, col0):
+    z = np.arange(shape[0] * shape[1], dtype=np.float64).reshape(shape) * 1.5 - 7.0
+    # numpy's symmetric padding, wide enough to hold the window, cut at (row0, col0)
+    padded = np.pad(z, ((0, row0 + n), (0, col0 + n)), mode="symmetric")
+    want = padded[row0:row0 + n, col0:col0 + n]
+    got = campaign.mirror_window(z, row0, col0, n)
+    assert got.shape == (n, n) and got.flags.c_contiguous
+    assert np.array_equal(got, want)
+    # the plane repeats with periods 2H and 2W
+    h, w = shape
+    assert np.array_equal(campaign.mirror_window(z, row0 + 2 * h, col0 + 4 * w, n), want)
+
+
+def test_mirror_window_refusals():
+    with pytest.raises(campaign.CohortError, match="2-D"):
+        campaign.mirror_window(np.zeros(4), 0, 0, 2)
+    with pytest.raises(campaign.CohortError, match="row0, col0 >= 0"):
+        campaign.mirror_window(np.zeros((3, 3)), -1, 0, 2)
+
+
+def test_scale_test_rasters():
+    # at most four mirrored copies across a crop; the largest raster when none qualifies
+    assert sorted(campaign.scale_test_rasters(2048)) == ["anatolia", "gironde", "grand_canyon"]
+    assert campaign.scale_test_rasters(4096) == ["gironde"]
+    assert campaign.needs_mirror(2048) and campaign.needs_mirror(1143)
+    assert not campaign.needs_mirror(1024)
+
+
+@pytest.fixture(scope="module")
+def scale_cohort(tmp_path_factory):
+    """A 32x32 scale-test cohort cut from mirrored tilings of an 11x9 raster (the shipped
+    aletsch raster's corner, with its provenance): the code path of 2,048² and 4,096²
+    at a size a test can label."""
+    real_z, real_info = campaign.load_raster("aletsch")
+    small = np.ascontiguousarray(real_z[:11, :9])
+    info = {**real_info, "shape": [11, 9]}
+    mp = pytest.MonkeyPatch()
+    mp.setattr(campaign, "load_raster", lambda key: (small, info))
+    mp.setattr(campaign, "eligible_rasters", lambda n, rasters=None: ([], {}))
+    mp.setattr(campaign, "scale_test_rasters", lambda n: ["aletsch"])
+    try:
+        work = tmp_path_factory.mktemp("scale")
+        summary = campaign.build_cohort(work, 3, seed=5, resolution=32, workers=1, rows_per_shard=2,
+                                        scenes_per_crop=2, mirror=True)
+        refused = None
+        try:
+            campaign.build_cohort(work, 3, seed=5, resolution=32, workers=1, rows_per_shard=2,
+                                  scenes_per_crop=2)
+        except campaign.CohortError as e:
+            refused = str(e)
+    finally:
+        mp.undo()
+    return summary, small, info, refused
+
+
+def test_scale_test_cohort_is_labelled_and_exact(scale_cohort):
+    summary, small, info, refused = scale_cohort
+    root = Path(summary["root"])
+    assert root.name == "cohort-32-n3-s5-scale"
+    assert summary["scale_test"]["tiling"] == "mirror"
+    assert "not results" in summary["scale_test"]["note"]
+    assert json.loads((root / "campaign_cohort.json").read_text())["scale_test"] == summary["scale_test"]
+    # without mirror the same size is refused (no shipped raster is that large)
+    assert refused is not None and "mirror=True" in refused
+    shards = sorted((root / "32x32" / "test").glob("*.parquet"))
+    rows = [r for p in shards for r in pq.read_table(p).to_pylist()]
+    assert len(rows) == 3
+    for row in rows:
+        md = json.loads(row["metadata"])
+        st = md["source"]["scale_test"]
+        assert st["tiling"] == "mirror" and st["raster_shape"] == [11, 9]
+        assert "scale test" in md["source"]["generator"] and "not results" in st["note"]
+        # the crop is the mirrored window at metadata.crop's row0/col0, as a reader sees it
+        t = decode_tensor(row["tensor"], 32)
+        window = campaign.mirror_window(small, md["crop"]["row0"], md["crop"]["col0"], 32)
+        want_e = ((window - PASSAGE_CALIBRATION["min"])
+                  / (PASSAGE_CALIBRATION["max"] - PASSAGE_CALIBRATION["min"])).astype(np.float32)
+        np.testing.assert_allclose(t[..., 0], want_e, rtol=0, atol=2e-7)
+        assert 0 <= md["crop"]["row0"] < 22 and 0 <= md["crop"]["col0"] < 18
+        # the labels are optimal on that terrain (an independent graph and Dijkstra)
+        z = elevation_metres(t[..., 0], PASSAGE_CALIBRATION)
+        start = tuple(int(v) for v in np.argwhere(t[..., 1] == md["markers"]["start"])[0])
+        goal = tuple(int(v) for v in np.argwhere(t[..., 1] == md["markers"]["goal"])[0])
+        obst = t[..., 2] > 0.5
+        for (obj, var), col in ROUTE_COLUMNS.items():
+            blocked = obst if var == "obstacles" else np.zeros_like(obst)
+            field = edge_cost_field_np(z, blocked, obj, md["solvers"][obj]["weight"], 30.0)
+            dist = scipy.sparse.csgraph.dijkstra(_own_graph(field), indices=start[0] * 32 + start[1])
+            best = dist[goal[0] * 32 + goal[1]]
+            np.testing.assert_allclose(_recost(np.asarray(row[col], np.int64), field), best, rtol=1e-9)
+            np.testing.assert_allclose(md["c_star"][f"{obj}/{var}"], best, rtol=1e-9)
