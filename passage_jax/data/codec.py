@@ -10,6 +10,7 @@ is refused cheaply.
 from __future__ import annotations
 
 import io
+import threading
 
 import numpy as np
 import zstandard
@@ -27,6 +28,23 @@ _BLOCK_MAX = 128 * 1024
 #: Largest back-reference window a tensor frame may declare (zstd's level-19 window);
 #: a frame of an N x N x 3 tensor larger than this may use a window of its own size.
 MAX_WINDOW_BYTES = 1 << 23
+
+
+#: each thread's decompressors, one per window limit: a decompression context is reused
+#: rather than made per tensor (a fresh context allocates its window buffer anew, about a
+#: third of the time of decoding a 256² tensor); a context is not shared between threads
+_LOCAL = threading.local()
+
+
+def _decompressor(max_window: int) -> zstandard.ZstdDecompressor:
+    """This thread's decompressor for ``max_window`` (each use starts a new stream)."""
+    cache = getattr(_LOCAL, "by_window", None)
+    if cache is None:
+        cache = _LOCAL.by_window = {}
+    d = cache.get(max_window)
+    if d is None:
+        d = cache[max_window] = zstandard.ZstdDecompressor(max_window_size=max_window)
+    return d
 
 
 class TensorError(ValueError):
@@ -137,7 +155,7 @@ def decode_tensor(blob: bytes, n: int) -> np.ndarray:
     blob = bytes(blob)
     _check_frame(blob, n)
     try:
-        decompressor = zstandard.ZstdDecompressor(max_window_size=max(MAX_WINDOW_BYTES, want))
+        decompressor = _decompressor(max(MAX_WINDOW_BYTES, want))
         reader = decompressor.stream_reader(io.BytesIO(blob), read_across_frames=False)
         raw = reader.read(want + 1)
     except zstandard.ZstdError as e:

@@ -193,15 +193,19 @@ def _columns(pf: pq.ParquetFile, released_routes: bool) -> tuple:
 
 
 def iter_raw_rows(root, resolution: int, split: str, n_samples=None, *,
-                  released_routes: bool = True) -> Iterator[RawRow]:
+                  released_routes: bool = True, on_shard=None) -> Iterator[RawRow]:
     """Undecoded rows (required columns only) in file order, capped at ``n_samples``;
-    ``released_routes=False``: without the route columns where :func:`_columns` allows."""
+    ``released_routes=False``: without the route columns where :func:`_columns` allows.
+    ``on_shard(path)`` is called before a shard is opened (what it raises ends the read
+    there: e.g. a check of the shard's bytes against a recorded hash)."""
     n_samples = _check_n_samples(n_samples)
     files = shard_files(root, resolution, split)
     if n_samples == 0:
         return
     count = 0
     for path in files:
+        if on_shard is not None:
+            on_shard(path)
         pf = _open(path)
         names = pf.schema_arrow.names
         missing = [c for c in REQUIRED_COLUMNS if c not in names]
@@ -315,14 +319,15 @@ def map_rows(fn, rows, workers: int = DECODE_WORKERS, prefetch: int | None = Non
 
 def iter_scenes(root, resolution: int, split: str, n_samples=DEFAULT_N_SAMPLES,
                 workers: int = DECODE_WORKERS, check_unique_ids: bool = True, *,
-                released_routes: bool = True) -> Iterator[Scene]:
+                released_routes: bool = True, on_shard=None) -> Iterator[Scene]:
     """Validated scenes in file order (the first ``n_samples``; None = whole split).
 
     ``released_routes=False`` leaves the six released route columns unread (and their
     checks undone) in every shard whose rows all declare their marker convention in
     ``metadata.markers``; those scenes' ``routes`` are empty. For a reader that does not
     use the routes and checked the shards' bytes against a full read before (``score``
-    against the hashes its run recorded at admission).
+    against the hashes its run recorded at admission). ``on_shard(path)``: as in
+    :func:`iter_raw_rows`, on the thread that iterates.
 
     Layout problems (missing root, resolution or split folder, no shards) raise
     :class:`DataError` at the call; a row problem raises when its row is reached,
@@ -332,12 +337,15 @@ def iter_scenes(root, resolution: int, split: str, n_samples=DEFAULT_N_SAMPLES,
     split = _split(split)
     n_samples = _check_n_samples(n_samples)
     shard_files(root, resolution, split)  # layout errors now, not at first next()
-    return _scenes(root, resolution, split, n_samples, workers, check_unique_ids, released_routes)
+    return _scenes(root, resolution, split, n_samples, workers, check_unique_ids, released_routes,
+                   on_shard)
 
 
-def _scenes(root, resolution, split, n_samples, workers, check_unique_ids, released_routes=True):
+def _scenes(root, resolution, split, n_samples, workers, check_unique_ids, released_routes=True,
+            on_shard=None):
     places = id_places(root, resolution) if check_unique_ids else None
-    rows = _in_order(iter_raw_rows(root, resolution, split, n_samples, released_routes=released_routes))
+    rows = _in_order(iter_raw_rows(root, resolution, split, n_samples, released_routes=released_routes,
+                                   on_shard=on_shard))
     first = None  # (convention, where) of the first scene: the split's convention
     for scene in map_rows(lambda r: _validate_raw(r, resolution, split, released_routes), rows, workers):
         if places is not None:

@@ -52,6 +52,7 @@ import dataclasses
 import threading
 import weakref
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import numpy as np
 
@@ -88,7 +89,10 @@ class ReadOptions:
     ``workers`` decode threads, whether sequential passes read ahead (``prefetch``), and
     whether the released routes are read (``released_routes``; False: see
     :func:`~passage_jax.data.reader.iter_scenes`; the tasks' ``route`` is then None), and
-    ``on_read(index, task)``, called on the reading thread as each task is read.
+    ``on_read(index, task)``, called on the reading thread as each task is read, and
+    ``on_shard(path)``, called there before each shard is opened, on every read of the
+    shards (what it raises ends the read: ``score`` checks each shard's sha256 there, so
+    the hashing overlaps with the decoding of the shard before).
     """
 
     n_samples: int | None = DEFAULT_N_SAMPLES
@@ -98,6 +102,7 @@ class ReadOptions:
     prefetch: bool = True
     released_routes: bool = True
     on_read: Callable[[int, Task], None] | None = None
+    on_shard: Callable[[Path], None] | None = None
     #: whether the opening read takes each task's input hash (kept on its stub; a re-read
     #: is checked against it). False: the stream is read once only (a second pass is
     #: refused), for a caller that vouches for the tasks otherwise (``score``'s
@@ -143,12 +148,14 @@ class TaskSource:
     weight: float | None = None
     workers: int = DECODE_WORKERS
     released_routes: bool = True
+    on_shard: Callable[[Path], None] | None = None  #: :attr:`ReadOptions.on_shard`
 
     def tasks(self, n_samples, check_ids: bool = True) -> Iterator[Task]:
         """The first ``n_samples`` tasks, each scene's weight confirmed; ``check_ids``:
         ids checked unique across the resolution's split folders."""
         for scene in iter_scenes(self.root, self.resolution, self.split, n_samples, self.workers,
-                                 check_unique_ids=check_ids, released_routes=self.released_routes):
+                                 check_unique_ids=check_ids, released_routes=self.released_routes,
+                                 on_shard=self.on_shard):
             check_weight(scene, self.objective, self.weight)
             yield scene.task(self.objective, self.variant)
 
@@ -516,7 +523,7 @@ def open_tasks(root, resolution: int, split: str, objective: str, variant: str =
     opts = ReadOptions.of(options, **overrides)
     chunk = chunk_scenes(resolution) if opts.chunk is None else opts.chunk
     source = TaskSource(root, resolution, split, objective, variant, opts.weight, opts.workers,
-                        opts.released_routes)
+                        opts.released_routes, opts.on_shard)
     store = GridStore(resolution, chunk) if opts.keep_grids else None
     stubs = _read_stubs(source, opts, chunk, on_chunk, store)
     return TaskStream(source, stubs, chunk, prefetch=opts.prefetch, store=store)

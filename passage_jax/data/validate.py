@@ -184,8 +184,10 @@ def _metadata_text(raw, ref: RowRef) -> str:
         size = len(raw.encode("utf-8", "surrogatepass"))
         if size > MAX_METADATA_BYTES:
             raise _fail(ref, f"metadata is {size} bytes, more than the {MAX_METADATA_BYTES} allowed")
-    depth = json_depth(raw, MAX_METADATA_DEPTH)
-    if depth > MAX_METADATA_DEPTH:
+    # the text's opening brackets bound its depth (those inside strings only add to the
+    # count): the scan runs only where the count could exceed the limit
+    bound = raw.count("[") + raw.count("{")
+    if bound > MAX_METADATA_DEPTH and json_depth(raw, MAX_METADATA_DEPTH) > MAX_METADATA_DEPTH:
         raise _fail(ref, f"metadata is nested more than {MAX_METADATA_DEPTH} levels deep")
     return raw
 

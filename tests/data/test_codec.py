@@ -69,3 +69,29 @@ def test_normalise_inverts_metres_to_float32_precision():
     e = normalise_elevation(z, cal)
     assert e.dtype == np.float32
     np.testing.assert_allclose(elevation_metres(e, cal), z, atol=9197.0 * 2 ** -24)
+
+
+def test_a_failed_decode_leaves_the_thread_able_to_decode():
+    """The decompression context is reused within a thread: a frame that fails midway
+    (corrupt block, bad checksum, too much output) must not leak into the next decode,
+    on this thread or another."""
+    import threading
+
+    rng = np.random.default_rng(5)
+    good = rng.random((8, 8, 3)).astype(np.float32)
+    blob = encode_tensor(good)
+    corrupt = bytearray(blob)
+    corrupt[len(corrupt) // 2] ^= 0xFF  # inside the compressed block (the checksum catches it)
+    bomb = zstandard.ZstdCompressor(write_content_size=False).compress(bytes(8 * 8 * 3 * 4 + 64))
+    for bad in (bytes(corrupt), bomb):
+        with pytest.raises(TensorError):
+            decode_tensor(bad, 8)
+        np.testing.assert_array_equal(decode_tensor(blob, 8), good)
+    out = {}
+    threads = [threading.Thread(target=lambda k=k: out.__setitem__(k, decode_tensor(blob, 8)))
+               for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(np.array_equal(v, good) for v in out.values()) and len(out) == 4

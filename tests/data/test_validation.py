@@ -332,3 +332,21 @@ def test_validate_row_directly():
     raw["metadata"] = raw["metadata"].replace('"split": "test"', '"split": "train"')
     with pytest.raises(DataError, match=r"mem.parquet row 0 scene 0000000007: metadata.split"):
         validate_row(raw, N, "test", "mem.parquet", 0)
+
+
+@pytest.mark.parametrize("text, deep", [
+    ('{"a": "' + "[" * 100 + '"}', False),  # many brackets, all inside a string
+    ("[" * 64 + "]" * 64, False),           # exactly the limit
+    ("[" * 65 + "]" * 65, True),            # one past it
+    ('{"a": [' * 40 + "1" + "]}" * 40, True),  # 80 levels, objects and arrays
+])
+def test_metadata_depth_is_bounded_outside_strings(text, deep):
+    from passage_jax.data.validate import MAX_METADATA_DEPTH, RowRef, _metadata_text, json_depth
+
+    ref = RowRef("f.parquet", 3, "s")
+    assert (json_depth(text, 10_000) > MAX_METADATA_DEPTH) == deep  # the full scan's answer
+    if deep:
+        with pytest.raises(DataError, match="nested more than 64 levels deep"):
+            _metadata_text(text, ref)
+    else:
+        assert _metadata_text(text, ref) == text

@@ -113,12 +113,13 @@ def _ref(refs, key: str):
 
 
 class ChunkCheck:
-    """Checks each chunk of reloaded tasks against the run (id, shard, input hash unless
-    ``hashes`` is False, objective, variant, weight), then hands it to ``on_chunk``."""
+    """Checks each chunk of reloaded tasks against the run (id, shard among the run's
+    ``shard_names``, input hash unless ``hashes`` is False, objective, variant, weight),
+    then hands it to ``on_chunk``."""
 
-    def __init__(self, refs, run_ids: list, shard_hashes: dict, where: str, on_chunk,
+    def __init__(self, refs, run_ids: list, shard_names, where: str, on_chunk,
                  hashes: bool = True):
-        self.run_ids, self.shard_hashes, self.where, self.on_chunk = run_ids, shard_hashes, where, on_chunk
+        self.run_ids, self.shard_names, self.where, self.on_chunk = run_ids, shard_names, where, on_chunk
         self.hashes = hashes
         self.input_sha256 = _ref(refs, "input_sha256")
         self.objective, self.variant = _ref(refs, "objective"), _ref(refs, "variant")
@@ -131,13 +132,13 @@ class ChunkCheck:
 
     def check(self, first: int, tasks) -> None:
         """The chunk of ``tasks`` that starts at task ``first``, checked against the run
-        (``shard_hashes`` None: the shards were checked by another seed's read)."""
+        (``shard_names`` None: the shards were checked by another seed's read)."""
         where, run_ids = self.where, self.run_ids
         for i, t in enumerate(tasks, start=first):
             if i >= len(run_ids) or t.id != run_ids[i]:
                 raise ScoreError(f"{where}: reloaded scene {i} is {t.id}, the run's is "
                                  f"{run_ids[i] if i < len(run_ids) else 'absent'}")
-            if self.shard_hashes is not None and Path(t.scene.file).name not in self.shard_hashes:
+            if self.shard_names is not None and Path(t.scene.file).name not in self.shard_names:
                 raise ScoreError(f"{where}: scene {t.id} comes from {t.scene.file}, a shard the "
                                  f"run did not record")
             got = task_input_hash(t) if self.hashes else None  # as recorded at admission
@@ -170,11 +171,7 @@ def open_run_tasks(manifest: dict, refs, where: str, dataset_path=None, on_chunk
     check_data_fields(data, where)
     root = dataset_root(manifest, dataset_path)
     res, split = int(data["resolution"]), str(data["split"])
-    shard_dir = root / f"{res}x{res}" / split
-    shard_hashes = {
-        s["name"]: check_sha256(shard_dir / s["name"], s["sha256"], ScoreError, what=f"{where}: shard",
-                                recorded_by="the run", remedy="; the data changed since the run")
-        for s in data["shards"]}
+    shards = _ShardCheck(root / f"{res}x{res}" / split, data["shards"], where)
     run_ids = list(data["sample_ids"])
     ref_ids = _ref(refs, "sample_id")
     if run_ids != list(ref_ids):
@@ -183,17 +180,53 @@ def open_run_tasks(manifest: dict, refs, where: str, dataset_path=None, on_chunk
     if check not in INPUT_CHECKS:
         raise ValueError(f"check must be one of {list(INPUT_CHECKS)}, got {check!r}")
     hashes = check == "hash"
-    chunk_check = ChunkCheck(refs, run_ids, shard_hashes, where, on_chunk, hashes)
+    chunk_check = ChunkCheck(refs, run_ids, shards.recorded, where, on_chunk, hashes)
     try:
         tasks = open_tasks(root, res, split, data["cost_model"], data["task_variant"],
                            n_samples=data.get("n_samples"), chunk=chunk, on_chunk=chunk_check,
-                           on_read=on_read, hash_inputs=hashes,
+                           on_read=on_read, hash_inputs=hashes, on_shard=shards,
                            released_routes=False)  # the shards' bytes are the admitted ones
     except (DataError, ValueError) as e:
         raise ScoreError(f"{where}: reloading the scenes failed: {e}") from None
+    shard_hashes = shards.all_checked()
     if tasks.ids != run_ids:
         raise ScoreError(f"{where}: reloaded {len(tasks)} scenes, the run has {len(run_ids)}")
     return tasks, root, shard_hashes
+
+
+class _ShardCheck:
+    """The run's recorded shards (``recorded``: [{name, sha256}], in ``folder``), each
+    checked against its sha256 just before the read opens it (an ``on_shard`` hook of
+    :func:`~passage_jax.data.open_tasks`: on the reading thread, so hashing a shard
+    overlaps with decoding the one before, and no row of a shard is decoded before its
+    bytes are found to be the admitted ones). Every recorded shard must exist before the
+    read starts; one the read did not reach is checked at the end (:meth:`all_checked`)."""
+
+    def __init__(self, folder: Path, recorded: list, where: str):
+        self.folder, self.where = folder, where
+        self.sha256 = {s["name"]: s["sha256"] for s in recorded}
+        self.checked: dict[str, str] = {}
+        for name in self.sha256:  # a missing shard is refused before anything is read
+            if not (folder / name).is_file():
+                self._check(name)
+
+    @property
+    def recorded(self) -> frozenset:
+        return frozenset(self.sha256)
+
+    def _check(self, name: str) -> str:
+        return check_sha256(self.folder / name, self.sha256[name], ScoreError,
+                            what=f"{self.where}: shard", recorded_by="the run",
+                            remedy="; the data changed since the run")
+
+    def __call__(self, path) -> None:
+        name = Path(path).name
+        if name in self.sha256 and name not in self.checked:  # another is named by its scenes
+            self.checked[name] = self._check(name)
+
+    def all_checked(self) -> dict[str, str]:
+        """{name: sha256} of every recorded shard, in the run's order."""
+        return {name: self.checked.get(name) or self._check(name) for name in self.sha256}
 
 
 def reload_tasks(manifest: dict, refs, where: str, dataset_path=None) -> tuple:
