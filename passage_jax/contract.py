@@ -15,6 +15,7 @@ __all__ = [
     "CENSORED_LATENCY_FORMAT", "CENSORED_STATUSES", "COMPLETE_REQUEST_PROFILE",
     "NATIVE_SESSION_PROFILE", "SUPERVISED_SERVICE_PROFILE", "SUPERVISED_SERVICE_REWARM_PROFILE",
     "TIMING_PROFILES", "SESSION_PROFILES", "PROFILE_EXECUTION", "DEFAULT_SESSION_WARMUP",
+    "BATCHED_PROFILE", "ONE_PASS_PROFILES", "DEFAULT_BATCH_WARMUP",
     "timing_boundary", "OBJECTIVES", "VARIANTS", "OBJECTIVE_COLUMN", "INFERENCE_FORMATS",
 ]
 
@@ -81,22 +82,34 @@ SUPERVISED_SERVICE_PROFILE = "supervised_service_v1"
 #: As :data:`SUPERVISED_SERVICE_PROFILE`, but a replacement worker runs the session warm-up
 #: again before its next timed request.
 SUPERVISED_SERVICE_REWARM_PROFILE = "supervised_service_rewarm_v1"
+#: The batched procedure (docs/runner.md, "The batched procedure"): a planner's
+#: ``plan_batch`` over ``batch_size`` scenes at a time in roster order (the last batch
+#: padded, the padding never scored), after ``batch_warmup`` untimed batches of the warm-up
+#: scene; the timer runs from the batch's raw arrays in device memory to every route on
+#: the host. Its latency is per batch (``batch_ms``) and amortised per scene
+#: (``per_scene_ms``), never a per-request latency.
+BATCHED_PROFILE = "batched_v1"
 TIMING_PROFILES = (COMPLETE_REQUEST_PROFILE, NATIVE_SESSION_PROFILE, SUPERVISED_SERVICE_PROFILE,
-                   SUPERVISED_SERVICE_REWARM_PROFILE)
+                   SUPERVISED_SERVICE_REWARM_PROFILE, BATCHED_PROFILE)
 #: The session profiles (no cold pass, one timed warm request per task).
-SESSION_PROFILES = TIMING_PROFILES[1:]
-#: session profile -> the ``execution`` it requires
+SESSION_PROFILES = (NATIVE_SESSION_PROFILE, SUPERVISED_SERVICE_PROFILE,
+                    SUPERVISED_SERVICE_REWARM_PROFILE)
+#: The profiles of one warm pass over the tasks, each task once (no cold pass, no repeats).
+ONE_PASS_PROFILES = (*SESSION_PROFILES, BATCHED_PROFILE)
+#: profile -> the ``execution`` it requires
 PROFILE_EXECUTION = {NATIVE_SESSION_PROFILE: "in_process", SUPERVISED_SERVICE_PROFILE: "supervised",
-                     SUPERVISED_SERVICE_REWARM_PROFILE: "supervised"}
+                     SUPERVISED_SERVICE_REWARM_PROFILE: "supervised", BATCHED_PROFILE: "in_process"}
 #: Untimed calls of a session before its first timed request (``session_warmup``).
 DEFAULT_SESSION_WARMUP = 16
+#: Untimed batches before the first timed one under :data:`BATCHED_PROFILE` (``batch_warmup``).
+DEFAULT_BATCH_WARMUP = 2
 
 
 def timing_boundary(timing_profile: str | None, execution: str = "in_process") -> str:
     """The timing boundary of a run: the session profile's name, or under the default
     profile the executor's (:data:`IN_PROCESS_TIMING_PROFILE` in process,
     :data:`SUPERVISED_TIMING_PROFILE` supervised)."""
-    if timing_profile in SESSION_PROFILES:
+    if timing_profile in ONE_PASS_PROFILES:
         return timing_profile
     return SUPERVISED_TIMING_PROFILE if execution == "supervised" else IN_PROCESS_TIMING_PROFILE
 

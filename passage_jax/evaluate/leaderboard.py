@@ -76,7 +76,7 @@ LEADERBOARD_FORMAT = "passage-jax-leaderboard-v1"
 #: what every entry on one leaderboard must share (field -> how it is named in an error)
 COMPARABLE_FIELDS = {"resolution": "resolution", "cost_model": "cost model", "split": "split",
                      "task_variant": "task variant", "tasks_sha256": "task set (tasks_sha256)",
-                     "timing_profile": "timing profile"}
+                     "timing_profile": "timing profile", "batch_size": "batch size"}
 #: the page's table columns, in order
 LEADERBOARD_COLUMNS = ("rank", "method", "seeds", "regret median", "Δ regret median [interval]",
                        "success rate", "Δ success [interval]", "latency p50 ms",
@@ -102,8 +102,9 @@ class LeaderboardExists(LeaderboardError, FileExistsError):
 # inputs
 # --------------------------------------------------------------------------- #
 
-def _identity(data: dict, timing_profile, where: str, fields: dict) -> dict:
-    """The comparability fields of one entry; ``fields`` names where each is read."""
+def _identity(data: dict, timing_profile, where: str, fields: dict, batch_size=None) -> dict:
+    """The comparability fields of one entry; ``fields`` names where each is read;
+    ``batch_size``: the batched procedure's (None: batch one)."""
     out = {k: data.get(k) for k in ("resolution", "cost_model", "split", "task_variant",
                                     "tasks_sha256")}
     out["timing_profile"] = (timing_profile or {}).get("profile") if isinstance(
@@ -112,6 +113,7 @@ def _identity(data: dict, timing_profile, where: str, fields: dict) -> dict:
     if missing:
         raise LeaderboardError(f"{where}: field {fields[missing[0]]!r} is missing (cannot tell "
                                f"which entries it is comparable with)")
+    out["batch_size"] = batch_size
     return out
 
 
@@ -180,7 +182,8 @@ def _compare_entry(path: Path) -> dict:
                          ident.get("timing_profile"), where,
                          {**{k: f"identity.data.{k}" for k in COMPARABLE_FIELDS},
                           "tasks_sha256": "identity.tasks_sha256",
-                          "timing_profile": "identity.timing_profile.profile"})
+                          "timing_profile": "identity.timing_profile.profile"},
+                         (ident.get("timing_profile") or {}).get("batch_size"))
     sides = {}
     for side in ("A", "B"):
         run = cmp["runs"][side]
@@ -201,7 +204,8 @@ def _read_run(path: Path) -> dict:
     where = str(folders[0] / MANIFEST)
     identity = _identity(m0.get("data") or {}, scores[0].metrics.get("timing_profile"), where,
                          {**{k: f"data.{k}" for k in COMPARABLE_FIELDS},
-                          "timing_profile": f"timing_profile.profile ({METRICS})"})
+                          "timing_profile": f"timing_profile.profile ({METRICS})"},
+                         (m0.get("spec") or {}).get("batch_size"))
     per_seed = {str(s.manifest.get("seed")): s.metrics for s in scores}
     return _method(m0.get("method_name"), Path(path).resolve(), list(per_seed), per_seed,
                    identity, folders, path)
@@ -241,8 +245,8 @@ def _check_comparable(methods: list) -> None:
                     f"incomparable entries: {m['method_name']!r} from {m['source']} has {what} "
                     f"{m['identity'][k]!r} but {first['method_name']!r} from {first['source']} has "
                     f"{first['identity'][k]!r}; a leaderboard ranks only entries with the same "
-                    f"resolution, cost model, split, task variant, task set and timing profile "
-                    f"(build one leaderboard per setting)")
+                    f"resolution, cost model, split, task variant, task set, timing profile and "
+                    f"batch size (build one leaderboard per setting)")
 
 
 def _contrast(c: dict, flip: bool) -> dict:
@@ -410,7 +414,10 @@ def render_leaderboard_markdown(board: dict) -> str:
              f"- Setting: {res}x{res} {md_text(ident['split'])}, cost model "
              f"{md_code(ident['cost_model'])}, variant {md_code(ident['task_variant'])}, tasks "
              f"sha256 {md_code(str(ident['tasks_sha256'])[:16] + '…')}, timing profile "
-             f"{md_code(ident['timing_profile'])}",
+             f"{md_code(ident['timing_profile'])}"
+             + (" (batch one)" if ident.get("batch_size") is None else
+                f" (the batched procedure, batches of {md_text(ident['batch_size'])}: latency per "
+                f"batch and per scene, not per request)"),
              f"- Baseline: **{md_text(base['method_name'])}** ({md_code(base['path'])}, chosen by "
              f"{md_text(base['chosen_by'])})",
              f"- Ranked by {board['ranking']}; Δ = method − baseline with its paired "

@@ -46,6 +46,7 @@ from passage_jax.fileio import (
 
 __all__ = [
     "PATHS_FORMAT", "REFERENCES_FORMAT", "RUN_FORMAT", "REQUESTS_FORMAT", "RECORD_KEYS",
+    "BATCH_RECORD_KEYS",
     "ROUTE_FORMATS", "ROUTE_FORMAT_CODE", "snapshot_route", "PathsWriter", "PathsReader", "load_paths",
     "route_of", "pack_routes", "unpack_routes", "read_requests", "input_hash",
     "references_identity", "code_hash", "package_versions", "RecordFileError", "npz_errors",
@@ -101,6 +102,11 @@ RECORD_KEYS = ("record", "seed", "series", "repeat", "task_index", "sample_id", 
                "route_len", "route_cost", "problem", "error_type", "error", "message",
                "sync_arrays", "worker", "resumed", "validation_recost_ms", "warm_complete",
                "torch_synchronized", "process_index", "host", "device", "route_stage")
+#: The keys a record of the batched procedure (``batched_v1``) adds after
+#: :data:`RECORD_KEYS`: the first record of its batch (the batch's identity), the declared
+#: batch size, the batch's live scenes and its timed wall time (its ``latency_ms`` and
+#: ``returned_ms`` are null: the procedure times batches, not requests).
+BATCH_RECORD_KEYS = ("batch_first", "batch_size", "batch_live", "batch_ms")
 #: packages whose versions every manifest and score receipt records
 VERSIONED_PACKAGES = ("passage_jax", "jax", "jaxlib", "numpy", "scipy", "flax", "optax",
                       "pyarrow", "zstandard", "pyyaml", "rich")

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from passage_jax.contract import BATCHED_PROFILE
 from passage_jax.evaluate.compare._blocks import first_diff as _first_diff
 from passage_jax.evaluate.compare._errors import (
     CompareError,
@@ -114,7 +115,23 @@ def identity(score: Score) -> dict:
         "references": {k: (m.get("references") or {}).get(k)
                        for k in ("identity", "policy", "cohort_id")},
         "timing_profile": run_timing_of(score)["profile"],
+        "batch_size": _batch_size(score),
     }
+
+
+def _batch_size(score: Score):
+    """The declared batch size of a run of the batched procedure (its spec's ``batch_size``),
+    else None."""
+    spec = score.manifest.get("spec")
+    return spec.get("batch_size") if isinstance(spec, dict) else None
+
+
+def procedure(profile: str, batch_size=None) -> str:
+    """How a side was timed, in words: the batched procedure with its batch size, or the
+    batch-one profile."""
+    if profile == BATCHED_PROFILE:
+        return f"{profile} (batches of {batch_size})"
+    return f"{profile} (batch one)"
 
 
 def limits(score: Score) -> dict:
@@ -201,6 +218,13 @@ def check_identity(A: Side, B: Side, *, precision_mix: bool = False) -> dict:
         if a["references"][k] != b["references"][k]:
             raise CompareError(f"references differ ({k}): A {a['references'][k]!r} vs B "
                                f"{b['references'][k]!r}")
+    batched = BATCHED_PROFILE in (a["timing_profile"], b["timing_profile"])
+    if batched and (a["timing_profile"], a["batch_size"]) != (b["timing_profile"], b["batch_size"]):
+        what = ("a batched run cannot be set against a batch-one run"
+                if a["timing_profile"] != b["timing_profile"] else "the batch sizes differ")
+        raise CompareError(f"{what}: A follows {procedure(a['timing_profile'], a['batch_size'])}, B "
+                           f"{procedure(b['timing_profile'], b['batch_size'])}; their latencies "
+                           f"time different things")
     if a["timing_profile"] != b["timing_profile"]:
         raise CompareError(f"timing profiles differ: A {a['timing_profile']} vs B "
                            f"{b['timing_profile']}")

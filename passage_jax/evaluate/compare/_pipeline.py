@@ -172,7 +172,9 @@ def restated(sides: dict, checks: Checks, roles: dict, rows: PairedRows) -> dict
     ident = {"n_tasks": len(rows.task_ids), "sample_ids": list(rows.task_ids),
              "tasks_sha256": shared["tasks"]["tasks_sha256"], "data": shared["data"],
              "references": shared["references"],
-             "timing_profile": {"profile": shared["timing_profile"]}}
+             "timing_profile": {"profile": shared["timing_profile"],
+                                **({} if shared["batch_size"] is None
+                                   else {"batch_size": shared["batch_size"]})}}
     methods = {n: {"method_name": s.method_name,
                    "per_seed": {p[0]: method_summary(s.seeds[p[1 if n == "A" else 2]])
                                 for p in rows.pairs}}

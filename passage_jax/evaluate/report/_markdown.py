@@ -218,6 +218,14 @@ def _pairing_allowed(cmp: dict, A: dict, B: dict) -> bool:
                 and A.get("canonical", True) != B.get("canonical", True))
 
 
+def _procedure(timing: dict) -> str:
+    """The procedure the timing profile names: batches of ``batch_size`` scenes (the
+    batched procedure: latency per batch and per scene, never per request), or batch one."""
+    size = timing.get("batch_size")
+    return "batch one" if size is None else (f"the batched procedure, batches of {md_text(size)}; "
+                                             f"latency per batch and amortised per scene")
+
+
 def _header(cmp: dict, names: tuple) -> list[str]:
     A, B = cmp["runs"]["A"], cmp["runs"]["B"]
     na, nb = names  # already md_text (render_markdown)
@@ -231,7 +239,8 @@ def _header(cmp: dict, names: tuple) -> list[str]:
         f"sha256 {md_code(str(ident['tasks_sha256'])[:16] + '…')}",
         f"- References: policy {md_code(ident['references']['policy'])}, identity "
         f"{md_code(str(ident['references']['identity'])[:16] + '…')}",
-        f"- Timing profile: {md_code(ident['timing_profile']['profile'])}",
+        f"- Timing profile: {md_code(ident['timing_profile']['profile'])}, both sides "
+        f"({_procedure(ident['timing_profile'])})",
         f"- Runs: A {md_code(A['path'])} (seeds {md_text(A['seeds'])}), B {md_code(B['path'])} "
         f"(seeds {md_text(B['seeds'])})",
         f"- Inference protocol: A {_protocol_label(A)}; B {_protocol_label(B)}"

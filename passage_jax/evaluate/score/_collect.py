@@ -9,7 +9,7 @@ import json
 
 import numpy as np
 
-from passage_jax.contract import PRIMARY_METRICS, UNPLACED
+from passage_jax.contract import BATCHED_PROFILE, PRIMARY_METRICS, UNPLACED
 from passage_jax.evaluate.components import component_summary, route_stage_column
 from passage_jax.evaluate.latency import series_latency, validation_recost_block
 from passage_jax.evaluate.score._folder import SeedInputs
@@ -20,12 +20,14 @@ from passage_jax.evaluate.score._format import (
     SERIES,
     STRATIFIERS,
     ScoreError,
+    is_index,
 )
 from passage_jax.evaluate.score._kernel import BatchScores
 from passage_jax.evaluate.score._timing import recost_inside_latency, run_timing
 from passage_jax.fileio import jsonable
 from passage_jax.metrics import primary_metrics
 from passage_jax.metrics.aggregate import precision_statement
+from passage_jax.protocol.batch import batch_timing
 from passage_jax.protocol.runfolder import MANIFEST, REFERENCES
 from passage_jax.stats import assign_blocks, block_census
 
@@ -262,6 +264,15 @@ def validation_recost(inputs: SeedInputs, timing: dict) -> dict:
                                    inside_latency=recost_inside_latency(timing["profile"]))
 
 
+def _batched(inputs: SeedInputs) -> dict:
+    """The batched procedure's timing block, from the records' batch figures
+    (:func:`passage_jax.protocol.batch.batch_timing`: ``batch_ms`` and the amortised
+    ``per_scene_ms``); the declared batch size is the manifest's."""
+    spec = inputs.manifest.get("spec") if isinstance(inputs.manifest.get("spec"), dict) else {}
+    size = spec.get("batch_size")
+    return batch_timing(inputs.records.batches(inputs.where), size if is_index(size) else None)
+
+
 def _status_counts(inputs: SeedInputs) -> dict:
     rec, out = inputs.records, {}
     for s in SERIES:
@@ -298,9 +309,10 @@ def metrics_document(inputs: SeedInputs, collected: Collected, clusters: np.ndar
     headline_mask = (rec.series == "warm") & (rec.repeat == q_index)
     headline = quality[f"warm#{q_index}"]
     components = _components(inputs, per, headline_mask)
-    latency, divergence = _latency(inputs, per), _divergence(inputs, per)
-    status_counts = _status_counts(inputs)
     timing = timing_profile(manifest, inputs.folder / MANIFEST)
+    batched = timing["profile"] == BATCHED_PROFILE  # batches are timed, never requests
+    latency, divergence = ({} if batched else _latency(inputs, per)), _divergence(inputs, per)
+    status_counts = _status_counts(inputs)
     headline_idx = np.flatnonzero(headline_mask)
     metrics = {
         "format": SCORE_FORMAT,
@@ -317,9 +329,10 @@ def metrics_document(inputs: SeedInputs, collected: Collected, clusters: np.ndar
         "status_counts": status_counts,
         "status_route_divergence": divergence,
         "latency": latency,
-        "latency_warm_quality_repeat": series_latency(
+        "latency_warm_quality_repeat": None if batched else series_latency(
             rec.latency_records(headline_idx), per["success"][headline_idx].astype(bool),
             warm=warm_requests(inputs, headline_idx)),
+        **({"batched": _batched(inputs)} if batched else {}),
         "block_rule": BLOCK_RULE,
         "block_census": jsonable(block_census([None if x == UNPLACED else str(x) for x in clusters])),
         "precision": _precision(inputs),

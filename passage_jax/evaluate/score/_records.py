@@ -52,6 +52,10 @@ RECORD_FIELDS = (
     ("sample_id", True, lambda v: isinstance(v, str), "a string"),
     ("status", True, lambda v: isinstance(v, str) and v in STATUSES, f"one of {list(STATUSES)}"),
     ("latency_ms", False, is_number_or_none, "a number or null"),
+    ("batch_first", False, lambda v: v is None or is_index(v), "an integer or null"),
+    ("batch_size", False, lambda v: v is None or (is_index(v) and v >= 1), "a positive integer or null"),
+    ("batch_live", False, lambda v: v is None or (is_index(v) and v >= 1), "a positive integer or null"),
+    ("batch_ms", False, _is_duration_or_none, "a finite non-negative number or null"),
     ("deadline_ms", False, is_number_or_none, "a number or null"),
     ("route_format", False, lambda v: v is None or (isinstance(v, str) and v in ROUTE_FORMATS.values()),
      f"one of {list(ROUTE_FORMATS.values())} or null"),
@@ -106,7 +110,8 @@ def record_lines(path):
 
 #: the record fields held as columns
 _COLUMNS = ("record", "series", "repeat", "task_index", "sample_id", "status", "latency_ms",
-            "deadline_ms", "route_format", "route_stage", "validation_recost_ms", "warm_complete")
+            "deadline_ms", "route_format", "route_stage", "validation_recost_ms", "warm_complete",
+            "batch_first", "batch_live", "batch_ms")
 
 
 class RecordColumns:
@@ -144,6 +149,32 @@ class RecordColumns:
         self.validation_recost_ms = _float_column(cols["validation_recost_ms"])
         self.warm_complete = np.asarray([-1 if v is None else int(bool(v))
                                          for v in cols["warm_complete"]], np.int8)
+        # the batched procedure's batch of each record (-1 / NaN: none)
+        self.batch_first = np.asarray([-1 if v is None else int(v) for v in cols["batch_first"]], np.int64)
+        self.batch_live = np.asarray([0 if v is None else int(v) for v in cols["batch_live"]], np.int64)
+        self.batch_ms = _float_column(cols["batch_ms"])
+
+    def batches(self, where: str) -> dict:
+        """{first record: (batch_ms, live scenes)} of the batched procedure's batches; every
+        record of a batch must state the same figures, and the batch must hold exactly its
+        ``batch_live`` records (:class:`ScoreError` naming the batch otherwise)."""
+        out: dict = {}
+        count: dict = {}
+        for i in np.flatnonzero(self.batch_first >= 0):
+            key = int(self.batch_first[i])
+            got = (float(self.batch_ms[i]), int(self.batch_live[i]))
+            if np.isnan(got[0]) or got[1] < 1:
+                raise ScoreError(f"{where}: record {int(self.record[i])} names batch {key} without its "
+                                 f"batch_ms and batch_live")
+            if out.setdefault(key, got) != got:
+                raise ScoreError(f"{where}: the records of batch {key} disagree on its figures "
+                                 f"({out[key]} and {got})")
+            count[key] = count.get(key, 0) + 1
+        for key, (_ms, live) in out.items():
+            if count[key] != live:
+                raise ScoreError(f"{where}: batch {key} states {live} live scenes but {count[key]} "
+                                 f"records belong to it")
+        return out
 
     def __len__(self) -> int:
         return len(self.record)

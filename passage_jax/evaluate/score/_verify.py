@@ -35,7 +35,7 @@ import sys
 import numpy as np
 
 from passage_jax.checks import is_int
-from passage_jax.contract import CENSORED_STATUSES, PRIMARY_METRICS, UNPLACED
+from passage_jax.contract import BATCHED_PROFILE, CENSORED_STATUSES, PRIMARY_METRICS, UNPLACED
 from passage_jax.evaluate.components import component_summary
 from passage_jax.evaluate.latency import censored_latency_block, interpolated_percentiles
 from passage_jax.evaluate.score._collect import HEADLINE_COMPANIONS, quality_summary, timing_profile
@@ -224,12 +224,14 @@ def _latency(per: dict, sel: np.ndarray) -> dict:
     return {"interpolated": jsonable(interpolated_percentiles(times)), "censored": Partial(block)}
 
 
-def derived_metrics(per: dict) -> Partial:
+def derived_metrics(per: dict, batched: bool = False) -> Partial:
     """What the ``per_sample.npz`` arrays ``per`` give of their ``metrics.json`` (JSON types;
     :class:`Partial` where the document holds more): the quality repeat's quality and its
     companions, every warm pass's quality, the warm series' status counts and latency, the
     quality repeat's latency, the block census and the route-stage figures of the components
-    block. :class:`ValueError` when the rows cannot be summarised."""
+    block. ``batched``: the run followed the batched procedure (no per-request latency: the
+    latency blocks are empty; its ``batched`` block comes from the records, not the rows).
+    :class:`ValueError` when the rows cannot be summarised."""
     rows = {k: per[k] for k in _QUALITY_ROWS}
     quality = np.asarray(per["primary_quality"], bool)
     qualified = np.asarray(per["reference_qualified"], bool)
@@ -254,8 +256,8 @@ def derived_metrics(per: dict) -> Partial:
         "quality_by_pass": Partial({f"warm#{r}": quality_summary(rows, repeat == r, qualified)
                                     for r in sorted(set(repeat.tolist()))}),
         "status_counts": Partial({"warm": {str(s): int(c) for s, c in zip(statuses, counts)}}),
-        "latency": Partial({"warm": _latency(per, np.ones(len(quality), bool))}),
-        "latency_warm_quality_repeat": _latency(per, quality),
+        "latency": {} if batched else Partial({"warm": _latency(per, np.ones(len(quality), bool))}),
+        "latency_warm_quality_repeat": None if batched else _latency(per, quality),
         "validation_recost_ms": Partial({"n_requests": int(len(quality))}),
         "block_census": jsonable(block_census([None if c == UNPLACED else c for c in clusters])),
         "components": Partial(jsonable({k: components[k] for k in _STAGE_FIELDS})),
@@ -278,8 +280,9 @@ def verify_metrics(metrics: dict, per: dict, manifest: dict, folder) -> None:
     where = folder / METRICS
     check_numbers(metrics, where)
     again = "(edited after scoring?); score the folder again with score --force"
+    batched = timing_profile(manifest, folder / MANIFEST)["profile"] == BATCHED_PROFILE
     try:
-        want = derived_metrics(per)
+        want = derived_metrics(per, batched)
     except (ValueError, TypeError, IndexError) as e:
         raise ScoreError(f"{folder / PER_SAMPLE}: its rows cannot be summarised "
                          f"({type(e).__name__}: {e})") from None

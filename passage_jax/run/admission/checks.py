@@ -432,7 +432,7 @@ def admit(spec: RunSpec, qualify: bool = True, *, chunk: int | None = None) -> A
     if reused is not None:  # after the tasks' own checks, which name the first task that differs
         reused.check_shards(shards)
     warmup = None
-    if spec.session_profile:
+    if spec.one_pass:  # a session's warm-up calls, the batched procedure's warm-up batches
         try:
             warmup = warmup_task(spec, root, tasks.ids)
         except WarmupSceneError as e:

@@ -17,6 +17,7 @@ from typing import Protocol
 
 from passage_jax.contract import IN_PROCESS_TIMING_PROFILE, NATIVE_SESSION_PROFILE
 from passage_jax.protocol.contracts import BudgetSpec
+from passage_jax.run.execution.batches import BatchExecutor
 from passage_jax.run.execution.devices import placement
 from passage_jax.run.execution.planner_build import build_planner
 from passage_jax.run.execution.sessions import NativeSessionExecutor, SupervisedSessionExecutor
@@ -87,11 +88,17 @@ def open_executor(spec, seed: int, *, device=None, planner=None, warmup_tasks=No
     (its kwargs are ``spec.kwargs_for_seed(seed)``): supervised when
     ``spec.execution == "supervised"``, otherwise in-process; under a session timing
     profile its session executor (:mod:`passage_jax.run.execution.sessions`), whose warm-up task
-    is ``warmup_tasks[0]``. ``device``: the JAX device admission chose (None: the
-    default). ``planner``: an already-built planner (in-process only). Raises
+    is ``warmup_tasks[0]``; under the batched procedure its
+    :class:`~passage_jax.run.execution.batches.BatchExecutor`. ``device``: the JAX device
+    admission chose (None: the default). ``planner``: an already-built planner (in-process only). Raises
     :class:`PlannerBuildError` when the planner cannot be built."""
     kwargs = spec.kwargs_for_seed(seed)
     execution = getattr(spec, "execution", "in_process")
+    if getattr(spec, "batched", False):
+        if not warmup_tasks:
+            raise ValueError(f"timing_profile {spec.timing_profile} needs its warm-up task")
+        return BatchExecutor(spec.inference, kwargs, batch_size=spec.batch_size, device=device,
+                             planner=planner, warmup=(warmup_tasks[0], spec.batch_warmup))
     if getattr(spec, "session_profile", False):
         return _open_session(spec, kwargs, device=device, planner=planner, warmup_tasks=warmup_tasks)
     if execution == "supervised":

@@ -24,7 +24,7 @@ import numpy as np
 
 from passage_jax.compilation import CompileCounter
 from passage_jax.fileio import utc_now
-from passage_jax.protocol.records import RECORD_KEYS
+from passage_jax.protocol.records import BATCH_RECORD_KEYS, RECORD_KEYS
 from passage_jax.run.context import RunContext
 from passage_jax.run.errors import RunError
 from passage_jax.run.execution.executors import open_executor
@@ -73,7 +73,8 @@ def serve_requests(ctx: RunContext, seed: int, rows: RequestPlan, indices: range
         if on_build is not None:
             on_build(build)
         t0 = time.monotonic()
-        _run_rows(ctx, seed, rows, indices, append, ex, cwd, resumed_at)
+        run = _run_batches if ctx.spec.batched else _run_rows
+        run(ctx, seed, rows, indices, append, ex, cwd, resumed_at)
         wall_ms = (time.monotonic() - t0) * 1000.0
         # what the executor saw (requests; for workers also starts, kills, crashes, warm-ups)
         stats = dict(ex.stats or {})
@@ -98,9 +99,10 @@ def _open(ctx: RunContext, seed: int, planner, cwd: WorkingDirectory):
 
 
 def _open_session(ctx: RunContext, ex, cwd: WorkingDirectory, first_record: int) -> dict | None:
-    """Under a session timing profile, the session's warm-up calls run; its session entry,
-    with the first record it serves (None under the default profile)."""
-    if not ctx.spec.session_profile:
+    """Under a one-pass timing profile, the session's warm-up calls (the batched
+    procedure's warm-up batches) run; its session entry, with the first record it serves
+    (None under the default profile)."""
+    if not ctx.spec.one_pass:
         return None
     try:
         return {**ex.open_session(ctx.spec.budget), "first_record": first_record}
@@ -133,6 +135,29 @@ def _run_rows(ctx: RunContext, seed: int, rows: RequestPlan, indices: range, app
         ordered = {k: rec.get(k) for k in RECORD_KEYS}
         append(json.dumps(ordered, default=_json_num, allow_nan=False), snap)
         report(ctx, seed, i + 1, len(rows), series, rep)
+
+
+def _run_batches(ctx: RunContext, seed: int, rows: RequestPlan, indices: range, append, ex,
+                 cwd: WorkingDirectory, resumed_at: int | None) -> None:
+    """The batched procedure's one pass: requests ``indices`` (each a task, in roster order)
+    ``batch_size`` at a time (:meth:`~passage_jax.run.execution.batches.BatchExecutor.execute_batch`),
+    each batch's records appended in order once it is timed, checked and recosted. A
+    resumed seed's batches start at its first missing request."""
+    size = ctx.spec.batch_size
+    for k in range(indices.start, indices.stop, size):
+        idx = range(k, min(k + size, indices.stop))
+        tasks = [ctx.admitted.tasks[rows[i][2]] for i in idx]
+        try:
+            results = ex.execute_batch(tasks, k)
+        finally:
+            cwd.restore(f"the batch of requests {idx.start}-{idx.stop - 1}")
+        for i, task, (rec, snap) in zip(idx, tasks, results):
+            series, rep, ti, _sid = rows[i]
+            rec.update(record=i, seed=int(seed), series=series, repeat=rep, task_index=ti,
+                       sample_id=task.id, resumed=i == resumed_at, quality=True)
+            ordered = {key: rec.get(key) for key in (*RECORD_KEYS, *BATCH_RECORD_KEYS)}
+            append(json.dumps(ordered, default=_json_num, allow_nan=False), snap)
+        report(ctx, seed, idx.stop, len(rows), "warm", 0)
 
 
 def report(ctx: RunContext, seed: int, done: int, total: int, series=None, repeat=None) -> None:

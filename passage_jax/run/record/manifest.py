@@ -14,6 +14,7 @@ import jax
 from passage_jax.compilation import compile_stats
 from passage_jax.contract import timing_boundary
 from passage_jax.fileio import jsonable, sha256_file, utc_now
+from passage_jax.protocol.batch import batch_timing
 from passage_jax.protocol.records import RUN_FORMAT, input_hash, package_versions
 from passage_jax.protocol.runfolder import JOURNAL
 from passage_jax.run.context import RunContext
@@ -84,6 +85,7 @@ class SeedFiles:
     status_counts: dict
     files: dict
     journal: Path
+    batches: dict = dataclasses.field(default_factory=dict)  #: the batched procedure's, if any
 
 
 def seed_manifest(ctx: RunContext, seed: int, state: SeedState, made: SeedFiles) -> dict:
@@ -112,6 +114,7 @@ def seed_manifest(ctx: RunContext, seed: int, state: SeedState, made: SeedFiles)
         "timing_boundary": timing_boundary(spec.timing_profile, spec.execution),
         "timing": _timing(spec, first),
         "session": _session(admitted, state),
+        **({"batched": _batched(admitted, state, made)} if spec.batched else {}),
         "budget": spec.budget.to_dict(),
         "hardware": hardware(),
         "cpu": cpu_settings(),
@@ -186,6 +189,17 @@ def _session(admitted, state: SeedState) -> dict | None:
             "sessions": sessions, "n_sessions": len(sessions),
             "identical_hardware": len({json.dumps(s.get("hardware"), sort_keys=True)
                                        for s in sessions}) <= 1}
+
+
+def _batched(admitted, state: SeedState, made: SeedFiles) -> dict:
+    """The ``batched`` block of the batched procedure: its timing
+    (:func:`passage_jax.protocol.batch.batch_timing` of the seed's batches), the warm-up
+    batches and one entry per planner build (as a session's)."""
+    spec = admitted.spec
+    sessions = state.sessions
+    return {**batch_timing(made.batches, spec.batch_size), "batch_warmup": spec.batch_warmup,
+            "warmup_scene": None if admitted.warmup is None else admitted.warmup.id,
+            "warmup_split": "validation", "builds": sessions}
 
 
 def _resume(state: SeedState) -> dict:

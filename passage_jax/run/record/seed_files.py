@@ -98,12 +98,12 @@ def finish_seed(ctx: RunContext, seed: int, folder: Path, state: SeedState) -> d
     rows = RequestPlan(ctx.spec, admitted.tasks.stubs)
     jpath = folder / JOURNAL
     try:
-        sizes, counts = _write_requests(folder, jpath, rows, seed)
+        sizes, counts, batches = _write_requests(folder, jpath, rows, seed)
         sizes.write_streamed(folder / PATHS, lambda visit: scan_journal(jpath, visit))
     except (OSError, JournalError) as e:
         raise ResumeError(f"{jpath}: cannot read the record journal: {e}") from None
     atomic_write_npz(folder / REFERENCES, references_arrays(admitted))
-    made = SeedFiles(n_records=len(rows), status_counts=counts,
+    made = SeedFiles(n_records=len(rows), status_counts=counts, batches=batches,
                      files={name: sha256_file(folder / name) for name in RUN_FILES}, journal=jpath)
     manifest = seed_manifest(ctx, seed, state, made)
     atomic_write_json(folder / MANIFEST, manifest)
@@ -112,12 +112,14 @@ def finish_seed(ctx: RunContext, seed: int, folder: Path, state: SeedState) -> d
 
 
 def _write_requests(folder: Path, jpath: Path, rows: RequestPlan, seed: int
-                    ) -> tuple[PathsWriter, dict]:
+                    ) -> tuple[PathsWriter, dict, dict]:
     """Write ``requests.jsonl`` from the journal (each entry checked against the request it
-    stands for); returns the route sizes (no cells are kept) and the status counts per
-    series."""
+    stands for); returns the route sizes (no cells are kept), the status counts per
+    series and the batched procedure's batches ({first record: (batch_ms, live scenes)};
+    empty for any other profile)."""
     sizes = PathsWriter()
     counts: dict = {}
+    batches: dict = {}
 
     def visit(out):
         def one(i, line, snap):
@@ -130,6 +132,8 @@ def _write_requests(folder: Path, jpath: Path, rows: RequestPlan, seed: int
             out.write(line.encode("utf-8") + b"\n")
             counts.setdefault(rec["series"], {}).setdefault(rec["status"], 0)
             counts[rec["series"]][rec["status"]] += 1
+            if rec.get("batch_first") is not None:
+                batches[rec["batch_first"]] = (rec["batch_ms"], rec["batch_live"])
         return one
 
     with fileio.atomic_file(folder / REQUESTS) as out:
@@ -137,4 +141,4 @@ def _write_requests(folder: Path, jpath: Path, rows: RequestPlan, seed: int
         if scan.torn is not None or scan.count != len(rows):
             raise ResumeError(f"{jpath}: {scan.count} complete entries (torn: {scan.torn}) "
                               f"for a seed of {len(rows)} requests")
-    return sizes, counts
+    return sizes, counts, batches

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from passage_jax.budget import BudgetSpec
-from passage_jax.contract import COMPLETE_REQUEST_PROFILE, DEFAULT_SEEDS, SESSION_PROFILES
+from passage_jax.contract import BATCHED_PROFILE, COMPLETE_REQUEST_PROFILE, DEFAULT_SEEDS, SESSION_PROFILES
 from passage_jax.fileio import one_line, read_document, sha256_bytes
 from passage_jax.run.specification.schema import (
     DEFAULTS,
@@ -92,6 +92,8 @@ class RunSpec:
     worker_warmup: int = 1
     timing_profile: str = COMPLETE_REQUEST_PROFILE
     session_warmup: int | None = None
+    batch_size: int | None = None
+    batch_warmup: int | None = None
     warmup_scene: str | None = None
     split_role: str | None = None
     calibration_decisions: str | None = None
@@ -107,6 +109,18 @@ class RunSpec:
         request per task after ``session_warmup`` untimed calls)."""
         return self.timing_profile in SESSION_PROFILES
 
+    @property
+    def batched(self) -> bool:
+        """Whether the run follows the batched procedure (``batched_v1``: ``plan_batch``
+        over ``batch_size`` scenes at a time, one timed pass)."""
+        return self.timing_profile == BATCHED_PROFILE
+
+    @property
+    def one_pass(self) -> bool:
+        """Whether each task is timed once in one warm pass (a session or the batched
+        procedure): no cold pass, no repeats."""
+        return self.session_profile or self.batched
+
     def kwargs_for_seed(self, seed: int) -> dict:
         """``inference_kwargs`` overlaid with ``inference_kwargs_by_seed[seed]``."""
         out = dict(self.inference_kwargs)
@@ -119,6 +133,8 @@ class RunSpec:
             if f.name == "source":
                 continue
             v = getattr(self, f.name)
+            if v is None and f.name in _BATCHED_KEYS:
+                continue  # outside the batched procedure: a spec (and its hash) as before it
             if isinstance(v, BudgetSpec):
                 v = {k: x for k, x in v.to_dict().items() if x is not None}
             elif isinstance(v, tuple):
@@ -130,6 +146,10 @@ class RunSpec:
 
     def sha256(self) -> str:
         return sha256_bytes(json.dumps(self.to_dict(), sort_keys=True).encode())
+
+
+#: the keys of the batched procedure, left out of :meth:`RunSpec.to_dict` where null
+_BATCHED_KEYS = ("batch_size", "batch_warmup")
 
 
 def _did_you_mean(unknown: list) -> str:

@@ -17,8 +17,9 @@ SERIES = ("cold", "warmup", "warm")
 
 
 def n_passes(spec: RunSpec) -> int:
-    """How many passes a seed makes: 1 under a session profile, else 1 + warm-up + repeats."""
-    if spec.session_profile:
+    """How many passes a seed makes: 1 under a one-pass profile (a session, the batched
+    procedure), else 1 + warm-up + repeats."""
+    if spec.one_pass:
         return 1
     return 1 + spec.latency_warmup + spec.latency_repeats
 
@@ -26,10 +27,10 @@ def n_passes(spec: RunSpec) -> int:
 def pass_at(spec: RunSpec, p: int) -> tuple[str, int]:
     """Pass ``p`` (in execution order) as ``(series, repeat index)``, computed from the
     counts: ``cold#0``, then ``warmup#0..W-1``, then ``warm#0..R-1`` (a session profile:
-    ``warm#0`` only)."""
+    ``warm#0`` only; so the batched procedure)."""
     if not 0 <= p < n_passes(spec):
         raise IndexError(f"pass {p} of a seed of {n_passes(spec)} passes")
-    if spec.session_profile:
+    if spec.one_pass:
         return ("warm", 0)
     if p == 0:
         return ("cold", 0)

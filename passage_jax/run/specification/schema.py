@@ -25,11 +25,14 @@ from typing import Any
 from passage_jax.budget import BudgetSpec, ProtocolError
 from passage_jax.checks import MAX_COST_WEIGHT, cap_problem, cap_text, is_full_commit, is_int, is_number
 from passage_jax.contract import (
+    BATCHED_PROFILE,
     COMPLETE_REQUEST_PROFILE,
+    DEFAULT_BATCH_WARMUP,
     DEFAULT_SEEDS,
     DEFAULT_SESSION_WARMUP,
     INFERENCE_FORMATS,
     OBJECTIVES,
+    ONE_PASS_PROFILES,
     PROFILE_EXECUTION,
     SESSION_PROFILES,
     TIMING_PROFILES,
@@ -91,6 +94,8 @@ DEFAULTS: dict[str, Any] = {
     "worker_warmup": 1,
     "timing_profile": COMPLETE_REQUEST_PROFILE,
     "session_warmup": None,  # DEFAULT_SESSION_WARMUP under a session profile
+    "batch_size": None,  # required under the batched profile
+    "batch_warmup": None,  # DEFAULT_BATCH_WARMUP under the batched profile
     "warmup_scene": None,
     "split_role": None,
     "calibration_decisions": None,
@@ -109,13 +114,14 @@ ROLE_SPLITS = {"calibration": ("calibration",), "validation": ("validation",), "
 #: what a run states about the repeatability of its routes
 DETERMINISM_CLAIMS = ("non_deterministic", "deterministic")
 _DEVICE_KINDS = ("cpu", "gpu", "cuda", "rocm", "tpu")
-#: the series keys a session timing profile fixes (its warm-up is ``session_warmup``): the
-#: value each key resolves to there, and why a spec may not set another
+#: the series keys a one-pass timing profile fixes (a session's warm-up is ``session_warmup``,
+#: the batched procedure's ``batch_warmup``): the value each key resolves to there, and why a
+#: spec may not set another
 SESSION_SERIES = {
-    "latency_warmup": (0, "its warm-up is session_warmup"),
-    "latency_repeats": (1, "a session times one request per task"),
+    "latency_warmup": (0, "its warm-up is session_warmup (batch_warmup under batched_v1)"),
+    "latency_repeats": (1, "it times each task once"),
     "quality_repeat_index": (0, "its one timed repeat (0) is the quality repeat"),
-    "worker_warmup": (0, "its warm-up is session_warmup"),
+    "worker_warmup": (0, "its warm-up is session_warmup (batch_warmup under batched_v1)"),
 }
 _LIMITS = ("max_expansions", "max_queue_operations", "max_live_states", "wall_time_ms")
 #: The largest value of every count and limit of the spec (docs/runner.md, "Caps" says why
@@ -129,6 +135,8 @@ CAPS: dict[str, int | float] = {
     "latency_warmup": 1_000,
     "latency_repeats": 1_000,
     "session_warmup": 10_000,
+    "batch_size": 65_536,
+    "batch_warmup": 1_000,
     "worker_warmup": 1_000,
     "reference_max_expansions": 10**12,
     "worker_memory_mb": 1 << 24,
@@ -174,7 +182,7 @@ def session_defaults(d: dict, given) -> dict:
     """``d`` (every key with its value or default) with the series keys a session timing
     profile fixes (:data:`SESSION_SERIES`) resolved to their session values where the
     spec ``given`` does not set them (a value it sets is checked by the validators)."""
-    if d.get("timing_profile") in SESSION_PROFILES:
+    if d.get("timing_profile") in ONE_PASS_PROFILES:
         for key, (value, _) in SESSION_SERIES.items():
             if key not in given:
                 d[key] = value
@@ -435,7 +443,7 @@ def _session_series(key: str):
 
     def check(v, d):
         profile = d["timing_profile"]
-        if profile in SESSION_PROFILES and v != value:
+        if profile in ONE_PASS_PROFILES and v != value:
             raise Refused(f"{key} does not apply to timing_profile {profile}; {why} "
                           f"(leave {key} out, or give {value}; got {shown(v)})")
         return v
@@ -455,11 +463,55 @@ def _session_warmup(v, d):
     return int(_capped("session_warmup", v))
 
 
+def _batched_only(v, d):
+    """None outside the batched profile (a value there is refused)."""
+    if v is not None:
+        raise Invalid(f"only applies to timing_profile {BATCHED_PROFILE} (timing_profile is "
+                      f"{d['timing_profile']})")
+    return None
+
+
+def _batch_size(v, d):
+    if d["timing_profile"] != BATCHED_PROFILE:
+        return _batched_only(v, d)
+    if v is None:
+        raise Invalid(f"is required by timing_profile {BATCHED_PROFILE}: the scenes a planner's "
+                      f"plan_batch takes at a time")
+    if not is_int(v) or v < 1:
+        raise Invalid("must be a positive integer (scenes per batch)")
+    return int(_capped("batch_size", v))
+
+
+def _batch_warmup(v, d):
+    if d["timing_profile"] != BATCHED_PROFILE:
+        return _batched_only(v, d)
+    if v is None:
+        return DEFAULT_BATCH_WARMUP
+    if not is_int(v) or v < 0:
+        raise Invalid("must be an integer >= 0 (untimed batches before the first timed one)")
+    return int(_capped("batch_warmup", v))
+
+
+def _batched_procedure(v, d):
+    """Under the batched profile: the request format, and no budget limit (a batch has no
+    per-request budget)."""
+    if v != BATCHED_PROFILE:
+        return v
+    if d["inference_format"] != "request":
+        raise Refused(f"timing_profile {BATCHED_PROFILE} needs inference_format: request (the "
+                      f"planner object's plan_batch is called; got {d['inference_format']})")
+    limits = [n for n in _LIMITS if getattr(d["budget"], n) is not None]
+    if limits:
+        raise Refused(f"timing_profile {BATCHED_PROFILE} has no per-request budget: leave "
+                      f"budget.{', budget.'.join(limits)} out (a batch is timed whole)")
+    return v
+
+
 def _warmup_scene(v, d):
     if v is None:
         return None
-    if d["timing_profile"] not in SESSION_PROFILES:
-        raise Invalid(f"only applies to the session timing profiles {list(SESSION_PROFILES)} "
+    if d["timing_profile"] not in ONE_PASS_PROFILES:
+        raise Invalid(f"only applies to the one-pass timing profiles {list(ONE_PASS_PROFILES)} "
                       f"(timing_profile is {d['timing_profile']})")
     if not isinstance(v, str) or not v.strip():
         raise Invalid("must be the sample id of a scene of the root's validation split, or null")
@@ -573,6 +625,8 @@ VALIDATORS = (
     *((key, _session_series(key)) for key in ("latency_warmup", "latency_repeats",
                                                 "quality_repeat_index")),
     ("session_warmup", _session_warmup),
+    ("batch_size", _batch_size),
+    ("batch_warmup", _batch_warmup),
     ("warmup_scene", _warmup_scene),
     ("budget", _budget),
     ("reference_max_expansions", _integer(1, "must be a positive integer or null", optional=True,
@@ -589,6 +643,7 @@ VALIDATORS = (
     ("execution", _supervised_deadline),
     ("worker_warmup", _session_series("worker_warmup")),
     ("timing_profile", _profile_execution),
+    ("timing_profile", _batched_procedure),
     ("split_role", _split_role),
     ("calibration_decisions", _calibration_decisions),
     ("determinism", _one_of(DETERMINISM_CLAIMS, f"must be one of {list(DETERMINISM_CLAIMS)}")),
