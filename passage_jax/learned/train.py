@@ -19,8 +19,9 @@ than the goal,
 
 Every ``eval_every`` steps a jitted
 evaluation decodes a route on each held-out task by greedy descent on the predicted
-field, scores it with :func:`passage_jax.metrics.score_tasks` and folds it into a
-:class:`passage_jax.metrics.PathMetrics` accumulator, so the log shows success and
+field and scores it, planner and metric kernels in one compiled call
+(:func:`passage_jax.metrics.evaluate_batch.evaluate_batch` of :func:`greedy_planner_fn`,
+the batch planner protocol of :mod:`passage_jax.protocol.batch`), so the log shows success and
 regret next to the loss. Everything random comes from the config's seed (a run is
 repeatable bit for bit on one machine).
 
@@ -41,7 +42,6 @@ import time
 import typing
 from collections.abc import Callable, Mapping
 
-import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -63,10 +63,12 @@ from passage_jax.learned.model import (
     module_config,
     param_count,
 )
-from passage_jax.metrics import PathMetrics, Route, TaskArrays, score_tasks
+from passage_jax.metrics import Route
+from passage_jax.metrics.evaluate_batch import EvalCohort, evaluate_batch
 from passage_jax.metrics.fields import descent_direction
+from passage_jax.protocol.batch import BATCH_STATUS_CODE, BatchRoutes, PlanBatch
 
-__all__ = ["TrainConfig", "TrainResult", "EvalSet", "eval_set", "greedy_decode", "evaluate_params",
+__all__ = ["TrainConfig", "TrainResult", "eval_set", "greedy_decode", "greedy_planner_fn", "evaluate_params",
            "train", "write_checkpoint", "init_checkpoint", "init_reference", "MOVE_LOSSES", "MODELS",
            "CONFIG_MAX_BYTES"]
 
@@ -258,29 +260,19 @@ class TrainResult:
     init: dict | None = None
 
 
-@flax.struct.dataclass
-class EvalSet:
-    """Held-out tasks on device (float32) for :func:`evaluate_params` (a pytree)."""
-
-    z: jax.Array
-    obstacles: jax.Array
-    goal: jax.Array
-    start: jax.Array
-    model_index: jax.Array
-    weight: jax.Array
-    tasks: TaskArrays
-    references: Route
-
-
-def eval_set(m: Material) -> EvalSet:
-    """The held-out :class:`EvalSet` of a :class:`Material`."""
+def eval_set(m: Material) -> EvalCohort:
+    """The held-out tasks of a :class:`Material` as an
+    :class:`~passage_jax.metrics.evaluate_batch.EvalCohort` on device (float32 grids, every
+    scene live and counted)."""
     z = jnp.asarray(m.elevation, jnp.float32)
-    ob, goal, start = jnp.asarray(m.obstacles), jnp.asarray(m.goal), jnp.asarray(m.start)
-    midx, w = jnp.asarray(m.model_index), jnp.asarray(m.weight, jnp.float32)
-    tasks = TaskArrays(elevation=z, obstacles=ob, start=start, goal=goal, cost_model=midx, weight=w,
-                       c_star=jnp.asarray(m.c_star, jnp.float32))
-    return EvalSet(z=z, obstacles=ob, goal=goal, start=start, model_index=midx, weight=w, tasks=tasks,
-                   references=Route(jnp.asarray(m.routes), jnp.asarray(m.route_length)))
+    n = z.shape[0]
+    batch = PlanBatch(elevation=z, obstacles=jnp.asarray(m.obstacles), start=jnp.asarray(m.start),
+                      goal=jnp.asarray(m.goal), cost_model=jnp.asarray(m.model_index),
+                      cost_weight=jnp.asarray(m.weight, jnp.float32), live=jnp.ones(n, bool),
+                      pixel_size_m=PIXEL_SIZE_M)
+    return EvalCohort(batch=batch, c_star=jnp.asarray(m.c_star, jnp.float32),
+                      references=Route(jnp.asarray(m.routes), jnp.asarray(m.route_length)),
+                      qualified=jnp.ones(n, bool))
 
 
 def greedy_decode(v, edge_costs, start, goal, max_length: int):
@@ -315,33 +307,42 @@ def _octile(goal, shape):
     return jnp.maximum(dy, dx) + (jnp.sqrt(2.0) - 1.0) * jnp.minimum(dy, dx)
 
 
-def evaluate_params(module, params, ev: EvalSet, *, max_length: int | None = None,
-                    capacity: int = 4096) -> dict:
-    """Held-out primary metrics of greedy descent on the network's field (host dict)."""
-    n = ev.z.shape[-1]
-    out = jax.device_get(_eval_fn(module, int(max_length or 4 * n), capacity)(params, ev))
+def greedy_planner_fn(module, max_length: int):
+    """``planner_fn(params, batch) -> BatchRoutes`` of greedy descent on ``module``'s field
+    (:func:`greedy_decode`, at most ``max_length`` cells; a route that does not reach the
+    goal is ``no_path``): the batch planner the training log is evaluated with."""
+    def planner_fn(params, batch: PlanBatch) -> BatchRoutes:
+        x = _features(batch.elevation, batch.obstacles, batch.goal, batch.cost_model, batch.cost_weight)
+        u = module.apply(params, x)
+        h = log_ratio_to_cost(u, _octile(batch.goal, batch.elevation.shape[1:]), PIXEL_SIZE_M)
+        h = jnp.where(batch.obstacles, jnp.inf, h)
+        c = jax.vmap(lambda z, o, m, w: edge_cost_field_by_index(z, o, m, w, PIXEL_SIZE_M))(
+            batch.elevation, batch.obstacles, batch.cost_model, batch.cost_weight)
+        routes, lengths = jax.vmap(lambda a, b, s, g: greedy_decode(a, b, s, g, max_length))(
+            h, c, batch.start, batch.goal)
+        reached = jnp.all(routes[jnp.arange(routes.shape[0]), lengths - 1] == batch.goal, axis=1)
+        status = jnp.where(reached, BATCH_STATUS_CODE["ok"], BATCH_STATUS_CODE["no_path"])
+        return BatchRoutes(cells=routes, length=lengths, status=status.astype(jnp.int32))
+    return planner_fn
+
+
+def evaluate_params(module, params, ev: EvalCohort, *, max_length: int | None = None) -> dict:
+    """Held-out primary metrics of greedy descent on the network's field (host dict):
+    :func:`passage_jax.metrics.evaluate_batch.evaluate_batch` of :func:`greedy_planner_fn`,
+    the planner and the metric kernels in one compiled call."""
+    n = ev.batch.elevation.shape[-1]
+    out = jax.device_get(_eval_fn(module, int(max_length or 4 * n))(params, ev))
     return {k: float(v) for k, v in out.items() if not isinstance(v, dict) and np.ndim(v) == 0}
 
 
 _EVAL_CACHE: dict = {}
 
 
-def _eval_fn(module, max_length, capacity):
-    key = (module, max_length, capacity)
+def _eval_fn(module, max_length):
+    key = (module, max_length)
     if key not in _EVAL_CACHE:
-        @jax.jit
-        def run(params, ev):
-            x = _features(ev.z, ev.obstacles, ev.goal, ev.model_index, ev.weight)
-            u = module.apply(params, x)
-            h = log_ratio_to_cost(u, _octile(ev.goal, ev.z.shape[1:]), PIXEL_SIZE_M)
-            h = jnp.where(ev.obstacles, jnp.inf, h)
-            c = jax.vmap(lambda z, o, m, w: edge_cost_field_by_index(z, o, m, w, PIXEL_SIZE_M))(
-                ev.z, ev.obstacles, ev.model_index, ev.weight)
-            routes, lengths = jax.vmap(lambda a, b, s, g: greedy_decode(a, b, s, g, max_length))(
-                h, c, ev.start, ev.goal)
-            per_task = score_tasks(Route(routes, lengths), ev.references, ev.tasks)
-            return PathMetrics.empty(capacity).update(per_task).compute()
-        _EVAL_CACHE[key] = run
+        planner_fn = greedy_planner_fn(module, max_length)
+        _EVAL_CACHE[key] = jax.jit(lambda params, ev: evaluate_batch(planner_fn, params, ev))
     return _EVAL_CACHE[key]
 
 

@@ -38,7 +38,7 @@ from passage_jax.reference.vi_kernel import (
     vi_kernel,
 )
 
-__all__ = ["ExactPlanner", "make_planner", "batch_routes"]
+__all__ = ["ExactPlanner", "make_planner", "batch_routes", "batch_planner_fn"]
 
 _KWARGS = ("max_sweeps", "check_every", "strategy")
 
@@ -194,3 +194,17 @@ def _pair_scenes(batch: PlanBatch) -> SceneInputs:
 def make_planner(**inference_kwargs) -> ExactPlanner:
     check_kwargs("exact", inference_kwargs, _KWARGS)
     return ExactPlanner(**inference_kwargs)
+
+
+def batch_planner_fn(**inference_kwargs):
+    """``planner_fn(params, batch) -> BatchRoutes`` of the exact planner
+    (:meth:`ExactPlanner.plan_batch`; ``params`` unused), for
+    :func:`passage_jax.metrics.evaluate_batch.evaluate_batch`: the quality ceiling of a
+    cohort, jittable (inside an outer ``jax.jit`` too; float64 needs x64 on)."""
+    planner = make_planner(**inference_kwargs)
+
+    def planner_fn(params, batch):
+        del params
+        return planner.plan_batch(batch)
+
+    return planner_fn
