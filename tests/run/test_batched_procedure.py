@@ -105,6 +105,17 @@ def test_batches_given_to_the_planner(runs):
     assert last["start"][2] == last["start"][0] == last["start"][3]
 
 
+def test_each_batch_is_split_over_the_local_devices(runs):
+    """tests/conftest.py gives the CPU backend several devices: a batch of 4 is split
+    over them (the routes, checked against the batch-one run's below, do not change)."""
+    import jax
+
+    n_dev = len(jax.local_devices())
+    build = manifest(runs["batched"])["batched"]["builds"][0]
+    want = [f"cpu:{d.id}" for d in jax.local_devices()] if SIZE % n_dev == 0 else [build["device"]]
+    assert build["batch_devices"] == want
+
+
 def test_records_and_routes(runs):
     recs = records(runs["batched"])
     assert [r["batch_first"] for r in recs] == [0] * 4 + [4] * 4 + [8] * 2
@@ -209,3 +220,15 @@ def test_scores_of_a_copy_are_the_same(runs, tmp_path):
     a = load_score(copy / "seed-1234").metrics
     b = load_score(runs["batched"] / "seed-1234").metrics
     assert a["batched"] == b["batched"] and a["primary"] == b["primary"]
+
+
+def test_the_exact_batch_planner_gives_the_batch_one_routes(runs, tmp_path):
+    """The shipped exact planner's jitted plan_batch (its batches split over the local
+    devices where they divide) under the procedure: the batch-one run's routes."""
+    out = tmp_path / "exact"
+    run_spec(parse_spec(spec_dict(inference="passage_jax.planners.exact:make_planner")), out,
+             progress=False)
+    a = np.load(out / "seed-1234" / "paths.npz")
+    b = np.load(runs["one"] / "seed-1234" / "paths.npz")
+    assert np.array_equal(a["coords"], b["coords"]) and np.array_equal(a["offsets"], b["offsets"])
+    assert [r["status"] for r in records(out)] == ["ok"] * N

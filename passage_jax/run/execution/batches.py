@@ -14,6 +14,12 @@ recosted as a batch-one route (outside the clock: ``validation_recost_ms``), and
 record carries the batch's figures (``batch_first``, ``batch_size``, ``batch_live``,
 ``batch_ms``) and no per-request latency (``latency_ms`` null).
 
+Where the process has several devices of its default backend (and the spec names no
+``device``), each batch is split along its batch axis over all of them
+(:func:`batch_sharding`; a ``batch_size`` they do not divide stays on one device): the
+planner's jitted ``plan_batch`` then runs partitioned. The build's entry names them
+(``batch_devices``).
+
 A planner failure in ``plan_batch`` (an exception, a result that is not a
 :class:`~passage_jax.protocol.batch.BatchRoutes`) fails every scene of its batch with
 ``runtime_error`` (or ``oom``) naming it; a scene's malformed entry fails that scene
@@ -26,6 +32,7 @@ import time
 import jax
 
 from passage_jax.contract import BATCHED_PROFILE
+from passage_jax.placement import device_count, device_names, resolve_sharding
 from passage_jax.precision import kernel_x64
 from passage_jax.protocol.batch import BatchProtocolError, batch_of, plan_batch_of, scene_routes
 from passage_jax.protocol.contracts import BudgetSpec, PlanResult
@@ -44,6 +51,19 @@ BATCH_TIMER = ("time.monotonic per batch; starts with the batch's raw arrays (Pl
                "device memory, covers plan_batch, the device sync and the routes' transfer to the "
                "host; legality check and recosting follow per scene outside it "
                "(validation_recost_ms); batch_ms per batch, per_scene_ms = batch_ms / live scenes")
+
+
+def batch_sharding(device, batch_size: int):
+    """Where a batch is placed: split along its batch axis over this process's devices of
+    the default backend (a 1-D ``("batch",)`` mesh, as ``score`` places its kernel calls)
+    when there are several, no ``device`` was named and ``batch_size`` divides among
+    them; else None (the one device)."""
+    if device is not None:
+        return None
+    sharding = resolve_sharding("auto", axes=("batch",))
+    if sharding is None or batch_size % device_count(sharding):
+        return None
+    return sharding
 
 
 class BatchExecutor:
@@ -74,8 +94,11 @@ class BatchExecutor:
         self.planner_name = getattr(planner, "name", None)
         self.device = device
         self.where = placement(device)
-        self.session = Session(self.construction_ms, {**self.where, "hardware": session_hardware(device)},
-                               int(calls))
+        self.sharding = batch_sharding(device, self.batch_size)
+        self.session = Session(self.construction_ms,
+                               {**self.where, "hardware": session_hardware(device),
+                                "batch_devices": device_names(self.sharding) if self.sharding
+                                else [self.where["device"]]}, int(calls))
         self.stats: dict = {"requests": 0, "batches": 0, "warmup_batches": 0}
 
     def open_session(self, budget: BudgetSpec | None = None) -> dict:
@@ -95,7 +118,8 @@ class BatchExecutor:
         out = {"routes": None, "error": None, "error_type": None, "status": None}
         batch = batch_of(tasks, self.batch_size)
         with device_scope(self.device), kernel_x64():
-            placed = jax.block_until_ready(jax.device_put(batch, self.device))
+            where = self.device if self.sharding is None else self.sharding
+            placed = jax.block_until_ready(jax.device_put(batch, where))
             with interrupts.planner_call():
                 t0 = self.clock()
                 try:
