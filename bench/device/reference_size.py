@@ -30,8 +30,6 @@ Last line: ``reference <N>: ours <s> s, SciPy <s> s, ratio <x>`` for the largest
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import platform
 import resource
 import sys
@@ -42,6 +40,7 @@ import jax
 import numpy as np
 import scipy.ndimage
 import scipy.sparse.csgraph
+from references import write_json  # bench/device/references.py, beside this file
 
 from passage_jax.data.scene import PASSAGE_CALIBRATION, elevation_metres, normalise_elevation
 from passage_jax.data.terrain import load_raster
@@ -49,14 +48,6 @@ from passage_jax.reference import scipy_task_graph, solve_batch
 
 OBJECTIVE, WEIGHT = "energy", 62.4
 _EIGHT = np.ones((3, 3), bool)
-
-
-def _write(path: Path | None, doc: dict) -> None:
-    if path is None:
-        return
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=1, default=str))
-    os.replace(tmp, path)
 
 
 def make_task(n: int, raster: str, seed: int, coverage: float) -> dict:
@@ -152,7 +143,7 @@ def main(argv=None) -> int:
           f"{OBJECTIVE}, weight {WEIGHT}; scale test (mirrored {a.raster})")
     print("res | sweeps | route steps | ours cold s | ours warm s | SciPy build s | SciPy search s "
           "| SciPy / ours | rel dc* | host peak MiB")
-    _write(a.json_out, doc)
+    write_json(a.json_out, doc)
     for n in a.res:
         try:
             row = time_size(n, a)
@@ -167,7 +158,7 @@ def main(argv=None) -> int:
                   f"{f('ratio', '.2f')} | {f('rel_dc', '.1e')} | {row['host_peak_rss_mib']:.0f}",
                   flush=True)
         doc["rows"].append(row)
-        _write(a.json_out, doc)
+        write_json(a.json_out, doc)
     ok = [r for r in doc["rows"] if "error" not in r]
     if not ok:
         print("reference: nan")

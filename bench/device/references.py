@@ -37,7 +37,8 @@ import reference as ref  # noqa: E402  (bench/reference.py)
 from passage_jax.reference import solve_batch  # noqa: E402
 
 
-def _write(path: Path | None, doc: dict) -> None:
+def write_json(path: Path | None, doc: dict) -> None:
+    """``doc`` written to ``path`` (None: nowhere) through a temporary file and a rename."""
     if path is None:
         return
     tmp = path.with_name(path.name + ".tmp")
@@ -104,7 +105,7 @@ def main(argv=None) -> int:
           f"{sp_solve:.2f} sc/s, MCP {'n/a' if mcp is None else f'{mcp:.2f}'} sc/s ({len(peer)} tasks)")
     print("batch | strategy | precision | sc/s median | sc/s best | first call s | sweeps med/max "
           "| max rel dc* | x SciPy+build")
-    _write(a.json_out, doc)
+    write_json(a.json_out, doc)
     plan = ([(b, "sweep", "float64") for b in a.batches]
             + [(b, "sweep", "double_float") for b in a.double_float or []]
             + [(b, "jacobi", "float64") for b in a.jacobi or []])
@@ -124,7 +125,7 @@ def main(argv=None) -> int:
                   f"{row['first_call_s']:.2f} | {row['sweeps_median']}/{row['sweeps_max']} | "
                   f"{row['max_rel_dc']:.2e} | {row['x_scipy_build']:.2f}")
         doc["rows"].append(row)
-        _write(a.json_out, doc)
+        write_json(a.json_out, doc)
     main_rows = [r for r in doc["rows"] if r["strategy"] == "sweep" and r["precision"] == "float64"
                  and "error" not in r]
     if not main_rows:
@@ -134,7 +135,7 @@ def main(argv=None) -> int:
     doc["speedup"] = best["x_scipy_build"]
     doc["speedup_batch"] = best["batch"]
     doc["max_rel_dc_all"] = max(r.get("max_rel_dc", 0.0) for r in doc["rows"])
-    _write(a.json_out, doc)
+    write_json(a.json_out, doc)
     print(f"speedup: {doc['speedup']:.3f} (batch {best['batch']}; target >= 100 on one H200)")
     return 0
 

@@ -40,7 +40,7 @@ from passage_jax.protocol.records import ROUTE_FORMAT_CODE, snapshot_route
 from passage_jax.run.execution import interrupts
 from passage_jax.run.execution.devices import placement, session_hardware
 from passage_jax.run.execution.planner_build import PlannerBuildError, build_planner
-from passage_jax.run.execution.sessions import Session
+from passage_jax.run.execution.sessions import InProcessContext, Session
 from passage_jax.run.execution.timing import _failure, _is_oom, _name, finish_record
 from passage_jax.run.execution.worker import device_scope
 
@@ -66,7 +66,7 @@ def batch_sharding(device, batch_size: int):
     return sharding
 
 
-class BatchExecutor:
+class BatchExecutor(InProcessContext):
     """``batched_v1``: the planner's ``plan_batch`` over ``batch_size`` tasks at a time,
     warmed up by :meth:`open_session` (``warmup``: ``(warm-up task, batch_warmup)``)."""
 
@@ -162,12 +162,3 @@ class BatchExecutor:
         self.stats["requests"] += len(tasks)
         self.stats["batches"] += 1
         return out
-
-    def close(self) -> None:
-        pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()

@@ -20,7 +20,11 @@ from passage_jax.protocol.contracts import BudgetSpec
 from passage_jax.run.execution.batches import BatchExecutor
 from passage_jax.run.execution.devices import placement
 from passage_jax.run.execution.planner_build import build_planner
-from passage_jax.run.execution.sessions import NativeSessionExecutor, SupervisedSessionExecutor
+from passage_jax.run.execution.sessions import (
+    InProcessContext,
+    NativeSessionExecutor,
+    SupervisedSessionExecutor,
+)
 from passage_jax.run.execution.supervised import SupervisedExecutor
 from passage_jax.run.execution.timing import execute
 from passage_jax.run.execution.worker import device_scope
@@ -46,7 +50,7 @@ class Executor(Protocol):
     def close(self) -> None: ...
 
 
-class InProcessExecutor:
+class InProcessExecutor(InProcessContext):
     """The planner built (or given) in this process; :func:`run.timing.execute` per request."""
 
     profile = IN_PROCESS_TIMING_PROFILE
@@ -72,15 +76,6 @@ class InProcessExecutor:
         rec.update(self.where, worker=None)
         self.stats["requests"] += 1
         return rec, snap
-
-    def close(self) -> None:
-        pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 def open_executor(spec, seed: int, *, device=None, planner=None, warmup_tasks=None):

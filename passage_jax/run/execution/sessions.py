@@ -37,8 +37,8 @@ from passage_jax.run.execution.supervised import SupervisedExecutor
 from passage_jax.run.execution.timing import call_planner, execute_session
 from passage_jax.run.execution.worker import device_scope
 
-__all__ = ["Session", "NativeSessionExecutor", "SupervisedSessionExecutor", "NATIVE_SESSION_TIMER",
-           "SERVICE_SESSION_TIMER"]
+__all__ = ["Session", "InProcessContext", "NativeSessionExecutor", "SupervisedSessionExecutor",
+           "NATIVE_SESSION_TIMER", "SERVICE_SESSION_TIMER"]
 
 #: The native session's timing boundary (manifest ``timing.timer``).
 NATIVE_SESSION_TIMER = ("time.monotonic; starts with the request's raw arrays built in memory "
@@ -98,7 +98,21 @@ def _warmup_call(planner, task, budget: BudgetSpec) -> tuple[float, bool]:
     return (time.monotonic() - t0) * 1000.0, out["status"] is not None
 
 
-class NativeSessionExecutor:
+class InProcessContext:
+    """An executor of the run's own process as a context manager (``with`` closes it;
+    closing has nothing to release)."""
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class NativeSessionExecutor(InProcessContext):
     """``native_raw_path_persistent_v1``: the planner built once in this process, warmed up
     by :meth:`open_session`, then :func:`~passage_jax.run.execution.timing.execute_session` per
     request."""
@@ -144,14 +158,6 @@ class NativeSessionExecutor:
         self.stats["requests"] += 1
         return rec, snap
 
-    def close(self) -> None:
-        pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 class SupervisedSessionExecutor(SupervisedExecutor):
