@@ -397,6 +397,9 @@ def main(argv=None) -> int:
     ap.add_argument("--reference-repeats", type=int, default=1,
                     help="warm calls of the timed reference (default 1)")
     ap.add_argument("--no-audit", action="store_true", help="skip the audit")
+    ap.add_argument("--from-json", type=Path, nargs="+", default=None, metavar="FILE",
+                    help="measure nothing: print the tables and the scaling line of the rows of "
+                         "earlier --json-out files together (e.g. 64..1024 and 2048..4096 run apart)")
     ap.add_argument("--time-reference", nargs=3, metavar=("ROOT", "N", "OUT"), default=None,
                     help=argparse.SUPPRESS)  # the reference row's child process
     ap.add_argument("--build-cohort", nargs=3, metavar=("N", "K", "OUT"), default=None,
@@ -415,6 +418,14 @@ def main(argv=None) -> int:
             doc = time_reference(Path(root), int(n), args.reference_repeats)
         atomic_write_json(Path(out), doc)
         print(json.dumps(doc))
+        return 0
+    if args.from_json:
+        rows = sorted((r for f in args.from_json for r in json.loads(f.read_text())["rows"]),
+                      key=lambda r: r["n"])
+        fits = print_tables(rows)
+        if args.json_out:
+            atomic_write_json(args.json_out, {"from": [str(f) for f in args.from_json], "rows": rows,
+                                              "fits": fits})
         return 0
     sizes = args.sizes or ((64, 128) if args.quick else SIZES)
     bad = [n for n in sizes if n < 8]
