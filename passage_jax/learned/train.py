@@ -20,7 +20,7 @@ than the goal,
 Every ``eval_every`` steps a jitted
 evaluation decodes a route on each held-out task by greedy descent on the predicted
 field and scores it, planner and metric kernels in one compiled call
-(:func:`passage_jax.metrics.evaluate_batch.evaluate_batch` of :func:`greedy_planner_fn`,
+(:func:`passage_jax.learned.evaluate_batch.evaluate_batch` of :func:`greedy_planner_fn`,
 the batch planner protocol of :mod:`passage_jax.protocol.batch`), so the log shows success and
 regret next to the loss. Everything random comes from the config's seed (a run is
 repeatable bit for bit on one machine).
@@ -53,6 +53,7 @@ from passage_jax.fileio import utc_now
 from passage_jax.graph import MOVES, OBJECTIVES, GraphSpec, edge_cost_field_by_index, move_values, neighbours
 from passage_jax.learned.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from passage_jax.learned.data import CLEAR_OF, TRAINING_RASTERS, CropRule, Material, make_material
+from passage_jax.learned.evaluate_batch import EvalCohort, evaluate_batch
 from passage_jax.learned.guide import shipped_checkpoint
 from passage_jax.learned.model import (
     COORD_SCALE,
@@ -64,7 +65,6 @@ from passage_jax.learned.model import (
     param_count,
 )
 from passage_jax.metrics import Route
-from passage_jax.metrics.evaluate_batch import EvalCohort, evaluate_batch
 from passage_jax.metrics.fields import descent_direction
 from passage_jax.protocol.batch import BATCH_STATUS_CODE, BatchRoutes, PlanBatch
 
@@ -262,7 +262,7 @@ class TrainResult:
 
 def eval_set(m: Material) -> EvalCohort:
     """The held-out tasks of a :class:`Material` as an
-    :class:`~passage_jax.metrics.evaluate_batch.EvalCohort` on device (float32 grids, every
+    :class:`~passage_jax.learned.evaluate_batch.EvalCohort` on device (float32 grids, every
     scene live and counted)."""
     z = jnp.asarray(m.elevation, jnp.float32)
     n = z.shape[0]
@@ -328,7 +328,7 @@ def greedy_planner_fn(module, max_length: int):
 
 def evaluate_params(module, params, ev: EvalCohort, *, max_length: int | None = None) -> dict:
     """Held-out primary metrics of greedy descent on the network's field (host dict):
-    :func:`passage_jax.metrics.evaluate_batch.evaluate_batch` of :func:`greedy_planner_fn`,
+    :func:`passage_jax.learned.evaluate_batch.evaluate_batch` of :func:`greedy_planner_fn`,
     the planner and the metric kernels in one compiled call."""
     n = ev.batch.elevation.shape[-1]
     out = jax.device_get(_eval_fn(module, int(max_length or 4 * n))(params, ev))

@@ -199,7 +199,7 @@ def make_planner(**inference_kwargs) -> ExactPlanner:
 def batch_planner_fn(**inference_kwargs):
     """``planner_fn(params, batch) -> BatchRoutes`` of the exact planner
     (:meth:`ExactPlanner.plan_batch`; ``params`` unused), for
-    :func:`passage_jax.metrics.evaluate_batch.evaluate_batch`: the quality ceiling of a
+    :func:`passage_jax.learned.evaluate_batch.evaluate_batch`: the quality ceiling of a
     cohort, jittable (inside an outer ``jax.jit`` too; float64 needs x64 on)."""
     planner = make_planner(**inference_kwargs)
 

@@ -13,7 +13,7 @@ recosted by the evaluator as a batch-one route is.
 
 Both classes are JAX pytrees (their arrays are the leaves; ``pixel_size_m`` is static), so
 a planner's ``plan_batch`` may be a jitted function of the batch, and a training loop may
-call one inside its own compiled step (:func:`passage_jax.metrics.evaluate_batch`).
+call one inside its own compiled step (:func:`passage_jax.learned.evaluate_batch`).
 """
 from __future__ import annotations
 

@@ -3,8 +3,8 @@ validation cohort from inside a training loop (docs/metrics.md, "Inside a traini
 
 :func:`evaluate_batch` takes a jittable batch planner ``planner_fn(params, batch) ->
 BatchRoutes`` (the batch protocol of :mod:`passage_jax.protocol.batch`: a learned
-planner's batched procedure, or :func:`passage_jax.planners.exact.batch_planner_fn`), its ``params`` and an
-:class:`EvalCohort` (the scenes as a :class:`~passage_jax.protocol.batch.PlanBatch`, their
+planner's batched procedure, or :func:`passage_jax.planners.exact.batch_planner_fn`), its
+``params`` and an :class:`EvalCohort` (the scenes as a :class:`~passage_jax.protocol.batch.PlanBatch`, their
 references and c*), and returns the contract §4 aggregates
 (:func:`~passage_jax.metrics.aggregate.primary_metrics_jax`) of the routes the planner
 returned: the same per-task kernels :func:`~passage_jax.metrics.score_tasks` that

@@ -13,7 +13,7 @@ import pytest
 from passage_jax.data import load_tasks, shipped_cohort_root
 from passage_jax.evaluate import score_run
 from passage_jax.evaluate.score import load_score
-from passage_jax.metrics.evaluate_batch import evaluate_batch, evaluation_cohort
+from passage_jax.learned.evaluate_batch import evaluate_batch, evaluation_cohort
 from passage_jax.planners.exact import batch_planner_fn
 from passage_jax.precision import kernel_x64
 from passage_jax.protocol.records import unpack_routes
