@@ -73,7 +73,7 @@ from passage_jax.reference.search import search
 from passage_jax.reference.vi import solve_batch
 
 __all__ = ["DecodeResult", "START_FROM", "FALLBACK_SOLVERS", "check_field", "request_cost_field",
-           "octile_field", "bellman_backups", "route_cost_on", "acceptance", "accepted",
+           "octile_field", "octile_scale", "bellman_backups", "route_cost_on", "acceptance", "accepted",
            "corridor_refine", "direct", "bounded_repair", "prediction_free", "exact_fallback"]
 
 #: Where :func:`bounded_repair` starts its search.
@@ -125,12 +125,18 @@ def octile_field(request: PlanRequest, *, cost_field: np.ndarray | None = None) 
     model with a non-negative weight). Admissible and consistent on the 8-grid."""
     cost_field = _costs(request, cost_field)
     h, w = request.shape
-    lengths = (STEP_PIXELS * request.graph.pixel_size_m)[:, None, None]
-    per_metre = cost_field / lengths
-    finite = np.isfinite(per_metre)
-    scale = max(0.0, float(per_metre[finite].min())) if finite.any() else 1.0
+    scale = octile_scale(cost_field, request.graph.pixel_size_m)
     octile = octile_grid((h, w), request.goal, np.float64, xp=np)
     return octile * request.graph.pixel_size_m * scale
+
+
+def octile_scale(cost_field: np.ndarray, pixel_size_m: float) -> float:
+    """The smallest step cost per metre over the legal moves of edge costs (8, H, W), at
+    least 0 (1.0 when no move is legal): :func:`octile_field`'s factor."""
+    lengths = (STEP_PIXELS * pixel_size_m)[:, None, None]
+    per_metre = cost_field / lengths
+    finite = np.isfinite(per_metre)
+    return max(0.0, float(per_metre[finite].min())) if finite.any() else 1.0
 
 
 @functools.partial(jax.jit, static_argnames="backups")

@@ -25,7 +25,7 @@ from passage_jax.learned.model import HFLIP_SIGNS, features, octile_grid
 from passage_jax.learned.tiling import tiled_apply, tiling_protocol
 
 __all__ = ["SHIPPED_DIR", "SHIPPED_RESOLUTION", "SHIPPED_FAMILIES", "NetworkGuide", "shipped_checkpoint",
-           "load_guide", "GUIDE_OUTPUTS"]
+           "load_guide", "GUIDE_OUTPUTS", "network_apply"]
 
 SHIPPED_DIR = SHIPPED_CHECKPOINT_DIR  # one home: passage_jax.learned.checkpoint
 #: The crop size the shipped 64x64 checkpoints (``shipped:<seed>``) were trained on.
@@ -34,6 +34,14 @@ SHIPPED_RESOLUTION = 64
 SHIPPED_FAMILIES = ("value64", "value256", "value256ft")
 GUIDE_OUTPUTS = ("log_ratio", "cost_to_go")
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+
+
+def network_apply(module, dtype: str, params, x) -> jax.Array:
+    """The guide's forward: ``module.apply(params, x)`` with ``x`` cast to the compute
+    ``dtype`` ("float32" or "bfloat16"), the output (B, H, W) as float32. Pure; what
+    :meth:`NetworkGuide.apply_batch` jits, and what the batched planner
+    (:mod:`passage_jax.learned.batched`) calls inside its own jitted function."""
+    return module.apply(params, jnp.asarray(x, _DTYPES[dtype])).astype(jnp.float32)
 
 
 class NetworkGuide:
@@ -65,7 +73,7 @@ class NetworkGuide:
         self.params = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jdt), params)
 
         def apply(p, x):
-            return module.apply(p, jnp.asarray(x, jdt)).astype(jnp.float32)
+            return network_apply(module, dtype, p, x)
 
         self._apply = jax.jit(apply)
         self.tiling = None

@@ -15,6 +15,11 @@ times the octile bound at the start (over it: ``no_path``, the next stage runs).
 ``guide="octile"`` (the prediction-free control) is the same stage list on the octile
 field instead of the network's; the guide is then never called.
 
+Batches: a planner of the stages ``[backups] descent`` (the descent with ``max_escapes``
+and ``max_steps`` only) on a network guide or the octile field also has ``plan_batch``
+(docs/protocol.md, "Batches"; :mod:`passage_jax.learned.batched`), whose routes are
+``plan``'s per scene; any other has none (:attr:`LearnedPlanner.batch_refusal` says why).
+
 Budgets: the request's ``budget.max_expansions`` is one budget for the whole request; a
 guided A* searches under the tighter of its own ``max_expansions`` and what the stages
 before it left; a descent under its ``max_steps`` and the request's limit; the exact
@@ -31,8 +36,16 @@ import dataclasses
 import time
 from collections.abc import Callable
 
+import jax
 import numpy as np
 
+from passage_jax.learned.batched import (
+    BatchConfig,
+    batch_refusal,
+    check_batch,
+    on_one_device,
+    plan_batch_kernel,
+)
 from passage_jax.learned.decoders import (
     DecodeResult,
     accepted,
@@ -55,6 +68,8 @@ from passage_jax.learned.stages import (
 )
 from passage_jax.learned.tiling import tiling_protocol
 from passage_jax.options import merge_options
+from passage_jax.precision import float64_available, kernel_x64
+from passage_jax.protocol.batch import BatchRoutes, PlanBatch
 from passage_jax.protocol.contracts import PlanRequest, PlanResult, accumulate_stages
 
 __all__ = ["GUIDES", "INFERENCE_KWARGS", "PlannerOptions", "LearnedPlanner", "make_planner",
@@ -118,6 +133,57 @@ class LearnedPlanner:
         self.stages = opts.stages
         self._roles = stage_roles(opts.stages)
         self.backups = sum(s.k for s in opts.stages if s.key == "backups")
+        #: why this planner has no ``plan_batch`` (None: it has one)
+        self.batch_refusal = batch_refusal(self.guide, self.octile, self.stages)
+
+    @property
+    def plan_batch(self):
+        """``plan_batch(batch) -> BatchRoutes`` (:meth:`_plan_batch`) where this planner's
+        stages and guide can be batched (:attr:`batch_refusal` is None): ``[backups]
+        descent`` with the descent's ``max_escapes`` and ``max_steps``, on a
+        :class:`~passage_jax.learned.guide.NetworkGuide` with the default inputs and no tiling,
+        or on the octile field. Any other planner has no ``plan_batch``: the attribute
+        raises AttributeError naming why (its :attr:`batch_refusal`), so ``hasattr`` is False
+        and the batched procedure refuses it before any record ("the planner has no
+        plan_batch")."""
+        if self.batch_refusal is not None:
+            raise AttributeError(f"learned planner has no plan_batch: {self.batch_refusal}")
+        return self._plan_batch
+
+    def batch_config(self) -> BatchConfig:
+        """The static description of this planner's batched kernel
+        (:class:`~passage_jax.learned.batched.BatchConfig`); ValueError when it has none."""
+        if self.batch_refusal is not None:
+            raise ValueError(f"learned planner: {self.batch_refusal}")
+        descent = next(s for s in self.stages if s.key == "descent")
+        common = {"backups": self.backups, "max_escapes": descent.max_escapes,
+                  "max_steps": descent.max_steps, "per_scene": jax.default_backend() == "cpu"}
+        if self.octile:
+            return BatchConfig(guide="octile", **common)
+        return BatchConfig(guide="network", module=self.guide.module, dtype=self.guide.dtype,
+                           output=self.guide.output, **common)
+
+    def _plan_batch(self, batch: PlanBatch) -> BatchRoutes:
+        """Routes of every scene of ``batch`` (:class:`~passage_jax.protocol.batch.PlanBatch`):
+        the guide's field, the edge costs, the backups and the descent with its escapes of
+        the whole batch in one jitted call
+        (:func:`~passage_jax.learned.batched.plan_batch_kernel`, under
+        :func:`~passage_jax.precision.kernel_x64`).
+
+        Returns a :class:`~passage_jax.protocol.batch.BatchRoutes` of device arrays:
+        ``cells`` (B, H*W, 2) int32 (a descent visits a cell at most once), ``length`` (B,)
+        and ``status`` (B,) int32. Per live scene, with float64 kernels, the route and
+        status :meth:`plan` returns for its request, cell for cell (``ok``; ``no_path``
+        for a descent stuck or out of escapes; ``budget_exhausted`` at the step limit):
+        every value the descent compares is bit for bit the batch-one value (module text of
+        :mod:`passage_jax.learned.batched`). A padding row (``live`` False) is not walked:
+        ``no_path``, no route. A batch split over several devices is gathered onto one
+        (:func:`~passage_jax.learned.batched.on_one_device`). The shapes and, with float64
+        kernels, the elevation's float64 dtype are checked (ValueError)."""
+        check_batch(batch, float64_available())
+        params = None if self.octile else self.guide.params
+        with kernel_x64():
+            return plan_batch_kernel(params, on_one_device(batch), config=self.batch_config())
 
     @property
     def precision(self) -> str:
