@@ -31,6 +31,10 @@
 #   part14 reference_4096   one exact reference at 2048x2048 and 4096x4096 against SciPy
 #                           (bench/device/reference_size.py: mirrored terrain, a scale test;
 #                           needs no zstandard)
+#   part15 batched          the batched procedure's planners (the learned direct one of
+#                           configs/learned256_direct_batched.yaml, the exact one) over 40,000
+#                           256x256 scenes (the shipped 24 replicated), batches of 64 and 256
+#                           (bench/device/batched_40k.py)
 # Earlier names: `dfloat` and `tests` are parts; `train256` is `train` with
 # TRAIN_SEEDS="1234 2026 3407" (the three seeds: longer than 8 minutes is likely, the
 # part stops at its budget); `bench` is every part but train and tests, `all` every part:
@@ -61,9 +65,9 @@ parts=()
 for what in "${@:-part1}"; do
   case "$what" in
     bench) parts+=(references bootstrap score campaign metrics bellman_head compile_counts prefetch
-                   dfloat reference_sizes reference_jacobi reference_4096) ;;
+                   dfloat reference_sizes reference_jacobi reference_4096 batched) ;;
     all) parts+=(references bootstrap score campaign train metrics bellman_head compile_counts
-                 prefetch dfloat reference_sizes reference_jacobi tests reference_4096) ;;
+                 prefetch dfloat reference_sizes reference_jacobi tests reference_4096 batched) ;;
     train256) export TRAIN_SEEDS="${TRAIN_SEEDS:-1234 2026 3407}"; parts+=(train) ;;
     *) parts+=("$what") ;;
   esac

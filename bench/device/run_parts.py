@@ -43,7 +43,7 @@ PY = sys.executable
 #: the parts, most valuable first (part1, part2, ... are these in order)
 ORDER = ("references", "bootstrap", "score", "campaign", "train", "metrics", "bellman_head",
          "compile_counts", "prefetch", "dfloat", "reference_sizes", "reference_jacobi", "tests",
-         "reference_4096")
+         "reference_4096", "batched")
 #: parts that read or write no shard, so need no zstandard (bench/device_check.sh checks the
 #: imports of the parts it is asked for)
 NO_ZSTANDARD = ("reference_4096",)
@@ -67,6 +67,8 @@ WHAT = {
     "tests": "the default test selection (-m 'not slow'), pytest-xdist when importable",
     "reference_4096": "one exact reference at 2048x2048 and 4096x4096 (mirrored terrain, a scale test) "
                       "against SciPy (bench/device/reference_size.py)",
+    "batched": "the batched procedure's planners (learned256_direct_batched's, the exact one) over "
+               "40,000 256x256 scenes, batches of 64 and 256 (bench/device/batched_40k.py)",
 }
 
 #: packages whose installed versions each part's JSON records (importlib.metadata: nothing
@@ -177,6 +179,12 @@ def plan(part: str, rehearsal: bool, work: Path) -> list[Cmd]:
         j = jdir / "reference_size.json"
         size = ["--res", "256", "512", "--repeats", "1"] if r else ["--res", "2048", "4096", "--repeats", "2"]
         return [Cmd("reference_size", _py("bench/device/reference_size.py", *size, "--json-out", j),
+                    json_file=j)]
+    if part == "batched":
+        j = jdir / "batched_40k.json"
+        size = ["--scenes", "96", "--batch-sizes", "8", "32"] if r else \
+            ["--scenes", "40000", "--batch-sizes", "64", "256"]
+        return [Cmd("batched_40k", _py("bench/device/batched_40k.py", *size, "--json-out", j),
                     json_file=j)]
     if part == "tests":
         base = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", "--maxfail=20",
