@@ -276,19 +276,23 @@ def learned_in_process(tasks: list, batch_sizes: list[int], warmup: int, rounds:
     return all_same
 
 
+#: :func:`_write_spec`: leave the key out of the spec
+DROP = object()
+
+
 def _write_spec(path: Path, base: Path, **over) -> Path:
-    """``base`` (a YAML spec) with ``over`` applied (None removes a key), written to ``path``."""
+    """``base`` (a YAML spec) with ``over`` applied (:data:`DROP` leaves a key out; None is
+    null), written to ``path``; ``inference_kwargs_by_seed`` kept for the spec's seeds."""
     import yaml
 
     d = yaml.safe_load(base.read_text())
-    seeds = over.get("seeds")
-    if seeds is not None and d.get("inference_kwargs_by_seed"):
-        d["inference_kwargs_by_seed"] = {s: d["inference_kwargs_by_seed"][s] for s in seeds}
     for k, v in over.items():
-        if v is None:
+        if v is DROP:
             d.pop(k, None)
         else:
             d[k] = v
+    if d.get("inference_kwargs_by_seed"):
+        d["inference_kwargs_by_seed"] = {s: d["inference_kwargs_by_seed"][s] for s in d["seeds"]}
     path.write_text(yaml.safe_dump(d, sort_keys=False))
     return path
 
@@ -312,13 +316,13 @@ def run_level(root, n: int | None, seed: int, batch_size: int, session_warmup: i
 
     work = Path(run_dir) if run_dir else Path(tempfile.mkdtemp(prefix="bench_batched_"))
     work.mkdir(parents=True, exist_ok=True)
-    common = {"dataset_path": str(root), "n_samples": n, "seeds": [seed]}
+    common = {"dataset_path": str(root), "n_samples": n, "seeds": [seed]}  # n None: the whole split
     specs = {
         "session": _write_spec(work / "session.yaml", DIRECT_SPEC, **common,
                                method_name="learned256_direct_session",
                                timing_profile="native_raw_path_persistent_v1",
-                               session_warmup=session_warmup, latency_warmup=None, latency_repeats=None,
-                               quality_repeat_index=None),
+                               session_warmup=session_warmup, latency_warmup=DROP, latency_repeats=DROP,
+                               quality_repeat_index=DROP),
         "batched": _write_spec(work / "batched.yaml", BATCHED_SPEC, **common, batch_size=batch_size),
     }
     out = {}
