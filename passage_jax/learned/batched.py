@@ -75,7 +75,7 @@ from passage_jax.learned.decoders import _backups_kernel
 from passage_jax.learned.guide import NetworkGuide, network_apply
 from passage_jax.learned.model import feature_grid, features, octile_grid
 from passage_jax.learned.stages import flow
-from passage_jax.protocol.batch import BATCH_STATUS_CODE, BatchRoutes, PlanBatch
+from passage_jax.protocol.batch import BATCH_STATUS_CODE, BatchRoutes, PlanBatch, check_batch
 
 __all__ = ["XLA_EXACT_MODELS", "BatchConfig", "batch_refusal", "check_batch", "edge_costs",
            "octile_scales", "network_inputs", "network_forward", "network_field", "octile_guide_field",
@@ -139,34 +139,6 @@ def batch_refusal(guide, octile: bool, stages) -> str | None:
         return (f"the guide {guide!r} reads its own feature_fn; a batch computes the default "
                 f"network inputs (passage_jax.learned.model.features)")
     return None
-
-
-def check_batch(batch: PlanBatch, float64: bool) -> None:
-    """ValueError unless ``batch``'s arrays have the shapes and kinds of a PlanBatch (and,
-    with ``float64``, a float64 elevation: a float32 one would change the edge costs)."""
-    shape = np.shape(batch.elevation)
-    if len(shape) != 3:
-        raise ValueError(f"PlanBatch.elevation must have shape (B, H, W), got {shape}")
-    b = shape[0]
-    expected = {"obstacles": shape, "start": (b, 2), "goal": (b, 2), "cost_model": (b,),
-                "cost_weight": (b,), "live": (b,)}
-    for name, want in expected.items():
-        got = np.shape(getattr(batch, name))
-        if got != want:
-            raise ValueError(f"PlanBatch.{name} must have shape {want} (elevation {shape}), got {got}")
-    for name in ("start", "goal", "cost_model"):
-        kind = _dtype(getattr(batch, name)).kind
-        if kind not in "iu":
-            raise ValueError(f"PlanBatch.{name} must be an integer array, got {kind!r} kind")
-    dtype = _dtype(batch.elevation)
-    if float64 and dtype != np.float64:
-        raise ValueError(f"PlanBatch.elevation must be float64 metres, got {dtype} (an array put "
-                         "on the device with x64 off loses float64: put it under "
-                         "jax.enable_x64(True), or pass the NumPy arrays)")
-
-
-def _dtype(x) -> np.dtype:
-    return np.dtype(x.dtype) if hasattr(x, "dtype") else np.asarray(x).dtype
 
 
 # --------------------------------------------------------------------------- #

@@ -24,7 +24,7 @@ from passage_jax.graph.costs import MODEL_NAMES, edge_cost_field_np
 from passage_jax.graph.moves import MOVES
 from passage_jax.planners._common import check_kwargs
 from passage_jax.precision import resolve_reference_precision
-from passage_jax.protocol.batch import BATCH_STATUS_CODE, BatchRoutes, PlanBatch
+from passage_jax.protocol.batch import BATCH_STATUS_CODE, BatchRoutes, PlanBatch, check_batch
 from passage_jax.protocol.contracts import PlanRequest, PlanResult
 from passage_jax.reference.dfloat import DFloat, split_float64
 from passage_jax.reference.vi import SolveOptions, solve_batch
@@ -109,7 +109,7 @@ class ExactPlanner:
                             strategy=self.strategy, pixel_size_m=batch.pixel_size_m, routes=True,
                             chunk=chunk)
         config = opts.solver_config(precision)
-        _check_batch(batch, precision)
+        check_batch(batch, precision == "float64")
         with jax.enable_x64(precision == "float64"):
             if precision == "float64":
                 scenes = SceneInputs(elevation_m=batch.elevation, obstacles=batch.obstacles,
@@ -137,35 +137,6 @@ def batch_routes(scenes: SceneInputs, live, *, config: SolverConfig,
     length = jnp.where(status == BATCH_STATUS_CODE["ok"], out.route_length, 0)
     return BatchRoutes(cells=out.route, length=length.astype(jnp.int32),
                        status=status.astype(jnp.int32))
-
-
-def _check_batch(batch: PlanBatch, precision: str) -> None:
-    """ValueError unless ``batch``'s arrays have the shapes and kinds of a PlanBatch."""
-    shape = np.shape(batch.elevation)
-    if len(shape) != 3:
-        raise ValueError(f"PlanBatch.elevation must have shape (B, H, W), got {shape}")
-    b = shape[0]
-    expected = {"obstacles": shape, "start": (b, 2), "goal": (b, 2), "cost_model": (b,),
-                "cost_weight": (b,), "live": (b,)}
-    for name, want in expected.items():
-        got = np.shape(getattr(batch, name))
-        if got != want:
-            raise ValueError(f"PlanBatch.{name} must have shape {want} (elevation {shape}), "
-                             f"got {got}")
-    for name in ("start", "goal", "cost_model"):
-        kind = _dtype(getattr(batch, name)).kind
-        if kind not in "iu":
-            raise ValueError(f"PlanBatch.{name} must be an integer array, got {kind!r} kind")
-    dtype = _dtype(batch.elevation)
-    if precision == "float64" and dtype != np.float64:
-        raise ValueError(f"PlanBatch.elevation must be float64 metres, got {dtype} (an array "
-                         "put on the device with x64 off loses float64: put it under "
-                         "jax.enable_x64(True), or pass the NumPy arrays)")
-
-
-def _dtype(x) -> np.dtype:
-    """The dtype of an array (NumPy, JAX or traced) as given, not as x64 would cast it."""
-    return np.dtype(x.dtype) if hasattr(x, "dtype") else np.asarray(x).dtype
 
 
 def _pair_scenes(batch: PlanBatch) -> SceneInputs:

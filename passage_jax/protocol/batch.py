@@ -25,7 +25,7 @@ import numpy as np
 from passage_jax.graph.costs import MODEL_INDEX
 
 __all__ = ["BATCH_STATUSES", "BATCH_STATUS_CODE", "PlanBatch", "BatchRoutes", "plan_batch_of",
-           "batch_of", "scene_routes", "BatchProtocolError", "batch_timing"]
+           "batch_of", "scene_routes", "BatchProtocolError", "batch_timing", "check_batch"]
 
 #: The statuses a batch planner reports per scene (``BatchRoutes.status`` codes, in order).
 BATCH_STATUSES = ("ok", "no_path", "budget_exhausted")
@@ -70,6 +70,35 @@ class BatchRoutes:
     cells: object
     length: object
     status: object
+
+
+def check_batch(batch: PlanBatch, float64: bool) -> None:
+    """ValueError unless ``batch``'s arrays have the shapes and kinds of a PlanBatch (and,
+    with ``float64``, a float64 elevation: a float32 one would change the edge costs)."""
+    shape = np.shape(batch.elevation)
+    if len(shape) != 3:
+        raise ValueError(f"PlanBatch.elevation must have shape (B, H, W), got {shape}")
+    b = shape[0]
+    expected = {"obstacles": shape, "start": (b, 2), "goal": (b, 2), "cost_model": (b,),
+                "cost_weight": (b,), "live": (b,)}
+    for name, want in expected.items():
+        got = np.shape(getattr(batch, name))
+        if got != want:
+            raise ValueError(f"PlanBatch.{name} must have shape {want} (elevation {shape}), got {got}")
+    for name in ("start", "goal", "cost_model"):
+        kind = _dtype(getattr(batch, name)).kind
+        if kind not in "iu":
+            raise ValueError(f"PlanBatch.{name} must be an integer array, got {kind!r} kind")
+    dtype = _dtype(batch.elevation)
+    if float64 and dtype != np.float64:
+        raise ValueError(f"PlanBatch.elevation must be float64 metres, got {dtype} (an array put "
+                         "on the device with x64 off loses float64: put it under "
+                         "jax.enable_x64(True), or pass the NumPy arrays)")
+
+
+def _dtype(x) -> np.dtype:
+    """The dtype of an array (NumPy, JAX or traced) as given, not as x64 would cast it."""
+    return np.dtype(x.dtype) if hasattr(x, "dtype") else np.asarray(x).dtype
 
 
 def plan_batch_of(planner):
