@@ -162,6 +162,19 @@ def time_batched(planner, tasks: list, batch_size: int, warmup: int, rounds: int
     return ms, results
 
 
+def batch_one(planner, tasks: list, warmup: int, rounds: int):
+    """:func:`time_batch_one`, its line printed (p50, mean, statuses); ``(ms, results,
+    mean ms)``."""
+    ms, results = time_batch_one(planner, tasks, warmup, rounds)
+    mean = float(np.mean(ms))
+    statuses: dict = {}
+    for status, _ in results:
+        statuses[status] = statuses.get(status, 0) + 1
+    print(f"batch-one plan: {len(ms)} timed requests  p50 {_pct(ms, 50):.2f} ms  "
+          f"mean {mean:.2f} ms  statuses {statuses}", flush=True)
+    return ms, results, mean
+
+
 def same_routes(a: list, b: list) -> list[int]:
     """Indices of the tasks whose (status, route) differ."""
     out = []
@@ -178,13 +191,7 @@ def in_process(tasks: list, batch_sizes: list[int], warmup: int, rounds: int,
     """The in-process comparison (module docstring); prints its table, returns whether
     every batched route equals the batch-one route."""
     planner = ExactPlanner()
-    one_ms, one_res = time_batch_one(planner, tasks, warmup, rounds)
-    one_scene = float(np.mean(one_ms))
-    statuses = {}
-    for s, _ in one_res:
-        statuses[s] = statuses.get(s, 0) + 1
-    print(f"batch-one plan: {len(one_ms)} timed requests  p50 {_pct(one_ms, 50):.2f} ms  "
-          f"mean {one_scene:.2f} ms  statuses {statuses}")
+    one_ms, one_res, one_scene = batch_one(planner, tasks, warmup, rounds)
     print(f"{'batch':>6}{'batches':>9}{'p50 ms':>10}{'p95 ms':>10}{'ms/scene':>10}"
           f"{'batch-one/batched':>19}  routes")
     all_same = True
@@ -251,13 +258,7 @@ def learned_in_process(tasks: list, batch_sizes: list[int], warmup: int, rounds:
     config = planner.batch_config()
     how = "scene by scene" if config.per_scene else "on the whole batch"
     print(f"learned planner: {planner!r}; dense stages {how}", flush=True)
-    one_ms, one_res = time_batch_one(planner, tasks, warmup, rounds)
-    one_scene = float(np.mean(one_ms))
-    statuses = {}
-    for st, _ in one_res:
-        statuses[st] = statuses.get(st, 0) + 1
-    print(f"batch-one plan: {len(one_ms)} timed requests  p50 {_pct(one_ms, 50):.2f} ms  "
-          f"mean {one_scene:.2f} ms  statuses {statuses}", flush=True)
+    one_ms, one_res, one_scene = batch_one(planner, tasks, warmup, rounds)
     print(f"{'batch':>6}{'batches':>9}{'forward ms/scene':>18}{'plan_batch p50 ms':>19}"
           f"{'ms/scene':>10}{'plan_batch/forward':>20}{'batch-one/batched':>19}  routes")
     all_same = True

@@ -36,12 +36,12 @@ from passage_jax.placement import device_count, device_names, resolve_sharding
 from passage_jax.precision import kernel_x64
 from passage_jax.protocol.batch import BatchProtocolError, batch_of, plan_batch_of, scene_routes
 from passage_jax.protocol.contracts import BudgetSpec, PlanResult
-from passage_jax.protocol.records import ROUTE_FORMAT_CODE, snapshot_route
+from passage_jax.protocol.records import snapshot_route
 from passage_jax.run.execution import interrupts
 from passage_jax.run.execution.devices import placement, session_hardware
 from passage_jax.run.execution.planner_build import PlannerBuildError, build_planner
 from passage_jax.run.execution.sessions import InProcessContext, Session
-from passage_jax.run.execution.timing import _failure, _is_oom, _name, finish_record
+from passage_jax.run.execution.timing import _failure, _is_oom, _name, empty_outcome, finish_record
 from passage_jax.run.execution.worker import device_scope
 
 __all__ = ["BatchExecutor", "BATCH_TIMER"]
@@ -146,9 +146,8 @@ class BatchExecutor(InProcessContext):
                 outcome.update(status="runtime_error", error=f"protocol: {e}", error_type="ProtocolError")
         out = []
         for task, (status, route, problem) in zip(tasks, scenes):
-            one = {"result": None, "snap": (ROUTE_FORMAT_CODE["none"], None, None, None),
-                   "sync_arrays": 0, "torch_synchronized": False, "status": outcome["status"],
-                   "error": outcome["error"], "error_type": outcome["error_type"]}
+            one = {**empty_outcome(), "status": outcome["status"], "error": outcome["error"],
+                   "error_type": outcome["error_type"]}
             if outcome["status"] is None and problem is not None:
                 one.update(status="runtime_error", error=f"protocol: {problem}", error_type="ProtocolError")
             elif outcome["status"] is None:

@@ -46,7 +46,8 @@ from passage_jax.protocol.requests import build_request, set_deadline
 from passage_jax.run.execution import interrupts
 from passage_jax.run.execution.device_sync import synchronize_torch
 
-__all__ = ["execute", "execute_session", "call_planner", "finish_record", "block_until_ready"]
+__all__ = ["execute", "execute_session", "call_planner", "empty_outcome", "finish_record",
+           "block_until_ready"]
 
 
 def block_until_ready(tree) -> int:
@@ -67,6 +68,14 @@ def _is_oom(e: BaseException) -> bool:
     return "RESOURCE_EXHAUSTED" in text or "Out of memory" in text or "out of memory" in text
 
 
+def empty_outcome() -> dict:
+    """A planner call's outcome before anything came back (no result, no route, no
+    failure): what :func:`call_planner` fills in and :func:`finish_record` reads."""
+    return {"result": None, "snap": (ROUTE_FORMAT_CODE["none"], None, None, None),
+            "sync_arrays": 0, "torch_synchronized": False, "status": None, "error": None,
+            "error_type": None}
+
+
 def call_planner(planner, make_request) -> dict:
     """The planner's part of one request: build it (``make_request()``), call the
     planner, wait for its JAX arrays and an initialised PyTorch CUDA context, normalise
@@ -83,9 +92,7 @@ def call_planner(planner, make_request) -> dict:
     this and sends the outcome (with ``result.path`` dropped) to the parent, which
     finishes it with :func:`finish_record`.
     """
-    out = {"result": None, "snap": (ROUTE_FORMAT_CODE["none"], None, None, None),
-           "sync_arrays": 0, "torch_synchronized": False, "status": None, "error": None,
-           "error_type": None}
+    out = empty_outcome()
     with interrupts.planner_call():
         try:
             request = make_request()
