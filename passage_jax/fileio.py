@@ -30,7 +30,7 @@ import yaml
 __all__ = [
     "fsync_dir",
     "utc_now", "sha256_file", "sha256_bytes", "check_sha256", "array_sha256", "jsonable", "to_json",
-    "atomic_write_bytes", "atomic_write_text", "atomic_write_json", "atomic_write_npz",
+    "atomic_write_bytes", "atomic_write_text", "atomic_write_json", "atomic_write_npz", "npz_bytes",
     "read_document", "one_line", "planner_input_sha256", "atomic_file", "NpzStreamWriter", "NpzMember",
     "naming_file",
 ]
@@ -189,14 +189,19 @@ def atomic_write_json(path, obj) -> Path:
     return atomic_write_text(path, to_json(obj) + "\n")
 
 
-def atomic_write_npz(path, arrays: dict) -> Path:
-    """Compressed npz of plain arrays (object dtypes refused), written atomically."""
+def npz_bytes(arrays: dict) -> bytes:
+    """The bytes of a compressed npz of plain arrays (object dtypes refused)."""
     for k, v in arrays.items():
         if np.asarray(v).dtype.kind == "O":
             raise TypeError(f"npz array {k!r} has object dtype; only plain arrays are written")
     buf = io.BytesIO()
     np.savez_compressed(buf, **arrays)
-    return atomic_write_bytes(path, buf.getvalue())
+    return buf.getvalue()
+
+
+def atomic_write_npz(path, arrays: dict) -> Path:
+    """Compressed npz of plain arrays (object dtypes refused), written atomically."""
+    return atomic_write_bytes(path, npz_bytes(arrays))
 
 
 class _MemberWriter:

@@ -129,6 +129,35 @@ def test_parts_go_to_memory_while_it_lasts_then_to_disk(monkeypatch, tmp_path):
     assert tasks.reads == 0
 
 
+def test_a_part_in_memory_is_mapped_once_for_every_pass_a_part_on_disk_per_chunk(monkeypatch, tmp_path):
+    ram, disk = tmp_path / "ram", tmp_path / "disk"
+    ram.mkdir(), disk.mkdir()
+    monkeypatch.setattr(store_mod, "SHM", str(ram))
+    monkeypatch.setattr(store_mod.tempfile, "gettempdir", lambda: str(disk))
+    avail = iter([20 << 30, 20 << 30, 15 << 30])  # parts 0 and 1 in memory, part 2 on disk
+    monkeypatch.setattr(store_mod, "_memory", lambda: (next(avail, 15 << 30), 64 << 30))
+    tasks = _open(True)
+    maps = []
+    real = store_mod.GridStore._map
+    monkeypatch.setattr(store_mod.GridStore, "_map",
+                        lambda self, k, name, offset, length: maps.append((k, name, offset, length))
+                        or real(self, k, name, offset, length))
+    want = [_facts(t) for t in _open(False)]
+    for npass in range(3):
+        maps.clear()
+        assert [_facts(t) for t in tasks] == want  # the same tasks, bit for bit, every pass
+        parts = sorted({k for k, *_ in maps})
+        # the first pass maps each part in memory whole (length 0: the whole file), once;
+        # the part on disk is mapped on every pass, its chunk only
+        assert parts == ([0, 1, 2] if npass == 0 else [2])
+        assert all(length == 0 and offset == 0 for k, _, offset, length in maps if k < 2)
+        assert all(length > 0 for k, *_, length in maps if k == 2)
+        assert len(maps) == (3 * 3 if npass == 0 else 3)  # three files a part
+    assert sorted(tasks.store._maps) == [0, 1]
+    tasks.store.close()
+    assert tasks.store._maps == {}
+
+
 def test_a_part_that_fits_nowhere_gives_the_store_up(monkeypatch):
     monkeypatch.setattr(store_mod, "_memory", lambda: (1 << 30, 64 << 30))
     monkeypatch.setattr(store_mod.shutil, "disk_usage", lambda path: _Usage(3))

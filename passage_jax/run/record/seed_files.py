@@ -15,7 +15,7 @@ import numpy as np
 
 from passage_jax import fileio
 from passage_jax.data.strata import SCENE_STRATIFIERS
-from passage_jax.fileio import atomic_write_json, atomic_write_npz, fsync_dir, sha256_file
+from passage_jax.fileio import atomic_write_bytes, atomic_write_json, fsync_dir, sha256_file
 from passage_jax.protocol.records import REFERENCES_FORMAT, PathsWriter, pack_routes
 from passage_jax.protocol.runfolder import JOURNAL, MANIFEST, PATHS, REFERENCES, REQUESTS, RUN_FILES
 from passage_jax.run.context import RunContext
@@ -26,7 +26,7 @@ from passage_jax.run.record.manifest import SeedFiles, seed_manifest
 from passage_jax.run.record.seed_state import SeedState
 from passage_jax.run.specification import RequestPlan, check_entry
 
-__all__ = ["references_arrays", "clear_leftovers", "finish_seed"]
+__all__ = ["references_arrays", "references_npz", "clear_leftovers", "finish_seed"]
 
 #: the files of a finished seed that the manifest hashes (built from the journal)
 
@@ -81,6 +81,15 @@ def references_arrays(admitted) -> dict:
     }
 
 
+def references_npz(admitted) -> bytes:
+    """``references.npz`` of the run (:func:`references_arrays`, compressed): the same for
+    every seed, so built once per admission and kept on it."""
+    kept = getattr(admitted, "_references_npz", None)
+    if kept is None:
+        kept = admitted._references_npz = fileio.npz_bytes(references_arrays(admitted))
+    return kept
+
+
 def _strata_members(refs) -> dict:
     """The scene stratifiers admission measured (``scene_strata`` and their names), or
     nothing when the references carry none."""
@@ -102,7 +111,7 @@ def finish_seed(ctx: RunContext, seed: int, folder: Path, state: SeedState) -> d
         sizes.write_streamed(folder / PATHS, lambda visit: scan_journal(jpath, visit))
     except (OSError, JournalError) as e:
         raise ResumeError(f"{jpath}: cannot read the record journal: {e}") from None
-    atomic_write_npz(folder / REFERENCES, references_arrays(admitted))
+    atomic_write_bytes(folder / REFERENCES, references_npz(admitted))
     made = SeedFiles(n_records=len(rows), status_counts=counts, batches=batches,
                      files={name: sha256_file(folder / name) for name in RUN_FILES}, journal=jpath)
     manifest = seed_manifest(ctx, seed, state, made)
