@@ -110,7 +110,8 @@ def _run(spec, args) -> dict | None:
     if cluster.process_count() > 1 or args.chunk is not None:
         # every process qualifies its share of the references; process 0 alone runs the
         # planner requests (they are timed one at a time), except under a session timing
-        # profile, where each process runs its own session on its share of each seed
+        # profile or the batched procedure, where each process runs its own session (planner
+        # build) on its share of each seed
         admitted = _admit_across_processes(spec, args)
         if admitted is None:
             return None
@@ -157,8 +158,9 @@ def _print_summary(summary: dict, output) -> None:
 
 def _admit_across_processes(spec, args):
     """Admission (``--chunk`` scenes at a time), split across the launch's processes: the
-    admitted run on process 0 (and, under a session timing profile, on the others, which
-    then run their shares of the requests), None on the others (their share is
+    admitted run on process 0 (and, under a session timing profile or the batched
+    procedure, on the others, which then run their shares of the requests), None on the
+    others (their share is
     delivered). Process 0 first checks that the output folder can receive the run, so that
     no process qualifies anything for a refused run."""
     from passage_jax import cluster  # noqa: PLC0415 (CLI start-up)

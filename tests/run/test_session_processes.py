@@ -299,3 +299,78 @@ def test_two_processes_resume_a_one_process_run_sharing_the_missing_tail(runs):
     assert [(x["process_index"], x["first_record"]) for x in s["sessions"]] == \
         [(0, 0)] + [(i, min(t for t in own if own[t] == i)) for i in (0, 1)]
     assert manifest(out / "seed-1234")["resume"]["recovered_records"] == durable
+
+
+# ----------------------------------------------------------------------------- batched shares
+
+BATCH = 4  # six tasks: a batch of four, then one of two live scenes and two of padding
+
+
+def test_batched_shares_are_whole_batches_counted_from_the_first_missing_record():
+    from types import SimpleNamespace
+
+    from passage_jax.run.execution.session_shares import share_of
+
+    for n in (0, 1, 5, 6, 13):
+        for size in (1, 2, 4):
+            admitted = SimpleNamespace(spec=SimpleNamespace(batched=True, batch_size=size),
+                                       tasks=SimpleNamespace(chunk=3))
+            for first in range(n + 1):
+                for p in (1, 2, 3):
+                    shares = [share_of(admitted, range(n), first, process=i, processes=p)
+                              for i in range(p)]
+                    # contiguous, in process order, covering the missing records once
+                    assert [t for s in shares for t in s] == list(range(first, n)), (n, size, first, p)
+                    # every share starts on a batch boundary of a single process's pass
+                    # from `first`, and only the seed's last share ends off one
+                    assert all((s.start - first) % size == 0 for s in shares)
+                    assert all((s.stop - first) % size == 0 for s in shares if s.stop < n)
+                    # as even as whole batches allow: shares differ by at most one batch
+                    counts = [-(-len(s) // size) for s in shares]
+                    assert max(counts) - min(counts) <= 1
+
+
+@pytest.fixture(scope="module")
+def batched_runs(tmp_path_factory):
+    """The six-scene cohort run under the batched procedure (batches of four, the
+    looped breadth-first batch planner): in one process here, and by a two-process CLI
+    launch; both scored."""
+    tmp = tmp_path_factory.mktemp("batched-processes")
+    cohort = tmp / "cohort"
+    write_cohort(cohort)
+    d = {k: v for k, v in F.spec_dict(cohort).items() if k not in SERIES_KEYS}
+    d.update(timing_profile="batched_v1", batch_size=BATCH, seeds=list(SEEDS),
+             inference="batch_planners:make_looped", inference_kwargs={"planner": "bfs"})
+    spec = tmp / "spec.json"
+    spec.write_text(json.dumps(d))
+    parsed = parse_spec(d)
+    run_spec(parsed, tmp / "one", progress=False, admitted=admit(parsed, chunk=CHUNK))
+    res = launch(["run", "--spec", spec, "--output", tmp / "two", "--no-progress", "--chunk", CHUNK])
+    assert [rc for rc, _ in res] == [0, 0], res
+    for k in ("one", "two"):
+        score_run(tmp / k, chunk=CHUNK)
+    return {"one": tmp / "one", "two": tmp / "two", "outputs": res}
+
+
+def test_two_process_batched_run_shares_whole_batches_and_equals_one_process(batched_runs):
+    one, two = batched_runs["one"], batched_runs["two"]
+    assert_same_quality(one, two, ignore=("batch_ms", "worker"))
+    assert "run: process 1 of 2: its shares of 2 seed(s) run and delivered" in batched_runs["outputs"][1][1]
+    for seed in SEEDS:
+        ra = read_requests(one / f"seed-{seed}" / "requests.jsonl")
+        rb = read_requests(two / f"seed-{seed}" / "requests.jsonl")
+        # the batches a single process runs: [0, 4) and [4, 6) padded; process 0 ran the
+        # first, process 1 the second
+        assert [r["batch_first"] for r in ra] == [r["batch_first"] for r in rb] == [0] * 4 + [4] * 2
+        assert [r["batch_live"] for r in rb] == [4] * 4 + [2] * 2
+        assert [r["process_index"] for r in ra] == [0] * N_TASKS
+        assert [r["process_index"] for r in rb] == [0] * 4 + [1] * 2
+        # each record's batch time is its process's own batch
+        assert len({r["batch_ms"] for r in rb[:4]}) == 1 and len({r["batch_ms"] for r in rb[4:]}) == 1
+        b = manifest(two / f"seed-{seed}")["batched"]
+        assert [x["process_index"] for x in b["builds"]] == [0, 1]
+        assert [x["first_record"] for x in b["builds"]] == [0, 4]
+        assert b["builds"][0]["device"] != b["builds"][1]["device"]
+        assert all(len(x["warmup_ms"]) == 2 for x in b["builds"])  # each process warmed up
+        assert (b["n_batches"], b["n_scenes"]) == (2, N_TASKS)
+        assert manifest(one / f"seed-{seed}")["batched"]["n_batches"] == 2

@@ -1,14 +1,18 @@
-"""Session runs across processes: under a session timing profile, each process of a
-multi-process launch runs its own persistent session on its share of a seed's roster,
-and process 0 writes the seed.
+"""One-pass runs across processes: under a session timing profile, each process of a
+multi-process launch runs its own persistent session on its share of a seed's roster
+(under the batched procedure, its own planner build on its share of the batches), and
+process 0 writes the seed.
 
-Under a session timing profile (:mod:`passage_jax.run.execution.sessions`) in a multi-process
-launch (:mod:`passage_jax.cluster`) :func:`splits_requests` is true, and a seed's
-missing records ``[first, T)`` (``first``: the records already durable in process 0's
-journal, 0 for a new seed) are shared out in whole chunks of the admission chunk size,
-contiguous, in process order (:func:`passage_jax.cluster.chunk_share_from`, the rule
-``score`` uses). Each process builds its planner on its own local device, runs the
-session's warm-up calls on the warm-up scene (the same for every process), then its
+Under a session timing profile (:mod:`passage_jax.run.execution.sessions`) or the batched
+procedure (:mod:`passage_jax.run.execution.batches`) in a multi-process launch
+(:mod:`passage_jax.cluster`) :func:`splits_requests` is true, and a seed's missing
+records ``[first, T)`` (``first``: the records already durable in process 0's journal, 0
+for a new seed) are shared out, contiguous, in process order: in whole chunks of the
+admission chunk size under a session profile (:func:`passage_jax.cluster.chunk_share_from`,
+the rule ``score`` uses), in whole batches counted from ``first`` under the batched
+procedure (the batches a single process would run). Each process builds its planner on
+its own local devices, runs the warm-up calls (batches) on the warm-up scene (the same
+for every process), then its
 share's requests in roster order (:func:`~passage_jax.run.execution.seed_requests.serve_requests`),
 keeping the records and route snapshots in memory. The shares are gathered
 (:func:`passage_jax.cluster.run_share`); process 0 records one planner build (one
@@ -58,14 +62,22 @@ def leading() -> Leader | None:
 
 def splits_requests(spec) -> bool:
     """Whether a run of ``spec`` in this launch shares each seed's requests out across the
-    processes (a session timing profile in a multi-process launch)."""
-    return bool(getattr(spec, "session_profile", False)) and cluster.process_count() > 1
+    processes (a session timing profile or the batched procedure, in a multi-process
+    launch)."""
+    return bool(getattr(spec, "one_pass", False)) and cluster.process_count() > 1
 
 
 def share_of(admitted: Admitted, rows: RequestPlan, first: int, *, process: int | None = None,
              processes: int | None = None) -> range:
     """The records of ``[first, len(rows))`` that process ``process`` (default: this one)
-    runs: whole chunks of the admission's chunk size, contiguous."""
+    runs, contiguous: whole chunks of the admission's chunk size under a session profile;
+    under the batched procedure whole batches counted from ``first``, so that the batches
+    are those a single process would run (each share's last one padded only where the
+    seed's last one is)."""
+    if admitted.spec.batched:
+        mine = cluster.chunk_share_from(0, len(rows) - first, admitted.spec.batch_size,
+                                        process=process, processes=processes)
+        return range(first + mine.start, first + mine.stop)
     return cluster.chunk_share_from(first, len(rows), admitted.tasks.chunk, process=process,
                                     processes=processes)
 
