@@ -38,7 +38,6 @@ from passage_jax.data.grid_store import store_mode
 from passage_jax.data.strata import strata_rows
 from passage_jax.fileio import read_document, sha256_file
 from passage_jax.graph.routes import route_cost
-from passage_jax.learned.guide import shipped_checkpoint
 from passage_jax.protocol.adapters import import_entry, is_factory
 from passage_jax.protocol.records import pack_routes, references_identity
 from passage_jax.reference import qualify_scenes, solve_tasks
@@ -328,6 +327,9 @@ def _path_kind(v) -> str | None:
 def _shipped_checkpoint(v: str, seed, name: str) -> str:
     """The metadata file of a ``"shipped:<seed>"`` checkpoint (it records the
     parameter file's sha256, so hashing it pins the parameters)."""
+    # the learned package (Flax) is imported only by a spec that names a shipped network
+    from passage_jax.learned.guide import shipped_checkpoint  # noqa: PLC0415 (Flax only when needed)
+
     try:
         return str(shipped_checkpoint(v.split(":", 1)[1]))
     except (ValueError, FileNotFoundError) as e:
