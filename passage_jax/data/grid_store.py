@@ -15,7 +15,8 @@ else on disk (``TMPDIR``) while its file system keeps :data:`FREE_MARGIN`; a par
 fits in neither gives the store up. A later pass maps a chunk's planes read-only
 (``mmap`` with ``PROT_READ``, its page tables filled at once; a part in RAM is mapped
 whole on its first use and kept mapped for every later pass, so the process's resident
-size counts the store's parts in RAM) and rebuilds its tasks
+size counts the store's parts in RAM; a part on disk is read ahead by the kernel while
+the chunk before it is served) and rebuilds its tasks
 around views of them: no shard is read, nothing is decoded, computed or hashed again,
 and the planner's request takes the elevation, obstacle and tensor views without a copy
 (a read-only memory map cannot be made writable:
@@ -317,7 +318,27 @@ class GridStore:
                 offset = start - aligned
                 m = self._map(k, name, aligned, offset + size * self.cells * itemsize)
             out.append(np.frombuffer(m, t, count=size * self.cells * n, offset=offset).reshape(shape))
+        self._read_ahead(k + 1)
         return out
+
+    def _read_ahead(self, k: int) -> None:
+        """Ask the kernel to start reading part ``k``'s files into the page cache when the
+        part is on disk (``POSIX_FADV_WILLNEED``: asynchronous, no work of this process),
+        so that mapping it, a chunk later, finds its pages in memory."""
+        advise = getattr(os, "posix_fadvise", None)
+        if advise is None or k >= len(self.parts) or self.parts[k] == self._folders.get("ram"):
+            return
+        for name, _, _ in _PLANES:
+            try:
+                fd = os.open(Path(self.parts[k]) / f"{k:06d}.{name}", os.O_RDONLY)
+            except OSError:
+                return
+            try:
+                advise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
 
     def _map(self, k: int, name: str, offset: int, length: int) -> mmap.mmap:
         """A read-only map of ``length`` bytes (0: all) of part ``k``'s file ``name`` from

@@ -129,7 +129,8 @@ def test_parts_go_to_memory_while_it_lasts_then_to_disk(monkeypatch, tmp_path):
     assert tasks.reads == 0
 
 
-def test_a_part_in_memory_is_mapped_once_for_every_pass_a_part_on_disk_per_chunk(monkeypatch, tmp_path):
+def test_a_part_in_memory_is_mapped_once_for_every_pass_a_part_on_disk_per_chunk_and_read_ahead(
+        monkeypatch, tmp_path):
     ram, disk = tmp_path / "ram", tmp_path / "disk"
     ram.mkdir(), disk.mkdir()
     monkeypatch.setattr(store_mod, "SHM", str(ram))
@@ -142,10 +143,20 @@ def test_a_part_in_memory_is_mapped_once_for_every_pass_a_part_on_disk_per_chunk
     monkeypatch.setattr(store_mod.GridStore, "_map",
                         lambda self, k, name, offset, length: maps.append((k, name, offset, length))
                         or real(self, k, name, offset, length))
+    advised = []
+    monkeypatch.setattr(store_mod.os, "posix_fadvise",
+                        lambda fd, offset, length, advice: advised.append(
+                            (os.readlink(f"/proc/self/fd/{fd}"), offset, length, advice)))
     want = [_facts(t) for t in _open(False)]
     for npass in range(3):
-        maps.clear()
+        maps.clear(), advised.clear()
         assert [_facts(t) for t in tasks] == want  # the same tasks, bit for bit, every pass
+        # taking part 1 (the last in memory) asks the kernel to read part 2's files ahead
+        # (on disk, taken next); no part after part 2, and nothing for parts in memory
+        assert sorted(Path(p).name for p, *_ in advised) == sorted(
+            f"000002.{n}" for n in ("elevation_m.f64", "input_tensor.f32", "obstacles.bool"))
+        assert all(Path(p).parent.parent == disk and (o, n, a) == (0, 0, os.POSIX_FADV_WILLNEED)
+                   for p, o, n, a in advised)
         parts = sorted({k for k, *_ in maps})
         # the first pass maps each part in memory whole (length 0: the whole file), once;
         # the part on disk is mapped on every pass, its chunk only
