@@ -196,14 +196,22 @@ def in_process(tasks: list, batch_sizes: list[int], warmup: int, rounds: int,
           f"{'batch-one/batched':>19}  routes")
     all_same = True
     for bs in batch_sizes:
-        ms, res = time_batched(planner, tasks, bs, warmup, rounds, pixel_size_m)
-        per_scene = float(np.sum(ms)) / (len(tasks) * rounds)
-        diff = same_routes(res, one_res)
-        all_same &= not diff
-        verdict = "identical" if not diff else f"DIFFER at tasks {diff[:8]}"
+        ms, per_scene, verdict, same = _batched_pass(planner, tasks, bs, warmup, rounds, pixel_size_m,
+                                                     one_res)
+        all_same &= same
         print(f"{bs:>6}{len(ms):>9}{_pct(ms, 50):>10.2f}{_pct(ms, 95):>10.2f}{per_scene:>10.2f}"
               f"{one_scene / per_scene:>19.2f}  {verdict}")
     return all_same
+
+
+def _batched_pass(planner, tasks: list, batch_size: int, warmup: int, rounds: int,
+                  pixel_size_m: float, one_res: list) -> tuple:
+    """One batch size's timed passes of ``planner.plan_batch``: (ms per batch, ms per scene,
+    the routes' verdict against the batch-one routes ``one_res``, whether they are equal)."""
+    ms, res = time_batched(planner, tasks, batch_size, warmup, rounds, pixel_size_m)
+    per_scene = float(np.sum(ms)) / (len(tasks) * rounds)
+    diff = same_routes(res, one_res)
+    return ms, per_scene, "identical" if not diff else f"DIFFER at tasks {diff[:8]}", not diff
 
 
 def time_calls(fn, tasks: list, batch_size: int, warmup: int, rounds: int, pixel_size_m: float):
@@ -267,11 +275,9 @@ def learned_in_process(tasks: list, batch_sizes: list[int], warmup: int, rounds:
         with kernel_x64():
             fwd_ms = time_calls(forward, tasks, bs, warmup, rounds, pixel_size_m)
         fwd_scene = float(np.sum(fwd_ms)) / (len(tasks) * rounds)
-        ms, res = time_batched(planner, tasks, bs, warmup, rounds, pixel_size_m)
-        per_scene = float(np.sum(ms)) / (len(tasks) * rounds)
-        diff = same_routes(res, one_res)
-        all_same &= not diff
-        verdict = "identical" if not diff else f"DIFFER at tasks {diff[:8]}"
+        ms, per_scene, verdict, same = _batched_pass(planner, tasks, bs, warmup, rounds, pixel_size_m,
+                                                     one_res)
+        all_same &= same
         print(f"{bs:>6}{len(ms):>9}{fwd_scene:>18.2f}{_pct(ms, 50):>19.2f}{per_scene:>10.2f}"
               f"{per_scene / fwd_scene:>20.2f}{one_scene / per_scene:>19.2f}  {verdict}", flush=True)
     return all_same
