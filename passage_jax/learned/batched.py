@@ -34,8 +34,9 @@ batch-one arithmetic:
   :func:`~passage_jax.learned.model.feature_grid`), as the batch-one guide's jitted
   function computes them; vmapped, XLA fuses the cost-model branches of the slope channels
   differently and some of their values move by an ulp;
-* the network's float32 output does not depend on the batch size (tested at 1, 8 and 24
-  on the CPU, where the batch's convolutions run per scene or on the whole batch);
+* the network runs at batch 1 on the CPU (the per-scene path): on an AVX2 CPU XLA runs
+  another convolution kernel for a whole batch, whose output differs in its last bits
+  (on an AVX-512 CPU the output at batch 1, 8 and 24 is the same; both tested);
 * ``exp`` of the network output is NumPy's, taken on the host inside the call
   (:func:`jax.pure_callback`) as the batch-one guide takes it: XLA's float64 ``exp``
   differs from NumPy's in the last bit on about 15 % of the values;

@@ -39,6 +39,7 @@ from passage_jax.learned.planner import LearnedPlanner, guide_from_flax, make_pl
 from passage_jax.precision import NO_X64_ENV, kernel_x64
 from passage_jax.protocol import BudgetSpec, PlanRequest, build_request
 from passage_jax.protocol.batch import BATCH_STATUS_CODE, batch_of, plan_batch_of, scene_routes
+from passage_jax.run.record.manifest import vector_isa
 
 REPO = Path(__file__).resolve().parents[2]
 SEEDS = (1234, 2026, 3407)
@@ -145,12 +146,19 @@ def test_a_batch_split_over_devices_gives_the_same_routes(cohort256, planners256
 
 @needs_checkpoints
 def test_the_network_output_does_not_depend_on_the_batch_size(cohort256, planners256):
+    """Bit for bit on an AVX-512 CPU. On an AVX2 CPU XLA runs another convolution kernel
+    for a batch than for one scene, and the whole batch's output differs in its last bits
+    (within float32 rounding, checked); there the per-scene path, the CPU's default, runs
+    the network at batch 1, as the batch-one planner does (docs/learned.md)."""
     tasks, requests = cohort256
     x = np.stack([features(r) for r in requests])
     for planner in planners256.values():
         alone = np.stack([np.asarray(planner.guide.apply_batch(x[i:i + 1])[0]) for i in range(24)])
-        assert np.array_equal(alone, np.asarray(planner.guide.apply_batch(x)))
-        assert np.array_equal(alone[:8], np.asarray(planner.guide.apply_batch(x[:8])))
+        for got in (np.asarray(planner.guide.apply_batch(x)), np.asarray(planner.guide.apply_batch(x[:8]))):
+            if vector_isa() == "avx512":
+                assert np.array_equal(alone[:len(got)], got)
+            else:
+                np.testing.assert_allclose(got, alone[:len(got)], rtol=2e-6, atol=1e-7)
 
 
 @needs_checkpoints

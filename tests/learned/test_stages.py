@@ -28,6 +28,7 @@ from passage_jax.learned.stages import (
 from passage_jax.protocol import BudgetSpec, PlanRequest, build_request
 from passage_jax.protocol.contracts import normalise_result
 from passage_jax.run import load_spec
+from passage_jax.run.record.manifest import vector_isa
 from passage_jax.testing import cost_to_go, exact_route, make_scene
 
 REPO = Path(__file__).resolve().parents[2]
@@ -334,20 +335,48 @@ VARIANTS = {
         {"max_expansions": 300},
     ),
 }
-RECORDED = json.loads(GOLDEN.read_text())["runs"]
-RECORDED_WITH = json.loads(GOLDEN.read_text())["recorded_with"]
+RECORDINGS = json.loads(GOLDEN.read_text())["recordings"]
+#: the routes that do not read the learned field (the octile guide) are the same in every
+#: recording (tested below), so they are compared against the first one everywhere
+RECORDED = RECORDINGS[0]["runs"]
 
 
-def _same_release_as_the_recording():
-    """Routes that read the learned field are compared under the JAX release they were
-    recorded with only: the network's last bits (and a route that follows them) may differ
-    between XLA releases; the octile-guide routes are compared everywhere."""
+def here() -> dict:
+    """What a recording is made under: the JAX release and the CPU's vector extension."""
     import jax
     import jaxlib
 
-    here = {"jax": jax.__version__, "jaxlib": jaxlib.__version__}
-    if here != RECORDED_WITH:
-        pytest.skip(f"routes on the learned field were recorded with {RECORDED_WITH}; this is {here}")
+    return {"jax": jax.__version__, "jaxlib": jaxlib.__version__, "vector_isa": vector_isa()}
+
+
+def _recorded_here(name: str) -> list:
+    """The recorded routes of ``name`` on the learned field under this JAX release and CPU
+    vector extension: the network's last bits (and a route that follows them) differ
+    between XLA releases and between CPUs of one release (AVX-512 against AVX2); skipped
+    where no recording was made (``python -m tests.learned.record_stage_routes`` makes one).
+    The octile-guide routes are compared everywhere."""
+    now = here()
+    for rec in RECORDINGS:
+        if rec["recorded_with"] == now:
+            return rec["runs"][name]
+    pytest.skip(f"routes on the learned field were recorded under "
+                f"{[r['recorded_with'] for r in RECORDINGS]}; this is {now}")
+
+
+def test_the_octile_routes_agree_in_every_recording():
+    """The recordings differ only where a route reads the learned field."""
+    octile = [n for n in RECORDED if _kwargs(n)[0].get("guide") == "octile"]
+    assert octile  # the control is recorded
+    for rec in RECORDINGS[1:]:
+        assert {n: rec["runs"][n] for n in octile} == {n: RECORDED[n] for n in octile}
+
+
+def _kwargs(name: str) -> tuple[dict, dict]:
+    """The planner keywords (seed 1234) and request budget of a recorded run."""
+    if name in VARIANTS:
+        return VARIANTS[name]
+    spec = load_spec(REPO / "configs" / f"{name}.yaml")
+    return spec.kwargs_for_seed(1234), spec.budget
 
 
 def _digest(res):
@@ -367,25 +396,28 @@ def _requests(resolution, n, budget):
     return [build_request(s.task("elevation", "obstacles"), budget=budget) for s in scenes]
 
 
+def recorded_digests(name: str, n: int | None = None) -> list:
+    """The digests of the routes of a recorded run (``n`` requests: as many as recorded)."""
+    kw, budget = _kwargs(name)
+    if name in VARIANTS:
+        guide = {} if kw.get("guide") == "octile" else {"guide": load_guide("shipped:1234")}
+        planner, resolution, budget = make_planner(**kw, **guide), 64, BudgetSpec(**budget)
+    else:
+        planner = make_planner(**kw)
+        resolution = load_spec(REPO / "configs" / f"{name}.yaml").resolution
+    n = len(RECORDED[name]) if n is None else n
+    return [_digest(planner.plan(q)) for q in _requests(resolution, n, budget)]
+
+
+def _want(name: str) -> list:
+    return RECORDED[name] if _kwargs(name)[0].get("guide") == "octile" else _recorded_here(name)
+
+
 @pytest.mark.parametrize("name", sorted(set(RECORDED) - set(VARIANTS)))
 def test_the_shipped_specs_give_the_recorded_routes(name):
-    spec = load_spec(REPO / "configs" / f"{name}.yaml")
-    kw = spec.kwargs_for_seed(1234)
-    if kw.get("guide", "learned") != "octile":
-        _same_release_as_the_recording()
-    want = RECORDED[name]
-    planner = make_planner(**kw)
-    got = [_digest(planner.plan(q)) for q in _requests(spec.resolution, len(want), spec.budget)]
-    assert got == want
+    assert recorded_digests(name) == _want(name)
 
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_the_variants_give_the_recorded_routes(name):
-    kw, budget = VARIANTS[name]
-    if kw.get("guide", "learned") != "octile":
-        _same_release_as_the_recording()
-    want = RECORDED[name]
-    guide = {} if kw.get("guide") == "octile" else {"guide": load_guide("shipped:1234")}
-    planner = make_planner(**kw, **guide)
-    got = [_digest(planner.plan(q)) for q in _requests(64, len(want), BudgetSpec(**budget))]
-    assert got == want
+    assert recorded_digests(name) == _want(name)

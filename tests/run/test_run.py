@@ -91,6 +91,11 @@ def test_bfs_run_files(cohort, admitted, tmp_path):
     model = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
                   if line.startswith("model name")), None)
     assert m["cpu"]["model"] == model
+    flags = next((set(line.split(":", 1)[1].split()) for line in open("/proc/cpuinfo")
+                  if line.startswith("flags")), set())
+    widest = next((name for flag, name in (("avx512f", "avx512"), ("avx2", "avx2"), ("avx", "avx"),
+                                           ("sse2", "sse2")) if flag in flags), None)
+    assert m["cpu"]["vector_isa"] == widest
     # the hill task costs more by BFS than the reference: positive regret material
     hill = next(r for r in recs if r["sample_id"] == "0000000002")
     with np.load(folder / "references.npz", allow_pickle=False) as z:

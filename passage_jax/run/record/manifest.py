@@ -25,7 +25,7 @@ from passage_jax.run.record.seed_state import Build, SeedState
 from passage_jax.run.specification import passes
 
 __all__ = ["run_identity", "tasks_sha256", "tasks_sha256_of", "SeedFiles", "seed_manifest",
-           "hardware", "cpu_settings", "THREAD_VARIABLES"]
+           "hardware", "cpu_settings", "vector_isa", "THREAD_VARIABLES"]
 
 _COMPILATION_SCOPE = ("the run's process (admission, references and in-process planners; "
                       "a supervised worker's compilations are its own)")
@@ -229,15 +229,37 @@ def _cpu_model() -> str | None:
     return platform.processor() or None
 
 
+#: the vector extensions :func:`vector_isa` tells apart, widest first (``/proc/cpuinfo`` flags)
+_VECTOR_FLAGS = (("avx512f", "avx512"), ("avx2", "avx2"), ("avx", "avx"), ("sse2", "sse2"))
+
+
+def vector_isa() -> str | None:
+    """The widest vector extension of an x86 CPU (``avx512``, ``avx2``, ``avx`` or
+    ``sse2``, from ``/proc/cpuinfo``'s flags); on another machine its architecture
+    (``platform.machine()``); None when neither can be read. XLA's CPU backend chooses its
+    code and its convolution kernels by it, so a network's last bits, and a route that
+    follows them, can differ between two CPUs under one JAX release (docs/learned.md)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "flags":
+                flags = set(value.split())
+                return next((name for flag, name in _VECTOR_FLAGS if flag in flags), None)
+    except OSError:
+        pass
+    return platform.machine() or None
+
+
 def cpu_settings() -> dict:
-    """The CPU that served the run and its thread settings: the model, the CPUs this
-    process may run on, and the threading variables of the environment (None: unset). A
-    planner's latency on a CPU depends on them; they are recorded, not compared."""
+    """The CPU that served the run and its thread settings: the model, its vector
+    extension (:func:`vector_isa`), the CPUs this process may run on, and the threading
+    variables of the environment (None: unset). A planner's latency on a CPU depends on
+    them; they are recorded, not compared."""
     try:
         usable = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         usable = os.cpu_count()
-    return {"model": _cpu_model(), "usable_cpus": usable,
+    return {"model": _cpu_model(), "vector_isa": vector_isa(), "usable_cpus": usable,
             "thread_variables": {k: os.environ.get(k) for k in THREAD_VARIABLES}}
 
 
