@@ -69,7 +69,7 @@ from passage_jax.learned.planner import make_planner  # noqa: E402
 from passage_jax.learned.stages import legacy_form  # noqa: E402
 from passage_jax.protocol import BudgetSpec  # noqa: E402
 from passage_jax.run import load_spec  # noqa: E402
-from passage_jax.run.record import canonical_json_sha256  # noqa: E402
+from passage_jax.run.loop import canonical_json_sha256  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 FORMAT = "passage-jax-learned-calibration-v5"

@@ -41,7 +41,7 @@ def check(args) -> None:
 
 
 def main(args) -> int:
-    from passage_jax.run.admission import admit_test  # noqa: PLC0415 (CLI start-up)
+    from passage_jax.run.gate import admit_test  # noqa: PLC0415 (CLI start-up)
 
     result = admit_test(args.spec, args.output, receipt=args.receipt,
                         calibration_sha256=args.calibration_sha256,

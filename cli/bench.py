@@ -2,7 +2,7 @@
 print the table; with ``--against``, also run + score the baseline spec ``B`` on the
 same tasks, compare the two (paired block bootstrap) and write the report.
 
-Output folders are absolute and checked like a run's (:mod:`passage_jax.run.record.folder`): the
+Output folders are absolute and checked like a run's (:mod:`passage_jax.run.loop`): the
 default ``<results_root>/<method_name>-<time>`` never leaves ``results_root`` (a
 ``method_name`` is a plain name), and no output lies inside the dataset root.
 
@@ -56,7 +56,7 @@ def bench(spec, output=None, container_digest=None, progress=None, log=None, *,
     from passage_jax.fileio import atomic_write_json  # noqa: PLC0415 (CLI start-up)
     from passage_jax.protocol.runfolder import SIDECAR  # noqa: PLC0415 (CLI start-up)
     from passage_jax.run import RunSpec, load_spec, run_spec  # noqa: PLC0415 (CLI start-up)
-    from passage_jax.run.record import output_folder  # noqa: PLC0415 (CLI start-up)
+    from passage_jax.run.loop import output_folder  # noqa: PLC0415 (CLI start-up)
     from passage_jax.run.specification import (  # noqa: PLC0415 (CLI start-up)
         planner_folders,
         planner_import_path,
@@ -81,7 +81,7 @@ def against(spec, baseline, output=None, container_digest=None, progress=None, l
     component-attribution table when a run declares ``component_control``)."""
     from passage_jax.evaluate import compare_runs, default_output, write_report  # noqa: PLC0415 (CLI start-up)
     from passage_jax.run import OutputFolderTaken, holds_run, load_spec  # noqa: PLC0415 (CLI start-up)
-    from passage_jax.run.record import output_folder  # noqa: PLC0415 (CLI start-up)
+    from passage_jax.run.loop import output_folder  # noqa: PLC0415 (CLI start-up)
 
     spec, baseline = load_spec(spec), load_spec(baseline)
     if spec.method_name == baseline.method_name:

@@ -126,8 +126,8 @@ def _test_admission(spec, args):
     gate found in each seed manifest; raises TestAdmissionRefused (a RunError) when a
     ``split_role: test`` spec has no green receipt that fits and ``--without-admission`` is
     not given. A dry run runs nothing and is not gated."""
-    from passage_jax.run.admission import require_admission  # noqa: PLC0415 (CLI start-up)
-    from passage_jax.run.record import test_admission_recorded  # noqa: PLC0415 (CLI start-up)
+    from passage_jax.run.gate import require_admission  # noqa: PLC0415 (CLI start-up)
+    from passage_jax.run.loop import test_admission_recorded  # noqa: PLC0415 (CLI start-up)
 
     if args.dry_run:
         return contextlib.nullcontext()
@@ -165,7 +165,7 @@ def _admit_across_processes(spec, args):
     no process qualifies anything for a refused run."""
     from passage_jax import cluster  # noqa: PLC0415 (CLI start-up)
     from passage_jax.run import OutputFolderTaken, admit, holds_run  # noqa: PLC0415 (CLI start-up)
-    from passage_jax.run.execution import splits_requests  # noqa: PLC0415 (CLI start-up)
+    from passage_jax.run.loop import splits_requests  # noqa: PLC0415 (CLI start-up)
 
     why = holds_run(args.output) if cluster.is_writer() and not args.resume else None
     why = cluster.gather_shares(why, what="run: checking the output folder")[0]

@@ -23,7 +23,7 @@ contents, no link out of the folder, the identity chain back to ``run_started.js
 manifest's hashes); a folder that fails is refused (:class:`EntryError` naming the file),
 not listed as an entry.
 
-A green test admission gate (:mod:`passage_jax.run.admission.gate`) is a separate thing: it
+A green test admission gate (:mod:`passage_jax.run.gate`) is a separate thing: it
 says that a test run may proceed; it makes no entry reproducible. This module only reads
 what the folders hold; it never imports the runner.
 """

@@ -7,7 +7,7 @@ hash), the dataset identity (root, revision, shard hashes), seeds, inference
 kwargs per seed, hardware, timing settings, precision, the evaluator's source
 hash, the six primary metrics per seed and their seed mean, the timing profile and
 boundary and each seed's ``validation_recost_ms`` block (as in ``metrics.json``); and
-from the run's provenance (:mod:`passage_jax.run.record.provenance`): the split role, the canonical-JSON
+from the run's provenance (:mod:`passage_jax.run.loop`): the split role, the canonical-JSON
 sha256 of the calibration decisions (null without), the determinism claim (default
 ``non_deterministic``), the evaluator's git commit when it runs from a checkout, the
 roster and the container digest (the spec's ``container_digest``, the argument or

@@ -44,14 +44,12 @@ from passage_jax.fileio import (
     planner_input_sha256,
 )
 
-__all__ = [
-    "PATHS_FORMAT", "REFERENCES_FORMAT", "RUN_FORMAT", "REQUESTS_FORMAT", "RECORD_KEYS",
-    "BATCH_RECORD_KEYS",
-    "ROUTE_FORMATS", "ROUTE_FORMAT_CODE", "snapshot_route", "PathsWriter", "PathsReader", "load_paths",
-    "route_of", "pack_routes", "unpack_routes", "read_requests", "input_hash",
-    "references_identity", "code_hash", "package_versions", "RecordFileError", "npz_errors",
-    "NPZ_READ_ERRORS", "open_npz", "route_description", "describe_route",
-]
+__all__ = ["PATHS_FORMAT", "REFERENCES_FORMAT", "RUN_FORMAT", "REQUESTS_FORMAT", "RECORD_KEYS",
+           "BATCH_RECORD_KEYS", "ROUTE_FORMATS", "ROUTE_FORMAT_CODE", "snapshot_route", "PathsWriter",
+           "PathsReader", "load_paths", "route_of", "pack_routes", "unpack_routes", "read_requests",
+           "input_hash", "references_identity", "code_hash", "package_versions", "RecordFileError",
+           "npz_errors", "NPZ_READ_ERRORS", "open_npz", "route_description", "describe_route",
+           "tasks_sha256", "tasks_sha256_of"]
 
 PATHS_FORMAT = "passage-jax-paths-v1"
 REFERENCES_FORMAT = "passage-jax-references-v1"
@@ -302,7 +300,7 @@ class PathsWriter:
     def write_streamed(self, path, scan) -> Path:
         """Write the file, reading the routes again with ``scan(visit)``, which must call
         ``visit(index, line, (fmt, route, raw, desc))`` for every record in order (as
-        :func:`passage_jax.run.record.journal.scan_journal` does); the sizes must be those given
+        :func:`passage_jax.run.execution.seed.scan_journal` does); the sizes must be those given
         to :meth:`add_sizes` (ValueError otherwise)."""
         idx = self._index_arrays()
         n_cells, n_raw = int(idx["offsets"][-1]), int(idx["raw_offsets"][-1])
@@ -472,3 +470,16 @@ def pack_routes(routes) -> tuple[np.ndarray, np.ndarray]:
 
 def unpack_routes(coords, offsets) -> list[np.ndarray]:
     return [coords[offsets[i]:offsets[i + 1]] for i in range(len(offsets) - 1)]
+
+
+def tasks_sha256(admitted) -> str:
+    """sha256 over the tasks' ``sample_id:input_hash`` lines, in task order."""
+    return tasks_sha256_of(admitted.sample_ids, admitted.input_hashes())
+
+
+def tasks_sha256_of(sample_ids, input_hashes) -> str:
+    """:func:`tasks_sha256` of the tasks' ids and input hashes, in task order."""
+    h = hashlib.sha256()
+    for sid, ih in zip(sample_ids, input_hashes):
+        h.update(f"{sid}:{ih}\n".encode())
+    return h.hexdigest()

@@ -3,7 +3,7 @@ only here), and one verification of a finished run folder, for every reader of o
 
 ``score``, ``compare``, ``trust``, ``check-entry`` and the other evaluation commands
 (:mod:`passage_jax.evaluate`), and a run that takes an earlier run's references
-(``references_from``, :mod:`passage_jax.run.admission.reused_references`), read a run folder only
+(``references_from``, :mod:`passage_jax.run.admission.checks`), read a run folder only
 after :meth:`RunRecords.seed_folders` (a run folder) or :func:`verify_seed_folder` (one seed
 folder) held that it is what a finished run left:
 
@@ -41,13 +41,13 @@ from passage_jax.protocol.records import RUN_FORMAT, npz_errors, open_npz, refer
 
 __all__ = ["FolderError", "FolderIncomplete", "FolderForeign", "RUN_SUMMARY", "RUN_STARTED",
            "RUN_STARTED_FORMAT", "RESOLVED_PROTOCOL", "SIDECAR", "MANIFEST", "REQUESTS", "PATHS",
-           "REFERENCES", "RUN_FILES", "JOURNAL", "SEED_STATE", "LOCK", "PER_SAMPLE", "METRICS",
-           "RECEIPT", "SCORE_OUTPUTS", "RUN_FOLDER_FILES", "seed_folder_name",
-           "partial_seed_folder_name", "launch_record_name",
-           "RUN_FOLDER_PATTERNS", "SEED_FOLDER_FILES", "IDENTITY_FIELDS", "RunRecords", "VerifiedSeed",
-           "SEED_FOLDER_PREFIX", "PARTIAL_SEED_PREFIX", "PARTIAL_SEED_SUFFIX", "SEED_FOLDER_GLOB",
-           "is_partial_seed_folder_name", "refuse_links_out", "verify_seed_folder",
-           "verify_run_folder", "seed_of_folder", "run_file_hashes"]
+           "REFERENCES", "RUN_FILES", "JOURNAL", "SEED_STATE", "LOCK", "PER_SAMPLE", "METRICS", "RECEIPT",
+           "SCORE_OUTPUTS", "RUN_FOLDER_FILES", "seed_folder_name", "partial_seed_folder_name",
+           "launch_record_name", "RUN_FOLDER_PATTERNS", "SEED_FOLDER_FILES", "IDENTITY_FIELDS", "RunRecords",
+           "VerifiedSeed", "SEED_FOLDER_PREFIX", "SEED_FOLDER_GLOB", "PARTIAL_SEED_PREFIX",
+           "PARTIAL_SEED_SUFFIX", "is_partial_seed_folder_name", "refuse_links_out", "verify_seed_folder",
+           "verify_run_folder", "seed_of_folder", "run_file_hashes", "remove_temporaries",
+           "is_protocol_file", "launch_index"]
 
 # --------------------------------------------------------------------------- #
 # the layout: every file name of a run folder, a seed folder and what score writes
@@ -73,7 +73,7 @@ REFERENCES = "references.npz"
 RUN_FILES = (REQUESTS, PATHS, REFERENCES)
 #: the record journal the run files were built from, hashed by the manifest (``journal``)
 JOURNAL = "records.journal"
-#: the state of a seed in progress, kept by ``run`` (``passage_jax.run.record.seed_state``)
+#: the state of a seed in progress, kept by ``run`` (``passage_jax.run.execution.seed``)
 SEED_STATE = "seed_state.json"
 #: the lock file held while a process runs the folder
 LOCK = ".run.lock"
@@ -548,3 +548,34 @@ def _check_seed_files(folder: Path, manifest: dict) -> dict:
         raise FolderError(f"{path}: reference identity {got} differs from the manifest's "
                           f"references.identity {_short(recorded)} ({folder / MANIFEST})")
     return hashes
+
+
+def is_protocol_file(name: str) -> bool:
+    """Whether a file name is a resolved-protocol record (or a temporary of one)."""
+    base = name.lstrip(".").split(".tmp-")[0]
+    return base == RESOLVED_PROTOCOL or bool(_LAUNCH_FILE.match(base))
+
+
+def remove_temporaries(folder: Path) -> None:
+    """Remove the temporary files of interrupted atomic writes in ``folder``."""
+    for p in folder.iterdir():
+        if _is_temporary(p):
+            p.unlink()
+
+
+#: a launch record's name, its index captured
+_LAUNCH_FILE = re.compile("^" + re.escape(launch_record_name(0)).replace("0", r"(\d+)") + "$")
+
+
+def launch_index(output) -> int:
+    """The index of the next launch in ``output`` (0 for the first)."""
+    output = Path(output)
+    if not output.is_dir():
+        return 0
+    found = [int(m.group(1)) for p in output.iterdir() if (m := _LAUNCH_FILE.match(p.name))]
+    return max(found, default=-1) + 1
+
+
+def _is_temporary(p: Path) -> bool:
+    """A temporary file of an interrupted atomic write (``.<name>.tmp-<pid>``)."""
+    return p.is_file() and p.name.startswith(".") and ".tmp-" in p.name

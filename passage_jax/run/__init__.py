@@ -8,11 +8,13 @@ run; ``progress=`` takes a callable that receives :class:`ProgressEvent` values)
 :mod:`passage_jax.evaluate` scores those folders offline and never imports this package.
 
 Four subpackages, each reached through its ``__init__``, arrows pointing down:
-:mod:`~passage_jax.run.specification` (the spec and its requests; no JAX),
-:mod:`~passage_jax.run.record` (what a run writes and keeps),
-:mod:`~passage_jax.run.admission` (what a run checks before the first planner call, and
-the test admission gate) and :mod:`~passage_jax.run.execution` (a seed's requests, timed,
-through an executor). Above them :mod:`~passage_jax.run.loop` (``run_spec``) and
+:mod:`~passage_jax.run.specification` (the spec; no JAX),
+:mod:`~passage_jax.run.record` (the seed manifest),
+:mod:`~passage_jax.run.admission` (what a run checks before the first planner call) and
+:mod:`~passage_jax.run.execution` (one seed from its folder to its files, its requests
+timed through an executor). Above them :mod:`~passage_jax.run.resume` (what a resumed run
+keeps), :mod:`~passage_jax.run.loop` (``run_spec``: the launch's records, the output
+folder, the seeds), :mod:`~passage_jax.run.gate` (the test admission gate) and
 :mod:`~passage_jax.run.conform`; beneath everything :mod:`~passage_jax.run.context`,
 :mod:`~passage_jax.run.progress` and :mod:`~passage_jax.run.errors`.
 """
@@ -27,13 +29,12 @@ from passage_jax.exports import lazy_exports
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "passage_jax.run.specification": (
         "RunSpec", "SpecError", "load_spec", "parse_spec", "DEFAULTS", "KNOWN", "REQUIRED",
-        "STARTER_SPEC", "passes",
+        "STARTER_SPEC",
     ),
     "passage_jax.run.errors": ("RunError", "OutputFolderTaken", "ResumeError"),
     "passage_jax.run.admission": ("Admitted", "AdmissionError", "References", "admit"),
-    "passage_jax.run.execution": ("execute", "block_until_ready"),
-    "passage_jax.run.record": ("holds_run",),
-    "passage_jax.run.loop": ("run_seed", "run_spec"),
+    "passage_jax.run.execution": ("execute", "block_until_ready", "passes"),
+    "passage_jax.run.loop": ("holds_run", "run_seed", "run_spec"),
     "passage_jax.run.conform": ("conform",),
     "passage_jax.run.progress": ("ProgressEvent",),
 })

@@ -57,7 +57,8 @@ from passage_jax.protocol.records import code_hash, package_versions
 from passage_jax.protocol.requests import build_request
 from passage_jax.run.admission import Admitted, admit
 from passage_jax.run.execution import execute
-from passage_jax.run.record import create_folder, hardware, refuse_inside_dataset, spec_and_output
+from passage_jax.run.loop import create_folder, refuse_inside_dataset, spec_and_output
+from passage_jax.run.record import hardware
 from passage_jax.run.specification import RunSpec
 
 __all__ = ["conform", "analytic_task", "RECEIPT_FORMAT", "SCOPE", "Probe", "CheckResult", "run_checks",

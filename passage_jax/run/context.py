@@ -14,13 +14,15 @@ __all__ = ["RunContext"]
 @dataclasses.dataclass(frozen=True)
 class RunContext:
     """The admitted run (an :class:`~passage_jax.run.admission.Admitted`), the evaluator's code
-    hash, the run's provenance record (None: the manifest computes it), the progress
-    callback (anything not callable: none) and the log (a callable taking one line, or
-    None)."""
+    hash, the launch's records that every seed manifest repeats (the run's provenance and its
+    inference protocol, :mod:`passage_jax.run.loop`; None in a process that writes no
+    manifest), the progress callback (anything not callable: none) and the log (a callable
+    taking one line, or None)."""
 
     admitted: Any
     code: dict
     provenance: dict | None = None
+    protocol: dict | None = None
     progress: ProgressCallback | None = None
     log: Callable[[str], None] | None = None
 

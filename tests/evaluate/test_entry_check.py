@@ -14,8 +14,8 @@ from passage_jax.evaluate.entry_check import ITEMS, check_entries
 from passage_jax.evaluate.score import score_run
 from passage_jax.evaluate.sidecar import sidecar
 from passage_jax.fileio import atomic_write_json
+from passage_jax.run import loop as prov_mod
 from passage_jax.run import parse_spec, run_spec
-from passage_jax.run.record import provenance as prov_mod
 
 N = 8
 SEEDS = (1234, 2026, 3407)

@@ -39,7 +39,7 @@ from passage_jax.learned.planner import LearnedPlanner, guide_from_flax, make_pl
 from passage_jax.precision import NO_X64_ENV, kernel_x64
 from passage_jax.protocol import BudgetSpec, PlanRequest, build_request
 from passage_jax.protocol.batch import BATCH_STATUS_CODE, batch_of, plan_batch_of, scene_routes
-from passage_jax.run.record.manifest import vector_isa
+from passage_jax.run.record import vector_isa
 
 REPO = Path(__file__).resolve().parents[2]
 SEEDS = (1234, 2026, 3407)
@@ -504,7 +504,7 @@ def test_the_shipped_batched_spec_is_the_direct_spec_under_batched_v1():
     # it quotes the hash of the calibration decisions it was frozen with, as learned256_direct
     import json
 
-    from passage_jax.run.record.provenance import canonical_json_sha256
+    from passage_jax.run.loop import canonical_json_sha256
     cal = json.loads((REPO / "configs" / "learned256_calibration.json").read_text())
     quoted = f"canonical-JSON sha256 {canonical_json_sha256(cal)}"
     for name in ("learned256_direct", "learned256_direct_batched"):

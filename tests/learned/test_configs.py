@@ -156,7 +156,7 @@ def test_the_256_specs_carry_the_operating_point_frozen_on_calibration():
         for s in parse_stages(specs["direct"].kwargs_for_seed(seed)["stages"]):  # a descent alone
             assert getattr(s, "accept_ratio", None) is None and getattr(s, "refine_radius", None) is None
     assert specs["bounded_repair"].budget.max_expansions == decided["max_expansions"]
-    from passage_jax.run.record.provenance import canonical_json_sha256  # noqa: PLC0415
+    from passage_jax.run.loop import canonical_json_sha256  # noqa: PLC0415
     quoted = f"canonical-JSON sha256 {canonical_json_sha256(cal)}"
     for d in DECODERS:  # each spec quotes the hash of the decisions it was frozen with
         assert quoted in (REPO / "configs" / f"learned256_{d}.yaml").read_text()

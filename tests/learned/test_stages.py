@@ -28,7 +28,7 @@ from passage_jax.learned.stages import (
 from passage_jax.protocol import BudgetSpec, PlanRequest, build_request
 from passage_jax.protocol.contracts import normalise_result
 from passage_jax.run import load_spec
-from passage_jax.run.record.manifest import vector_isa
+from passage_jax.run.record import vector_isa
 from passage_jax.testing import cost_to_go, exact_route, make_scene
 
 REPO = Path(__file__).resolve().parents[2]

@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 
-import passage_jax.run.record.journal as journal
+import passage_jax.run.execution.seed as journal
 from passage_jax.protocol.records import snapshot_route
 from passage_jax.protocol.runfolder import JOURNAL
 

@@ -14,12 +14,7 @@ from passage_jax.evaluate.compare import NoncanonicalPairing, compare_runs
 from passage_jax.evaluate.report import render_markdown
 from passage_jax.evaluate.score import score_run
 from passage_jax.run import load_spec, run_spec
-from passage_jax.run.record.launch_record import (
-    CANONICAL_TILED,
-    NONCANONICAL_MARKER,
-    WHOLE_SCENE,
-    inference_protocol,
-)
+from passage_jax.run.loop import CANONICAL_TILED, NONCANONICAL_MARKER, WHOLE_SCENE, inference_protocol
 
 PKG = Path(__file__).resolve().parents[2] / "passage_jax"
 

@@ -17,10 +17,11 @@ import pytest
 import passage_jax.run as run_pkg
 from cli.__main__ import main
 from passage_jax.evaluate import default_output
+from passage_jax.protocol.runfolder import LOCK as _LOCK
+from passage_jax.protocol.runfolder import RUN_STARTED
 from passage_jax.run import OutputFolderTaken, ResumeError, RunError, SpecError, load_spec, parse_spec
 from passage_jax.run.admission.checks import AdmissionError, admit, checkpoint_files, entry_identity
-from passage_jax.run.loop import RUN_STARTED, run_spec
-from passage_jax.run.record.folder import LOCK as _LOCK
+from passage_jax.run.loop import run_spec
 from passage_jax.run.specification.parse import ECHO_LIMIT, SPEC_MAX_BYTES
 
 FAST = {"latency_warmup": 0, "latency_repeats": 1, "quality_repeat_index": 0}

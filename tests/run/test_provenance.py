@@ -80,7 +80,7 @@ def test_test_role_run_records_calibration_hash(cohort, tmp_path):
     assert side["container_digest"] == "sha256:" + "b" * 64
     assert side["evaluator_commit"] is None or len(side["evaluator_commit"]["commit"]) == 40
     # the same decisions written as YAML hash the same; different decisions do not
-    from passage_jax.run.record.provenance import canonical_json_sha256
+    from passage_jax.run.loop import canonical_json_sha256
     assert canonical_json_sha256(yaml.safe_load(cal_yaml.read_text())) == _canonical(DECISIONS)
     assert canonical_json_sha256({**DECISIONS, "frozen_on": "test"}) != _canonical(DECISIONS)
 

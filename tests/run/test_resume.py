@@ -17,7 +17,7 @@ from passage_jax.evaluate import score_run
 from passage_jax.protocol.records import PathsWriter, load_paths, read_requests, snapshot_route
 from passage_jax.protocol.runfolder import JOURNAL as JOURNAL_NAME
 from passage_jax.run import OutputFolderTaken, ResumeError, parse_spec, run_spec
-from passage_jax.run.record.journal import JOURNAL_HEADER, Journal, encode_entry, scan_journal
+from passage_jax.run.execution import JOURNAL_HEADER, Journal, encode_entry, scan_journal
 
 HERE = Path(__file__).resolve().parents[1] / "fixtures"
 DRIVER = HERE / "resume_driver.py"

@@ -12,7 +12,7 @@ import pytest
 
 from passage_jax.run import AdmissionError, parse_spec, run_spec
 from passage_jax.run.admission import checks as adm
-from passage_jax.run.admission import reused_references as rr
+from passage_jax.run.admission import checks as rr
 
 
 @pytest.fixture(scope="module")

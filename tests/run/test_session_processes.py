@@ -1,4 +1,4 @@
-"""Session runs across processes (``passage_jax.run.execution.session_shares``): a two-process
+"""Session runs across processes (``passage_jax.run.execution.seed``): a two-process
 native-session ``run`` on the loopback interface equals a one-process run of the same
 spec but for where each request ran and how long it took; each process runs its own
 session (its own warm-up calls) on its contiguous share of whole chunks of the roster;
@@ -25,7 +25,7 @@ from passage_jax.data.writer import write_split
 from passage_jax.evaluate import score_run
 from passage_jax.protocol.records import read_requests
 from passage_jax.run import admit, parse_spec, run_spec
-from passage_jax.run.record.journal import scan_journal
+from passage_jax.run.execution import scan_journal
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = ROOT / "tests" / "fixtures"
@@ -309,7 +309,7 @@ BATCH = 4  # six tasks: a batch of four, then one of two live scenes and two of 
 def test_batched_shares_are_whole_batches_counted_from_the_first_missing_record():
     from types import SimpleNamespace
 
-    from passage_jax.run.execution.session_shares import share_of
+    from passage_jax.run.execution import share_of
 
     for n in (0, 1, 5, 6, 13):
         for size in (1, 2, 4):

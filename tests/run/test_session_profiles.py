@@ -27,9 +27,9 @@ from passage_jax.protocol import BudgetSpec, as_planner
 from passage_jax.protocol.records import RECORD_KEYS, read_requests
 from passage_jax.run import AdmissionError, SpecError, parse_spec, run_spec
 from passage_jax.run.admission.checks import admit
+from passage_jax.run.execution import scan_journal
 from passage_jax.run.execution import timing as timing_mod
 from passage_jax.run.execution.device_sync import synchronize_torch
-from passage_jax.run.record.journal import scan_journal
 
 HERE = Path(__file__).resolve().parents[1] / "fixtures"
 NATIVE, SERVICE, REWARM = ("native_raw_path_persistent_v1", "supervised_service_v1",

@@ -31,8 +31,8 @@ from cli.console import printable
 from passage_jax.checks import MAX_COST_WEIGHT
 from passage_jax.data.validate import MAX_EDGE_COST, DataError, RowRef, parse_metadata
 from passage_jax.run import SpecError, parse_spec
-from passage_jax.run.admission.reused_references import earlier_seed_folder
-from passage_jax.run.specification.plan import RequestPlan, n_passes, pass_at, passes
+from passage_jax.run.admission import earlier_seed_folder
+from passage_jax.run.execution import RequestPlan, n_passes, pass_at, passes
 from passage_jax.run.specification.schema import CAPS
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,7 +18,7 @@ from passage_jax.data import load_tasks, shipped_cohort_root
 from passage_jax.protocol import BudgetSpec, as_planner
 from passage_jax.protocol.records import RECORD_KEYS
 from passage_jax.run.execution import InProcessExecutor, PlannerBuildError, SupervisedExecutor, open_executor
-from passage_jax.run.execution.supervised import warmup_task
+from passage_jax.run.execution import synthetic_warmup_task as warmup_task
 from passage_jax.run.execution.timing import execute
 from passage_jax.run.specification.parse import SpecError, load_spec, parse_spec
 

@@ -13,14 +13,14 @@ from cli.__main__ import main as cli_main
 from passage_jax.data import load_tasks, shipped_cohort_root
 from passage_jax.fileio import sha256_file
 from passage_jax.run import load_spec
-from passage_jax.run.admission.gate import (
+from passage_jax.run.gate import (
     CONDITIONS,
     TestAdmissionRefused,
     admit_test,
     default_receipt,
     require_admission,
 )
-from passage_jax.run.record.provenance import canonical_json_sha256, evaluator_commit
+from passage_jax.run.loop import canonical_json_sha256, evaluator_commit
 from passage_jax.stats import Roster, roster_from_tiles, write_roster
 
 N = 6

@@ -19,7 +19,7 @@ import pytest
 
 from passage_jax.protocol import BudgetSpec
 from passage_jax.run.execution import SupervisedExecutor
-from passage_jax.run.execution import supervised as X
+from passage_jax.run.execution import sessions as X
 from passage_jax.run.execution.worker_processes import kill_worker_processes, worker_processes
 
 TESTS = Path(__file__).resolve().parents[1] / "fixtures"

@@ -18,7 +18,7 @@ from passage_jax.evaluate.score import ScoreError, score_run
 from passage_jax.protocol.runfolder import SEED_FOLDER_FILES, verify_run_folder
 from passage_jax.run import AdmissionError, parse_spec, run_spec
 from passage_jax.run.admission import checks as adm
-from passage_jax.run.admission import reused_references as rr
+from passage_jax.run.admission import checks as rr
 
 SEEDS = [1234, 2026]
 FAST = {"latency_warmup": 0, "latency_repeats": 1, "quality_repeat_index": 0}

@@ -1,33 +1,111 @@
-"""Execution: one seed's requests, timed, through an executor. A seed's requests
-(:mod:`~passage_jax.run.execution.seed_requests`), shared out across a multi-process
-session launch (:mod:`~passage_jax.run.execution.session_shares`); the executors
-(:mod:`~passage_jax.run.execution.executors`: in process, a supervised worker
-:mod:`~passage_jax.run.execution.supervised`, a session :mod:`~passage_jax.run.execution.sessions`),
-the worker process (:mod:`~passage_jax.run.execution.worker`,
-:mod:`~passage_jax.run.execution.worker_processes`), the timed call
-(:mod:`~passage_jax.run.execution.timing`, :mod:`~passage_jax.run.execution.device_sync`),
-the devices (:mod:`~passage_jax.run.execution.devices`), the planner's construction
-(:mod:`~passage_jax.run.execution.planner_build`), its working directory
-(:mod:`~passage_jax.run.execution.working_directory`) and the evaluator's signals
+"""Execution: one seed's requests, timed, through an executor. One seed from its folder in
+progress to its files (:mod:`~passage_jax.run.execution.seed`: the requests in order, the
+journal, the seed's state, the requests executed here or shared out across a
+multi-process launch, the seed's files); the executors and where they run
+(:mod:`~passage_jax.run.execution.sessions`: in process, a supervised worker, a session, a
+batch at a time; the devices; the planner's construction); the worker process
+(:mod:`~passage_jax.run.execution.worker`, :mod:`~passage_jax.run.execution.worker_processes`),
+the timed call (:mod:`~passage_jax.run.execution.timing`,
+:mod:`~passage_jax.run.execution.device_sync`) and the evaluator's signals
 (:mod:`~passage_jax.run.execution.interrupts`)."""
-from passage_jax.run.execution.executors import (
-    InProcessExecutor,
-    open_executor,
+from passage_jax.run.execution.interrupts import (
+    RunInterrupted,
+    contain_all,
+    planner_call,
+    raise_if_received,
+    received,
+    stop_on_signals,
 )
-from passage_jax.run.execution.interrupts import RunInterrupted, stop_on_signals
-from passage_jax.run.execution.planner_build import PlannerBuildError
-from passage_jax.run.execution.seed_requests import execute_requests
-from passage_jax.run.execution.session_shares import (
+from passage_jax.run.execution.seed import (
+    JOURNAL_HEADER,
+    SEED_STATE_FORMAT,
+    SERIES,
+    SYNC_INTERVAL_S,
+    Build,
+    Journal,
+    JournalError,
+    JournalScan,
     Leader,
+    RequestPlan,
+    SeedState,
+    WorkingDirectory,
+    check_entry,
+    clear_leftovers,
+    decode_entry,
+    encode_entry,
+    execute_requests,
     execute_shared,
+    finish_seed,
     follow,
     leading,
-    splits_requests,
+    load_state,
+    n_passes,
+    pass_at,
+    passes,
+    report,
+    run_seed_folder,
+    save_state,
+    scan_journal,
+    serve_requests,
+    share_of,
 )
-from passage_jax.run.execution.supervised import SupervisedExecutor
-from passage_jax.run.execution.timing import block_until_ready, execute
-from passage_jax.run.execution.worker import task_payload
+from passage_jax.run.execution.sessions import (
+    BATCH_TIMER,
+    IN_PROCESS_TIMER,
+    LIVE_WORKERS,
+    NATIVE_SESSION_TIMER,
+    RSS_POLL_S,
+    SERVICE_SESSION_TIMER,
+    SUPERVISED_TIMER,
+    TREE_POLL_S,
+    WARMUP_MIN_WAIT_S,
+    WORKER_START_TIMEOUT_S,
+    BatchExecutor,
+    Executor,
+    InProcessContext,
+    InProcessExecutor,
+    NativeSessionExecutor,
+    PlannerBuildError,
+    Session,
+    SupervisedExecutor,
+    SupervisedSessionExecutor,
+    build_planner,
+    kill_live_workers,
+    local_position,
+    open_executor,
+    placement,
+    session_hardware,
+    synthetic_warmup_task,
+)
+from passage_jax.run.execution.timing import (
+    block_until_ready,
+    call_planner,
+    empty_outcome,
+    execute,
+    execute_session,
+    finish_record,
+)
+from passage_jax.run.execution.worker import (
+    default_device,
+    device_label,
+    device_scope,
+    task_from_payload,
+    task_payload,
+    worker_main,
+)
 
-__all__ = ["InProcessExecutor", "open_executor", "RunInterrupted", "stop_on_signals",
-           "PlannerBuildError", "execute_requests", "Leader", "execute_shared", "follow", "leading",
-           "splits_requests", "SupervisedExecutor", "block_until_ready", "execute", "task_payload"]
+__all__ = ["RunInterrupted", "stop_on_signals", "planner_call", "received", "raise_if_received",
+           "contain_all", "SERIES", "passes", "n_passes", "pass_at", "RequestPlan", "check_entry",
+           "JOURNAL_HEADER", "JournalError", "JournalScan", "Journal", "encode_entry", "decode_entry",
+           "scan_journal", "SYNC_INTERVAL_S", "SEED_STATE_FORMAT", "Build", "SeedState", "load_state",
+           "save_state", "WorkingDirectory", "execute_requests", "serve_requests", "report", "share_of",
+           "Leader", "leading", "execute_shared", "follow", "clear_leftovers", "finish_seed",
+           "run_seed_folder", "placement", "session_hardware", "local_position", "PlannerBuildError",
+           "build_planner", "SupervisedExecutor", "SUPERVISED_TIMER", "synthetic_warmup_task",
+           "WORKER_START_TIMEOUT_S", "WARMUP_MIN_WAIT_S", "RSS_POLL_S", "TREE_POLL_S", "LIVE_WORKERS",
+           "kill_live_workers", "Session", "InProcessContext", "NativeSessionExecutor",
+           "SupervisedSessionExecutor", "NATIVE_SESSION_TIMER", "SERVICE_SESSION_TIMER", "BatchExecutor",
+           "BATCH_TIMER", "Executor", "InProcessExecutor", "open_executor", "IN_PROCESS_TIMER", "execute",
+           "execute_session", "call_planner", "empty_outcome", "finish_record", "block_until_ready",
+           "worker_main", "task_payload", "task_from_payload", "device_scope", "default_device",
+           "device_label"]

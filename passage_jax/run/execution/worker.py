@@ -1,7 +1,7 @@
 """The supervised worker process: start-up, the request loop, and tasks across the pipe.
 
 :func:`worker_main` is the target of a worker started with the ``spawn`` method by
-:class:`~passage_jax.run.execution.supervised.SupervisedExecutor`. It arms the death signal
+:class:`~passage_jax.run.execution.sessions.SupervisedExecutor`. It arms the death signal
 (the worker dies with its parent), isolates itself (own session and process group,
 child subreaper of everything it starts, ``PASSAGE_JAX_WORKER=<token>`` in its
 environment, a watchdog outside the session), builds the planner once, then answers
@@ -35,11 +35,11 @@ from passage_jax.protocol.contracts import METADATA_ALLOWLIST, BudgetSpec, PlanR
 from passage_jax.protocol.records import ROUTE_FORMAT_CODE
 from passage_jax.protocol.requests import build_request
 from passage_jax.run.execution import interrupts
-from passage_jax.run.execution.devices import device_label
 from passage_jax.run.execution.timing import call_planner
 from passage_jax.run.execution.worker_processes import WORKER_TOKEN_ENV, watchdog_source
 
-__all__ = ["worker_main", "task_payload", "task_from_payload", "device_scope"]
+__all__ = ["worker_main", "task_payload", "task_from_payload", "device_scope", "default_device",
+           "device_label"]
 
 _WATCHDOG: list = []
 
@@ -203,3 +203,14 @@ def worker_main(conn, config: dict) -> None:
             _send_outcome(conn, msg[1], _answer(planner, device, msg))
     except (EOFError, OSError):
         return  # the parent closed the pipe (it stopped, or was stopped): the worker ends quietly
+
+
+def default_device():
+    """This process's default device: its first local one (in a multi-process launch
+    ``jax.devices()`` lists every process's devices, process 0's first)."""
+    return jax.local_devices()[0]
+
+
+def device_label(device=None) -> str:
+    """The JAX device a request runs on, as ``str(device)`` (``cpu:0``); None: the default."""
+    return str(device if device is not None else default_device())

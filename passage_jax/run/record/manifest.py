@@ -1,79 +1,53 @@
-"""What a run folder says about itself: the run identity (what a resume must find
-unchanged, stored in ``run_started.json``) and the seed manifest (``manifest.json``)."""
+"""What a seed folder says about itself: the seed manifest (``manifest.json``) and the
+arrays of ``references.npz``, both built by :func:`passage_jax.run.execution.seed.finish_seed`
+when the seed completes.
+
+**The seed manifest.** What a run folder says about itself: the run identity (what a resume
+must find unchanged, stored in ``run_started.json``) and the seed manifest
+(``manifest.json``).
+
+**The references.** The files of a finished seed, built from its journal:
+``requests.jsonl``, ``paths.npz``, ``references.npz`` and ``manifest.json`` (formats in
+:mod:`passage_jax.protocol.records` and ``docs/runner.md``).
+
+The journal is read entry by entry (three passes: the records and the route sizes,
+the route cells, the raw values of malformed routes), so memory stays bounded
+whatever the number of records."""
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import platform
 from pathlib import Path
 
 import jax
+import numpy as np
 
+from passage_jax import fileio
 from passage_jax.compilation import compile_stats
 from passage_jax.contract import timing_boundary
-from passage_jax.fileio import jsonable, sha256_file, utc_now
+from passage_jax.data.strata import SCENE_STRATIFIERS
+from passage_jax.fileio import sha256_file, utc_now
 from passage_jax.protocol.batch import batch_timing
-from passage_jax.protocol.records import RUN_FORMAT, input_hash, package_versions
+from passage_jax.protocol.records import (
+    REFERENCES_FORMAT,
+    RUN_FORMAT,
+    pack_routes,
+    package_versions,
+    tasks_sha256,
+)
 from passage_jax.protocol.runfolder import JOURNAL
 from passage_jax.run.context import RunContext
-from passage_jax.run.record.journal import SYNC_INTERVAL_S
-from passage_jax.run.record.launch_record import run_protocol
-from passage_jax.run.record.provenance import run_provenance
-from passage_jax.run.record.seed_state import Build, SeedState
-from passage_jax.run.specification import passes
 
-__all__ = ["run_identity", "tasks_sha256", "tasks_sha256_of", "SeedFiles", "seed_manifest",
-           "hardware", "cpu_settings", "vector_isa", "THREAD_VARIABLES"]
+__all__ = ["SeedFiles", "seed_manifest", "hardware", "cpu_settings", "vector_isa", "THREAD_VARIABLES",
+           "references_arrays", "references_npz"]
+
+
+# ---- the seed manifest ---------------------------------------------------------------------
 
 _COMPILATION_SCOPE = ("the run's process (admission, references and in-process planners; "
                       "a supervised worker's compilations are its own)")
-
-
-def tasks_sha256(admitted) -> str:
-    """sha256 over the tasks' ``sample_id:input_hash`` lines, in task order."""
-    return tasks_sha256_of(admitted.sample_ids, admitted.input_hashes())
-
-
-def tasks_sha256_of(sample_ids, input_hashes) -> str:
-    """:func:`tasks_sha256` of the tasks' ids and input hashes, in task order."""
-    h = hashlib.sha256()
-    for sid, ih in zip(sample_ids, input_hashes):
-        h.update(f"{sid}:{ih}\n".encode())
-    return h.hexdigest()
-
-
-def run_identity(admitted, code: dict, prov: dict | None = None) -> dict:
-    """What a resumed run must share with the stored one: spec hash, data (shards by
-    name, sha256 and rows; sample ids; tasks hash), references identity, planner entry,
-    checkpoints, runtime bundle, code hash, the calibration decisions and roster
-    (:mod:`passage_jax.run.record.provenance`), and a session profile's warm-up scene (id and input
-    hash)."""
-    spec = admitted.spec
-    prov = prov or {}
-    return jsonable({
-        "calibration_decisions": prov.get("calibration_decisions"),
-        "roster": prov.get("roster"),
-        "spec_sha256": spec.sha256(),
-        "data": {"shards": [{"name": s["name"], "sha256": s["sha256"], "rows_used": s["rows_used"]}
-                            for s in admitted.shards],
-                 "sample_ids": admitted.sample_ids, "tasks_sha256": tasks_sha256(admitted)},
-        "references": {"identity": admitted.references.identity(),
-                       "policy": admitted.references.policy},
-        "planner": {"inference": admitted.entry.get("inference"),
-                    "module_sha256": admitted.entry.get("module_sha256"),
-                    "qualname": admitted.entry.get("qualname")},
-        "checkpoints": admitted.checkpoints,
-        "runtime_bundle": (admitted.runtime_bundle or {}).get("files"),
-        "code_sha256": code["sha256"],
-        "warmup_scene": _warmup_identity(admitted),
-    })
-
-
-def _warmup_identity(admitted) -> dict | None:
-    w = admitted.warmup
-    return None if w is None else {"sample_id": w.id, "input_sha256": input_hash(w)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,11 +59,15 @@ class SeedFiles:
     status_counts: dict
     files: dict
     journal: Path
+    sync_interval_s: float  #: how often the journal was fsynced (at most)
+    passes: list  #: the seed's passes, ``[series, repeat index]`` in execution order
     batches: dict = dataclasses.field(default_factory=dict)  #: the batched procedure's, if any
 
 
-def seed_manifest(ctx: RunContext, seed: int, state: SeedState, made: SeedFiles) -> dict:
-    """The seed's ``manifest.json``."""
+def seed_manifest(ctx: RunContext, seed: int, state, made: SeedFiles) -> dict:
+    """The seed's ``manifest.json``: the launch's context ``ctx``, the seed's ``state`` (a
+    :class:`passage_jax.run.execution.seed.SeedState`, whose module calls this) and the
+    files ``made`` from its journal."""
     spec, admitted = ctx.spec, ctx.admitted
     first = state.first_build
     return {
@@ -105,14 +83,14 @@ def seed_manifest(ctx: RunContext, seed: int, state: SeedState, made: SeedFiles)
         "checkpoints": admitted.checkpoints.get(str(seed), {}),
         "runtime_bundle": admitted.runtime_bundle,
         "component_control": spec.component_control,
-        "inference_protocol": run_protocol(spec),
-        "provenance": ctx.provenance or run_provenance(spec, admitted.sample_ids),
+        "inference_protocol": ctx.protocol,
+        "provenance": ctx.provenance,
         "code": ctx.code,
         "data": _data(admitted),
         "references": _references(admitted.references),
         "timing_profile": spec.timing_profile,
         "timing_boundary": timing_boundary(spec.timing_profile, spec.execution),
-        "timing": _timing(spec, first),
+        "timing": _timing(spec, first, made.passes),
         "session": _session(admitted, state),
         **({"batched": _batched(admitted, state, made)} if spec.batched else {}),
         "budget": spec.budget.to_dict(),
@@ -126,7 +104,7 @@ def seed_manifest(ctx: RunContext, seed: int, state: SeedState, made: SeedFiles)
         "journal": {"file": JOURNAL, "sha256": sha256_file(made.journal),
                     "entries": made.n_records,
                     "durability": f"each record flushed as it completes, fsynced within "
-                                  f"{SYNC_INTERVAL_S} s and at the seed's end"},
+                                  f"{made.sync_interval_s} s and at the seed's end"},
         "resume": _resume(state),
         "compilation": {"process": compile_stats().to_dict(), "scope": _COMPILATION_SCOPE},
         "started_utc": state.started_utc,
@@ -165,17 +143,17 @@ def _references(refs) -> dict:
     }
 
 
-def _timing(spec, first: Build | None) -> dict:
+def _timing(spec, first, passes: list) -> dict:
     return {
         "profile": None if first is None else first.profile,
         "latency_warmup": spec.latency_warmup, "latency_repeats": spec.latency_repeats,
         "quality_repeat_index": spec.quality_repeat_index,
-        "passes": [list(p) for p in passes(spec)],
+        "passes": passes,
         "timer": None if first is None else first.timer,
     }
 
 
-def _session(admitted, state: SeedState) -> dict | None:
+def _session(admitted, state) -> dict | None:
     """The ``session`` block of a session timing profile (None under the default one): the
     warm-up scene and calls, and one entry per session (planner build; a resume starts a
     new session, which runs its warm-up again)."""
@@ -191,7 +169,7 @@ def _session(admitted, state: SeedState) -> dict | None:
                                        for s in sessions}) <= 1}
 
 
-def _batched(admitted, state: SeedState, made: SeedFiles) -> dict:
+def _batched(admitted, state, made: SeedFiles) -> dict:
     """The ``batched`` block of the batched procedure: its timing
     (:func:`passage_jax.protocol.batch.batch_timing` of the seed's batches), the warm-up
     batches and one entry per planner build (as a session's)."""
@@ -202,7 +180,7 @@ def _batched(admitted, state: SeedState, made: SeedFiles) -> dict:
             "warmup_split": "validation", "builds": sessions}
 
 
-def _resume(state: SeedState) -> dict:
+def _resume(state) -> dict:
     return {
         "resumed": bool(state.resumes),
         "recovered_records": max((r["recovered_records"] for r in state.resumes), default=0),
@@ -270,3 +248,68 @@ def hardware() -> dict:
             "cpu_count": os.cpu_count(), "jax_backend": jax.default_backend(),
             "jax_devices": [str(d) for d in jax.devices()],
             "device_kinds": sorted({d.device_kind for d in jax.devices()})}
+
+
+# ---- the references ------------------------------------------------------------------------
+
+#: the files of a finished seed that the manifest hashes (built from the journal)
+
+
+def references_arrays(admitted) -> dict:
+    """The arrays of ``references.npz`` (from the compact task facts: no grids are read).
+    Route cells are stored as int16 when the grid fits (every reference and released
+    route is a legal in-grid route); readers widen them to int32."""
+    refs, stubs = admitted.references, admitted.tasks.stubs
+    cell = np.int16 if admitted.spec.resolution <= np.iinfo(np.int16).max else np.int32
+    coords, offsets = pack_routes(refs.routes)
+    rel_coords, rel_offsets = pack_routes([t.route for t in stubs])
+    n = len(stubs)
+    tiles = [json.dumps(t.tile, sort_keys=True) if t.tile is not None else "" for t in stubs]
+    return {
+        "format": np.array(REFERENCES_FORMAT),
+        "policy": np.array(refs.policy),
+        "cohort_id": np.array(refs.cohort_id or ""),
+        "identity": np.array(refs.identity()),
+        "precision": np.array(refs.precision),
+        "precision_rtol": np.array(refs.precision_rtol, np.float64),
+        "resolution": np.array(admitted.spec.resolution, np.int64),
+        "split": np.array(admitted.spec.split),
+        "task_index": np.arange(n, dtype=np.int64),
+        "sample_id": np.asarray(refs.sample_id, dtype=str),
+        "objective": np.asarray([t.objective for t in stubs], dtype=str),
+        "variant": np.asarray([t.variant for t in stubs], dtype=str),
+        "cost_weight": np.asarray([t.weight for t in stubs], np.float64),
+        "start": np.asarray([t.start for t in stubs], np.int32).reshape(n, 2),
+        "goal": np.asarray([t.goal for t in stubs], np.int32).reshape(n, 2),
+        "c_star": refs.c_star,
+        "qualified": refs.qualified,
+        "released_cost": refs.released_cost,
+        "solver": np.asarray(refs.solver, dtype=str),
+        "reason": np.asarray(refs.reason, dtype=str),
+        "solver_work": refs.work,
+        "route_coords": coords.astype(cell),
+        "route_offsets": offsets,
+        "released_coords": rel_coords.astype(cell),
+        "released_offsets": rel_offsets,
+        "input_sha256": np.asarray(admitted.input_hashes(), dtype=str),
+        "tile_json": np.asarray(tiles, dtype=str),
+        **_strata_members(refs),
+    }
+
+
+def references_npz(admitted) -> bytes:
+    """``references.npz`` of the run (:func:`references_arrays`, compressed): the same for
+    every seed, so built once per admission and kept on it."""
+    kept = getattr(admitted, "_references_npz", None)
+    if kept is None:
+        kept = admitted._references_npz = fileio.npz_bytes(references_arrays(admitted))
+    return kept
+
+
+def _strata_members(refs) -> dict:
+    """The scene stratifiers admission measured (``scene_strata`` and their names), or
+    nothing when the references carry none."""
+    if refs.scene_strata is None:
+        return {}
+    return {"scene_strata": np.asarray(refs.scene_strata, np.float64),
+            "scene_strata_fields": np.asarray(SCENE_STRATIFIERS, dtype=str)}

@@ -1,7 +1,8 @@
 """The run spec, read and checked before anything loads JAX: its keys and bounds
-(:mod:`~passage_jax.run.specification.schema`), the spec itself (:mod:`~passage_jax.run.specification.parse`),
-the requests it makes, in order (:mod:`~passage_jax.run.specification.plan`), and where its planner
-module is found (:mod:`~passage_jax.run.specification.planner_path`). Nothing here imports JAX."""
+(:mod:`~passage_jax.run.specification.schema`), the spec itself
+(:mod:`~passage_jax.run.specification.parse`) and where its planner module is found
+(:mod:`~passage_jax.run.specification.planner_path`). The requests a spec makes, in order,
+are :mod:`passage_jax.run.execution.seed`'s. Nothing here imports JAX."""
 from passage_jax.run.specification.parse import (
     SPEC_MAX_BYTES,
     STARTER_SPEC,
@@ -11,14 +12,6 @@ from passage_jax.run.specification.parse import (
     load_spec,
     parse_spec,
 )
-from passage_jax.run.specification.plan import (
-    SERIES,
-    RequestPlan,
-    check_entry,
-    n_passes,
-    pass_at,
-    passes,
-)
 from passage_jax.run.specification.planner_path import (
     planner_folders,
     planner_import_path,
@@ -27,7 +20,11 @@ from passage_jax.run.specification.planner_path import (
 )
 from passage_jax.run.specification.schema import (
     CAPS,
+    COMPONENT_GUIDES,
+    COMPONENT_KEYS,
+    COMPONENT_VARIANTS,
     DEFAULTS,
+    DETERMINISM_CLAIMS,
     ECHO_LIMIT,
     EXECUTIONS,
     KNOWN,
@@ -35,11 +32,20 @@ from passage_jax.run.specification.schema import (
     PLAIN_NAME,
     REFERENCE_POLICIES,
     REQUIRED,
+    ROLE_SPLITS,
+    SESSION_SERIES,
+    SPLIT_ROLES,
+    VALIDATORS,
+    Invalid,
+    Refused,
+    plain_name_problem,
+    session_defaults,
     shown,
 )
 
-__all__ = ["DEFAULTS", "ECHO_LIMIT", "EXECUTIONS", "KNOWN", "MAX_NAME_LENGTH", "PLAIN_NAME",
-           "REFERENCE_POLICIES", "REQUIRED", "SPEC_MAX_BYTES", "STARTER_SPEC", "RunSpec",
-           "SpecError", "check_plain_name", "load_spec", "parse_spec", "shown", "SERIES",
-           "RequestPlan", "check_entry", "n_passes", "pass_at", "passes", "planner_folders",
-           "planner_import_path", "planner_module_problem", "planner_path_record", "CAPS"]
+__all__ = ["RunSpec", "SpecError", "parse_spec", "load_spec", "STARTER_SPEC", "SPEC_MAX_BYTES",
+           "check_plain_name", "planner_folders", "planner_import_path", "planner_module_problem",
+           "planner_path_record", "REQUIRED", "DEFAULTS", "KNOWN", "REFERENCE_POLICIES", "EXECUTIONS",
+           "ECHO_LIMIT", "PLAIN_NAME", "MAX_NAME_LENGTH", "SPLIT_ROLES", "ROLE_SPLITS", "DETERMINISM_CLAIMS",
+           "COMPONENT_VARIANTS", "COMPONENT_GUIDES", "COMPONENT_KEYS", "VALIDATORS", "Invalid", "Refused",
+           "shown", "plain_name_problem", "SESSION_SERIES", "session_defaults", "CAPS"]

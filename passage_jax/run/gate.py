@@ -46,16 +46,16 @@ from pathlib import Path
 from passage_jax.contract import DEFAULT_SEEDS
 from passage_jax.data import DataError, shard_files
 from passage_jax.fileio import atomic_write_json, jsonable, one_line, read_document, sha256_file, utc_now
+from passage_jax.protocol.records import tasks_sha256_of
 from passage_jax.run.admission import checks as adm
 from passage_jax.run.errors import RunError
-from passage_jax.run.record import (
+from passage_jax.run.loop import (
     ProvenanceError,
     calibration_record,
     evaluator_commit,
     holds_run,
     output_folder,
     refuse_inside_dataset,
-    tasks_sha256_of,
 )
 from passage_jax.run.specification import SPEC_MAX_BYTES, RunSpec, SpecError, parse_spec, shown
 from passage_jax.stats.roster import RosterError, read_roster

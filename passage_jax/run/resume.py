@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from passage_jax.fileio import read_document, sha256_file, to_json
+from passage_jax.protocol.records import tasks_sha256
 from passage_jax.protocol.runfolder import (
     JOURNAL,
     LOCK,
@@ -16,19 +17,17 @@ from passage_jax.protocol.runfolder import (
     RUN_STARTED_FORMAT,
     RUN_SUMMARY,
     SEED_STATE,
+    is_protocol_file,
+    remove_temporaries,
     seed_folder_name,
 )
 from passage_jax.run.context import RunContext
 from passage_jax.run.errors import ResumeError
-from passage_jax.run.record.folder import remove_temporaries
-from passage_jax.run.record.launch_record import is_protocol_file
-from passage_jax.run.record.manifest import tasks_sha256
-from passage_jax.run.record.seed_files import finish_seed
-from passage_jax.run.record.seed_state import load_state, save_state
+from passage_jax.run.execution import RequestPlan, finish_seed, load_state, save_state
 from passage_jax.run.specification import RunSpec
 
-__all__ = ["differences", "refuse_differences", "refuse_other_spec", "stored_run",
-           "finished_summary", "seed_problems", "keep_completed_seed"]
+__all__ = ["differences", "refuse_differences", "refuse_other_spec", "stored_run", "finished_summary",
+           "seed_problems", "keep_completed_seed"]
 
 
 def _short(v) -> str:
@@ -164,4 +163,4 @@ def keep_completed_seed(ctx: RunContext, seed: int, folder: Path) -> dict:
         raise ResumeError(f"{folder}: {'; '.join(problems)}, and {SEED_STATE} is unreadable")
     state = save_state(folder, state.with_repair(problems))
     ctx.say(f"seed {seed}: {'; '.join(problems)}; rebuilding from {JOURNAL}")
-    return finish_seed(ctx, seed, folder, state)
+    return finish_seed(ctx, seed, folder, state, RequestPlan(ctx.spec, ctx.admitted.tasks.stubs))
