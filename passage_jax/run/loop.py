@@ -83,12 +83,11 @@ journal entry, and re-runs only what is missing. Under a session profile in a
 multi-process launch the processes share each seed's requests out, one session each,
 and process 0 journals the gathered records (:mod:`passage_jax.run.execution.seed`).
 
-The pieces: :mod:`~passage_jax.run.loop` (output folders, refusals, the lock, what a
-failed launch leaves), :mod:`~passage_jax.run.execution.seed` (the requests in order),
-:mod:`~passage_jax.run.execution.seed` (``seed_state.json``),
-:mod:`~passage_jax.run.execution.seed` (one planner build's requests),
-:mod:`~passage_jax.run.record.manifest` (identities and the seed manifest) and
-:mod:`~passage_jax.run.progress` (progress events for the command line to draw)."""
+The pieces: the output folder (refusals, the lock, what a failed launch leaves) and the
+launch's records are above in this module; one seed, from its folder in progress to its
+files, is :func:`passage_jax.run.execution.seed.run_seed_folder`; the seed manifest is
+:mod:`passage_jax.run.record`'s; progress events for the command line to draw are
+:mod:`passage_jax.run.progress`'s."""
 from __future__ import annotations
 
 import contextlib
@@ -633,14 +632,14 @@ def run_spec(spec: RunSpec | str | os.PathLike, output, progress=None,
     ``output`` is made absolute and checked before admission (:func:`output_folder`,
     :func:`refuse_inside_dataset`); a new run that fails before its first durable record
     leaves only its ``resolved_protocol`` records behind
-    (:func:`passage_jax.run.loop.undo_launch`).
+    (:func:`undo_launch`).
 
     ``progress``: a callable taking a :class:`~passage_jax.run.progress.ProgressEvent`
     (when a seed starts executing requests and after each request); anything else
     (``None``, ``False``, ``True``) reports nothing: drawing progress is the command
     line's job. ``log``: a callable taking one line, or None.
 
-    Every launch writes ``resolved_protocol.json`` (:mod:`passage_jax.run.loop`).
+    Every launch writes ``resolved_protocol.json`` (this module).
     With ``dry_run=True`` the run is admitted and that record written, nothing else: no
     request runs and no seed folder is made; returns ``{"dry_run": True, ...}``.
 
@@ -662,7 +661,7 @@ def run_spec(spec: RunSpec | str | os.PathLike, output, progress=None,
         admitted = admit(spec)
     if not cluster.is_writer():
         return follow(admitted, log)
-    with Leader():  # process 0 leads the others through the run (session_shares.leading)
+    with Leader():  # process 0 leads the others through the run (execution.seed.leading)
         return _run_spec(spec, output, admitted, progress=progress, log=log, resume=resume,
                          dry_run=dry_run)
 
@@ -687,7 +686,7 @@ def _run_spec(spec: RunSpec, output, admitted: Admitted | None, *, progress, log
 
 def _launch(admitted, output: Path, stored: dict | None, *, progress, log, dry_run: bool) -> dict:
     """The identity checks and the run itself in ``output`` (absolute and checked; created
-    here). A launch that fails is undone as far as :func:`~passage_jax.run.loop.undo_launch`
+    here). A launch that fails is undone as far as :func:`undo_launch`
     says. SIGINT and SIGTERM stop it (:mod:`passage_jax.run.execution.interrupts`: whatever a planner
     raises does not): what it made is undone likewise, ``log`` gets one line saying what is
     kept, and :class:`~passage_jax.run.execution.interrupts.RunInterrupted` (a ``KeyboardInterrupt``)

@@ -4,9 +4,6 @@ references taken after verifying them and a session profile's warm-up scene
 spec passes before it runs is :mod:`passage_jax.run.gate`."""
 from passage_jax.run.admission.checks import (
     CHECKPOINT_KEY,
-    SAMPLE_MIN,
-    SAMPLE_PER,
-    SAMPLE_RTOL,
     WARMUP_SPLIT,
     AdmissionError,
     Admitted,
@@ -14,13 +11,10 @@ from passage_jax.run.admission.checks import (
     ReusedReferences,
     WarmupSceneError,
     admit,
-    earlier_seed,
+    checkpoint_files,
     earlier_seed_folder,
-    sample_seed,
-    sample_tasks,
     warmup_task,
 )
 
-__all__ = ["ReusedReferences", "earlier_seed_folder", "earlier_seed", "sample_tasks", "sample_seed",
-           "SAMPLE_MIN", "SAMPLE_PER", "SAMPLE_RTOL", "WARMUP_SPLIT", "WarmupSceneError", "warmup_task",
-           "Admitted", "AdmissionError", "References", "admit", "CHECKPOINT_KEY"]
+__all__ = ["ReusedReferences", "earlier_seed_folder", "WARMUP_SPLIT", "WarmupSceneError", "warmup_task",
+           "Admitted", "AdmissionError", "References", "admit", "CHECKPOINT_KEY", "checkpoint_files"]

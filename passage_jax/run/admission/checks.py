@@ -32,7 +32,7 @@ folder>``) takes that run's ``references.npz`` instead, once every check below h
 
 The scene stratifiers the earlier run measured at admission come along (measured here
 when the earlier run predates them). Any difference refuses the run
-(:class:`~passage_jax.run.admission.checks.AdmissionError` naming the file and the field);
+(:class:`AdmissionError` naming the file and the field);
 nothing is recomputed silently. The manifest's ``references`` block records
 ``reused_from`` (the folder, the file's sha256, the identity, and under ``recomputed`` the
 sample's seed, tasks, tolerance and largest relative c* difference).
@@ -60,11 +60,11 @@ budget applies to its calls); it is never recorded as a request and never scored
    hashes are recorded); a ``runtime_bundle_manifest`` verifies;
 5. the requested device exists;
 6. under a session timing profile, the warm-up scene is found outside the roster
-   (:mod:`passage_jax.run.admission.checks`).
+   (this module).
 
 With ``references_from`` (an earlier run over the same tasks) step 3 takes that run's
 qualified references after verifying its folder and qualifying a random sample of them
-again (:mod:`passage_jax.run.admission.checks`).
+again (this module).
 
 Nothing here calls the planner."""
 from __future__ import annotations
@@ -116,7 +116,8 @@ from passage_jax.run.specification import SPEC_MAX_BYTES, RunSpec, shown
 
 __all__ = ["ReusedReferences", "earlier_seed_folder", "earlier_seed", "sample_tasks", "sample_seed",
            "SAMPLE_MIN", "SAMPLE_PER", "SAMPLE_RTOL", "WARMUP_SPLIT", "WarmupSceneError", "warmup_task",
-           "Admitted", "AdmissionError", "References", "admit", "CHECKPOINT_KEY"]
+           "Admitted", "AdmissionError", "References", "admit", "CHECKPOINT_KEY",
+           "checkpoint_files"]
 
 
 # ---- reused references ---------------------------------------------------------------------
@@ -196,7 +197,7 @@ class ReusedReferences:
     """Stands in for admission's qualifier (the same calls): the earlier run's references,
     checked against each chunk of tasks as it is read (:meth:`__call__`; the sampled tasks
     qualified again with ``qualifier``, admission's own) and returned by :meth:`finish` as
-    :class:`~passage_jax.run.admission.checks.References`."""
+    :class:`References`."""
 
     def __init__(self, spec, references_cls, error, qualifier):
         self.spec, self.references_cls, self.error = spec, references_cls, error

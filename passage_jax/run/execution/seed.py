@@ -69,7 +69,7 @@ journal (written and flushed before the next request starts; fsynced within half
 second), then the build records what the executor saw and what it compiled in the run's
 process. :func:`serve_requests` is that
 build and its requests with the records handed to any sink: the journal here, a process's
-share of a seed in a multi-process session run (:mod:`passage_jax.run.execution.seed`).
+share of a seed in a multi-process session run (this module).
 
 A record's ``warm_complete``: under a session profile the executor's (the session or
 worker serving it completed its ``session_warmup`` calls); under the default profile a
@@ -91,7 +91,7 @@ the rule ``score`` uses), in whole batches counted from ``first`` under the batc
 procedure (the batches a single process would run). Each process builds its planner on
 its own local devices, runs the warm-up calls (batches) on the warm-up scene (the same
 for every process), then its
-share's requests in roster order (:func:`~passage_jax.run.execution.seed.serve_requests`),
+share's requests in roster order (:func:`serve_requests`),
 keeping the records and route snapshots in memory. The shares are gathered
 (:func:`passage_jax.cluster.run_share`); process 0 records one planner build (one
 session) per process that served records, appends the records to the seed's journal in

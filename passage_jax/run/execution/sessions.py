@@ -92,7 +92,7 @@ docs/runner.md, "The batched procedure").
 
 The planner is built once per seed (construction not timed, but recorded) and must have
 ``plan_batch`` (:mod:`passage_jax.protocol.batch`); one with ``plan`` alone is refused
-(:class:`~passage_jax.run.execution.sessions.PlannerBuildError`). :meth:`BatchExecutor.open_session`
+(:class:`PlannerBuildError`). :meth:`BatchExecutor.open_session`
 runs ``batch_warmup`` untimed batches of the warm-up scene (the validation scene the
 session profiles warm up on; each batch timed for the manifest), then
 :meth:`BatchExecutor.execute_batch` times one batch of tasks in roster order: its
@@ -118,12 +118,12 @@ alone; the run goes on either way.
 
 :class:`InProcessExecutor` calls the planner in the run's own process
 (:func:`passage_jax.run.execution.timing.execute`; deadlines are cooperative; its records
-carry ``worker: None``). :class:`~passage_jax.run.execution.sessions.SupervisedExecutor`
+carry ``worker: None``). :class:`SupervisedExecutor`
 builds and calls the planner in a worker process while the parent owns the timer
-and the deadline (:mod:`passage_jax.run.execution.sessions`; the worker's side in
+and the deadline (above; the worker's side in
 :mod:`passage_jax.run.execution.worker`, the sweep of the processes a worker started in
 :mod:`passage_jax.run.execution.worker_processes`). The session timing profiles have their own
-executors (:mod:`passage_jax.run.execution.sessions`). :func:`open_executor` opens the one a
+executors (above). :func:`open_executor` opens the one a
 run spec asks for."""
 from __future__ import annotations
 
@@ -751,7 +751,7 @@ class NativeSessionExecutor(InProcessContext):
 
 class SupervisedSessionExecutor(SupervisedExecutor):
     """``supervised_service_v1`` / ``supervised_service_rewarm_v1``: a
-    :class:`~passage_jax.run.execution.sessions.SupervisedExecutor` whose workers warm up on the
+    :class:`SupervisedExecutor` whose workers warm up on the
     warm-up task (``session_warmup`` calls; a replacement only under the re-warm profile),
     with the legality check and recosting outside the timed value."""
 
@@ -1003,9 +1003,9 @@ def open_executor(spec, seed: int, *, device=None, planner=None, warmup_tasks=No
     """The executor for ``spec`` (a :class:`~passage_jax.run.specification.RunSpec`) and ``seed``
     (its kwargs are ``spec.kwargs_for_seed(seed)``): supervised when
     ``spec.execution == "supervised"``, otherwise in-process; under a session timing
-    profile its session executor (:mod:`passage_jax.run.execution.sessions`), whose warm-up task
+    profile its session executor (this module), whose warm-up task
     is ``warmup_tasks[0]``; under the batched procedure its
-    :class:`~passage_jax.run.execution.sessions.BatchExecutor`. ``device``: the JAX device
+    :class:`BatchExecutor`. ``device``: the JAX device
     admission chose (None: the default). ``planner``: an already-built planner (in-process only). Raises
     :class:`PlannerBuildError` when the planner cannot be built."""
     kwargs = spec.kwargs_for_seed(seed)

@@ -4,9 +4,7 @@ launch record, the provenance, the run identity, the output folder and its lock)
 :mod:`passage_jax.run.loop`'s; a seed's journal, state and files are
 :mod:`passage_jax.run.execution.seed`'s."""
 from passage_jax.run.record.manifest import (
-    THREAD_VARIABLES,
     SeedFiles,
-    cpu_settings,
     hardware,
     references_arrays,
     references_npz,
@@ -14,5 +12,4 @@ from passage_jax.run.record.manifest import (
     vector_isa,
 )
 
-__all__ = ["SeedFiles", "seed_manifest", "hardware", "cpu_settings", "vector_isa", "THREAD_VARIABLES",
-           "references_arrays", "references_npz"]
+__all__ = ["SeedFiles", "seed_manifest", "hardware", "vector_isa", "references_arrays", "references_npz"]

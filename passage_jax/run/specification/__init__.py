@@ -20,11 +20,7 @@ from passage_jax.run.specification.planner_path import (
 )
 from passage_jax.run.specification.schema import (
     CAPS,
-    COMPONENT_GUIDES,
-    COMPONENT_KEYS,
-    COMPONENT_VARIANTS,
     DEFAULTS,
-    DETERMINISM_CLAIMS,
     ECHO_LIMIT,
     EXECUTIONS,
     KNOWN,
@@ -32,20 +28,10 @@ from passage_jax.run.specification.schema import (
     PLAIN_NAME,
     REFERENCE_POLICIES,
     REQUIRED,
-    ROLE_SPLITS,
-    SESSION_SERIES,
-    SPLIT_ROLES,
-    VALIDATORS,
-    Invalid,
-    Refused,
-    plain_name_problem,
-    session_defaults,
     shown,
 )
 
 __all__ = ["RunSpec", "SpecError", "parse_spec", "load_spec", "STARTER_SPEC", "SPEC_MAX_BYTES",
            "check_plain_name", "planner_folders", "planner_import_path", "planner_module_problem",
            "planner_path_record", "REQUIRED", "DEFAULTS", "KNOWN", "REFERENCE_POLICIES", "EXECUTIONS",
-           "ECHO_LIMIT", "PLAIN_NAME", "MAX_NAME_LENGTH", "SPLIT_ROLES", "ROLE_SPLITS", "DETERMINISM_CLAIMS",
-           "COMPONENT_VARIANTS", "COMPONENT_GUIDES", "COMPONENT_KEYS", "VALIDATORS", "Invalid", "Refused",
-           "shown", "plain_name_problem", "SESSION_SERIES", "session_defaults", "CAPS"]
+           "ECHO_LIMIT", "PLAIN_NAME", "MAX_NAME_LENGTH", "shown", "CAPS"]
