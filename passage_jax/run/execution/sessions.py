@@ -241,6 +241,19 @@ def build_planner(inference: str, inference_format: str = "request", kwargs: dic
     return planner
 
 
+def _planner_in_process(who: str, inference: str | None, inference_format: str = "request",
+                       kwargs: dict | None = None, planner=None) -> tuple[object, float]:
+    """``planner`` when given, else the one :func:`build_planner` builds from ``inference``,
+    and the construction's wall time in ms; ValueError naming the executor ``who`` when
+    neither is given."""
+    t0 = time.monotonic()
+    if planner is None:
+        if inference is None:
+            raise ValueError(f"{who} needs an inference entry point or a planner")
+        planner = build_planner(inference, inference_format, kwargs)
+    return planner, (time.monotonic() - t0) * 1000.0
+
+
 # ---- the supervised executor ---------------------------------------------------------------
 
 #: The supervised timing boundary (manifest ``timing.timer``).
@@ -714,12 +727,8 @@ class NativeSessionExecutor(InProcessContext):
                  kwargs: dict | None = None, *, device=None, planner=None, warmup=None):
         """``warmup``: ``(warm-up task, session_warmup)``."""
         self.warmup_task, calls = warmup
-        t0 = time.monotonic()
-        if planner is None:
-            if inference is None:
-                raise ValueError("NativeSessionExecutor needs an inference entry point or a planner")
-            planner = build_planner(inference, inference_format, kwargs)
-        self.construction_ms = (time.monotonic() - t0) * 1000.0
+        planner, self.construction_ms = _planner_in_process(
+            "NativeSessionExecutor", inference, inference_format, kwargs, planner)
         self.planner = planner
         self.planner_name = getattr(planner, "name", None)
         self.device = device
@@ -865,12 +874,8 @@ class BatchExecutor(InProcessContext):
         self.warmup_task, calls = warmup
         self.batch_size = int(batch_size)
         self.clock = clock
-        t0 = time.monotonic()
-        if planner is None:
-            if inference is None:
-                raise ValueError("BatchExecutor needs an inference entry point or a planner")
-            planner = build_planner(inference, "request", kwargs)
-        self.construction_ms = (time.monotonic() - t0) * 1000.0
+        planner, self.construction_ms = _planner_in_process(
+            "BatchExecutor", inference, "request", kwargs, planner)
         self.plan_batch = plan_batch_of(planner)
         if self.plan_batch is None:
             raise PlannerBuildError(
@@ -979,12 +984,8 @@ class InProcessExecutor(InProcessContext):
 
     def __init__(self, inference: str | None = None, inference_format: str = "request",
                  kwargs: dict | None = None, *, device=None, planner=None):
-        t0 = time.monotonic()
-        if planner is None:
-            if inference is None:
-                raise ValueError("InProcessExecutor needs an inference entry point or a planner")
-            planner = build_planner(inference, inference_format, kwargs)
-        self.construction_ms = (time.monotonic() - t0) * 1000.0
+        planner, self.construction_ms = _planner_in_process(
+            "InProcessExecutor", inference, inference_format, kwargs, planner)
         self.planner = planner
         self.planner_name = getattr(planner, "name", None)
         self.device = device

@@ -6,13 +6,9 @@ when the seed completes.
 must find unchanged, stored in ``run_started.json``) and the seed manifest
 (``manifest.json``).
 
-**The references.** The files of a finished seed, built from its journal:
-``requests.jsonl``, ``paths.npz``, ``references.npz`` and ``manifest.json`` (formats in
-:mod:`passage_jax.protocol.records` and ``docs/runner.md``).
-
-The journal is read entry by entry (three passes: the records and the route sizes,
-the route cells, the raw values of malformed routes), so memory stays bounded
-whatever the number of records."""
+**The references.** The arrays of ``references.npz`` (:func:`references_arrays`), taken from
+the compact task facts admission kept (no grid is read), compressed once per run
+(:func:`references_npz`); the format is :mod:`passage_jax.protocol.records`'s."""
 from __future__ import annotations
 
 import dataclasses
