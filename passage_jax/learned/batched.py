@@ -22,7 +22,10 @@ Steps 1 and 2 run on the whole batch at once, or (``BatchConfig.per_scene``, wha
 planner chooses on CPU) one scene after another inside the call, a padding row skipped:
 on a CPU a scene's working set then stays in cache (the U-Net's forward measured 26 ms a
 256x256 scene one at a time against 48 ms in a batch of 64 on two cores). A batch split
-along its batch axis over several devices is gathered onto one first (:func:`on_one_device`).
+along its batch axis over several devices is planned one call a device, each on its own rows
+(:func:`device_parts`, :func:`join_parts`): the host steps below stall inside one call
+partitioned over the CPU backend's devices. Any other batch on several devices is gathered
+onto one first (:func:`on_one_device`).
 
 **Equality with the batch-one planner.** Per live scene, with float64 kernels, the route
 and status are those :meth:`LearnedPlanner.plan` returns for that scene's request, cell for
@@ -80,7 +83,8 @@ from passage_jax.protocol.batch import BATCH_STATUS_CODE, BatchRoutes, PlanBatch
 
 __all__ = ["XLA_EXACT_MODELS", "BatchConfig", "batch_refusal", "check_batch", "edge_costs",
            "octile_scales", "network_inputs", "network_forward", "network_field", "octile_guide_field",
-           "descend", "batch_fields", "on_one_device", "plan_batch_kernel"]
+           "descend", "batch_fields", "device_parts", "join_parts", "on_one_device",
+           "plan_batch_kernel"]
 
 _OK = BATCH_STATUS_CODE["ok"]
 _NO_PATH = BATCH_STATUS_CODE["no_path"]
@@ -508,12 +512,58 @@ def _kernel(config: BatchConfig, params, batch: PlanBatch) -> BatchRoutes:
                    max_steps=config.max_steps)
 
 
+def device_parts(batch: PlanBatch) -> tuple[list, object] | None:
+    """Where ``batch`` is split along its batch axis over several devices (a
+    ``NamedSharding`` whose mesh axis partitions axis 0 only, as the batched procedure
+    places a batch where the process has several devices): ``(parts, sharding)``, each part
+    the :class:`PlanBatch` of one device's rows (its arrays that device's shards, no copy),
+    in batch order, and the batch's sharding (:func:`join_parts` puts the parts' routes back
+    under it). None for any other batch (on one device, replicated, split otherwise, or over
+    another process's devices too)."""
+    sharding = getattr(batch.elevation, "sharding", None)
+    if not _rows_split(sharding, None) or len(sharding.device_set) < 2 or \
+            not sharding.is_fully_addressable:
+        return None
+    leaves, treedef = jax.tree_util.tree_flatten(batch)
+    rows, per_leaf = None, []
+    for leaf in leaves:
+        if not _rows_split(getattr(leaf, "sharding", None), sharding):
+            return None
+        shards = sorted(leaf.addressable_shards, key=lambda sh: sh.index[0].start or 0)
+        spans = [(sh.index[0].start or 0, sh.device) for sh in shards]
+        if rows is not None and spans != rows:
+            return None
+        rows = spans
+        per_leaf.append([sh.data for sh in shards])
+    parts = [jax.tree_util.tree_unflatten(treedef, [arrays[k] for arrays in per_leaf])
+             for k in range(len(rows))]
+    return parts, sharding
+
+
+def _rows_split(sharding, like) -> bool:
+    """Whether ``sharding`` is a ``NamedSharding`` that splits axis 0 along a mesh axis and
+    nothing else (with ``like``: the same mesh and axis as ``like``)."""
+    if not isinstance(sharding, jax.sharding.NamedSharding) or not sharding.spec or \
+            sharding.spec[0] is None or any(p is not None for p in sharding.spec[1:]):
+        return False
+    return like is None or (sharding.mesh == like.mesh and sharding.spec[0] == like.spec[0])
+
+
+def join_parts(routes: list, sharding) -> BatchRoutes:
+    """The parts' :class:`BatchRoutes` (each on its device, in batch order) as one, its
+    arrays split along the batch axis under ``sharding``'s mesh as the batch was."""
+    def join(*arrays):
+        shape = (sum(a.shape[0] for a in arrays),) + arrays[0].shape[1:]
+        spec = jax.sharding.PartitionSpec(sharding.spec[0], *([None] * (len(shape) - 1)))
+        return jax.make_array_from_single_device_arrays(
+            shape, jax.sharding.NamedSharding(sharding.mesh, spec), list(arrays))
+    return jax.tree_util.tree_map(join, *routes)
+
+
 def on_one_device(batch: PlanBatch) -> PlanBatch:
-    """``batch`` with its arrays on one device: a batch split along its batch axis over
-    several devices (as the batched procedure places it where the process has several) is
-    gathered onto the first of them; any other batch is returned as it is. The kernel's host
-    callbacks (the edge costs, ``exp``) stall inside a call partitioned over the CPU
-    backend's several devices, so :func:`plan_batch_kernel` runs on one."""
+    """``batch`` with its arrays on one device: a batch on several devices that
+    :func:`device_parts` does not split (replicated, or split along another axis) is
+    gathered onto the first of them; any other batch is returned as it is."""
     devices = getattr(getattr(batch.elevation, "sharding", None), "device_set", None)
     if not devices or len(devices) < 2:
         return batch

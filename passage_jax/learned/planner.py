@@ -43,6 +43,8 @@ from passage_jax.learned.batched import (
     BatchConfig,
     batch_refusal,
     check_batch,
+    device_parts,
+    join_parts,
     on_one_device,
     plan_batch_kernel,
 )
@@ -135,6 +137,7 @@ class LearnedPlanner:
         self.backups = sum(s.k for s in opts.stages if s.key == "backups")
         #: why this planner has no ``plan_batch`` (None: it has one)
         self.batch_refusal = batch_refusal(self.guide, self.octile, self.stages)
+        self._device_params: dict = {}  # the guide's parameters put on each device of a split batch
 
     @property
     def plan_batch(self):
@@ -177,13 +180,33 @@ class LearnedPlanner:
         for a descent stuck or out of escapes; ``budget_exhausted`` at the step limit):
         every value the descent compares is bit for bit the batch-one value (module text of
         :mod:`passage_jax.learned.batched`). A padding row (``live`` False) is not walked:
-        ``no_path``, no route. A batch split over several devices is gathered onto one
+        ``no_path``, no route. A batch split along its batch axis over several devices is
+        planned on each device for its rows, one call a device, and its routes come back
+        split as the batch was (:func:`~passage_jax.learned.batched.device_parts`); any other
+        batch on several devices is gathered onto one
         (:func:`~passage_jax.learned.batched.on_one_device`). The shapes and, with float64
         kernels, the elevation's float64 dtype are checked (ValueError)."""
         check_batch(batch, float64_available())
         params = None if self.octile else self.guide.params
+        config = self.batch_config()
         with kernel_x64():
-            return plan_batch_kernel(params, on_one_device(batch), config=self.batch_config())
+            split = device_parts(batch)
+            if split is None:
+                return plan_batch_kernel(params, on_one_device(batch), config=config)
+            parts, sharding = split
+            return join_parts([plan_batch_kernel(self._params_on(params, part), part, config=config)
+                               for part in parts], sharding)
+
+    def _params_on(self, params, part):
+        """``params`` on the device of ``part`` (a :class:`PlanBatch` on one device), put
+        there once and kept (None stays None)."""
+        if params is None:
+            return None
+        device = next(iter(part.elevation.devices()))
+        kept = self._device_params.get(device)
+        if kept is None:
+            kept = self._device_params[device] = jax.device_put(params, device)
+        return kept
 
     @property
     def precision(self) -> str:

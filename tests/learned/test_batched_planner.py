@@ -130,7 +130,8 @@ def test_plan_batch_gives_plans_routes_on_the_shipped_cohort(seed, cohort256, pl
 @needs_checkpoints
 def test_a_batch_split_over_devices_gives_the_same_routes(cohort256, planners256):
     """A batch placed along its batch axis over several devices (as the batched procedure
-    places it where the process has several) is gathered onto one and planned there."""
+    places it where the process has several) is planned on each device for its own rows: the
+    routes of a single device, and they come back split over the same devices."""
     devices = jax.devices()
     if len(devices) < 2 or 8 % len(devices):
         pytest.skip("needs several devices dividing 8 (tests/conftest.py gives the CPU four)")
@@ -140,7 +141,10 @@ def test_a_batch_split_over_devices_gives_the_same_routes(cohort256, planners256
     sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("batch"))
     with kernel_x64():
         placed = jax.device_put(batch_of(tasks[:8], 8), sharding)
-    got = scene_routes(jax.device_get(planner.plan_batch(placed)), 8)
+    routes = planner.plan_batch(placed)
+    assert routes.cells.sharding.device_set == set(devices)
+    assert [s.device for s in routes.length.addressable_shards] == list(devices)
+    got = scene_routes(jax.device_get(routes), 8)
     assert all(_same(planner.plan(r), e) for r, e in zip(requests[:8], got))
 
 
