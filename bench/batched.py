@@ -37,7 +37,10 @@ cost model and variant (elevation, obstacles), for each batch size of ``--learne
 * **plan_batch**: the whole batch planner (forward, field, edge costs, backups, descent),
   ms per scene, and its ratio to the forward's;
 * **batch-one**: ``plan`` per request in the same process, ms per scene, and its ratio to
-  ``plan_batch``'s; routes checked equal as above.
+  ``plan_batch``'s; routes checked equal as above;
+* with ``--split-devices``, a second ``plan_batch`` row per batch size the process's devices
+  divide: each batch split along its batch axis over them, as the batched procedure places
+  it (the CPU backend gets K devices from ``XLA_FLAGS=--xla_force_host_platform_device_count=K``).
 
 **Run level** (``--run-level``, off by default). ``python -m cli run`` of the batch-one
 learned direct spec under ``native_raw_path_persistent_v1`` (a session: ``--session-warmup``
@@ -56,6 +59,7 @@ The machine line comes first, the peak RSS of the process (``resource.getrusage`
     python bench/batched.py --quick                   # both parts, 8 tasks, batch sizes 1 and 8 (< 1 minute)
     python bench/batched.py                           # exact: 64 tasks, 1/8/64; learned: 24 scenes, 1/8/64
     python bench/batched.py --part learned --dataset-path /tmp/cohort --learned-n 2000 --run-level
+    XLA_FLAGS=--xla_force_host_platform_device_count=2 python bench/batched.py --part learned --split-devices
     python bench/batched.py --part none --dataset-path /tmp/cohort --run-level --seed 2026
 """
 from __future__ import annotations
@@ -75,6 +79,7 @@ import jax
 import numpy as np
 
 from passage_jax.graph import OBJECTIVES, VARIANTS
+from passage_jax.placement import device_count, resolve_sharding
 from passage_jax.planners.exact import ExactPlanner
 from passage_jax.precision import kernel_x64
 from passage_jax.protocol import build_request
@@ -133,25 +138,26 @@ def time_batch_one(planner, tasks: list, warmup: int, rounds: int):
     return ms, results
 
 
-def _on_device(batch):
-    """The batch's arrays on the default device, float64 kept, and ready."""
+def _on_device(batch, sharding=None):
+    """The batch's arrays on the default device (or placed by ``sharding``), float64 kept,
+    and ready."""
     with kernel_x64():
-        return jax.block_until_ready(jax.device_put(batch))
+        return jax.block_until_ready(jax.device_put(batch, sharding))
 
 
 def time_batched(planner, tasks: list, batch_size: int, warmup: int, rounds: int,
-                 pixel_size_m: float):
+                 pixel_size_m: float, sharding=None):
     """ms per timed batch of ``planner.plan_batch`` and each task's (status, route) of the
-    last round."""
+    last round (``sharding``: where each batch is placed; None: the default device)."""
     chunks = [tasks[lo:lo + batch_size] for lo in range(0, len(tasks), batch_size)]
     batches = [batch_of(c, batch_size, pixel_size_m) for c in chunks]
     for i in range(warmup):
-        jax.device_get(planner.plan_batch(_on_device(batches[i % len(batches)])))
+        jax.device_get(planner.plan_batch(_on_device(batches[i % len(batches)], sharding)))
     ms, results = [], []
     for _ in range(rounds):
         results = []
         for chunk, batch in zip(chunks, batches):
-            dev = _on_device(batch)
+            dev = _on_device(batch, sharding)
             t0 = time.perf_counter()
             routes = jax.device_get(jax.block_until_ready(planner.plan_batch(dev)))
             ms.append((time.perf_counter() - t0) * 1e3)
@@ -205,10 +211,10 @@ def in_process(tasks: list, batch_sizes: list[int], warmup: int, rounds: int,
 
 
 def _batched_pass(planner, tasks: list, batch_size: int, warmup: int, rounds: int,
-                  pixel_size_m: float, one_res: list) -> tuple:
+                  pixel_size_m: float, one_res: list, sharding=None) -> tuple:
     """One batch size's timed passes of ``planner.plan_batch``: (ms per batch, ms per scene,
     the routes' verdict against the batch-one routes ``one_res``, whether they are equal)."""
-    ms, res = time_batched(planner, tasks, batch_size, warmup, rounds, pixel_size_m)
+    ms, res = time_batched(planner, tasks, batch_size, warmup, rounds, pixel_size_m, sharding)
     per_scene = float(np.sum(ms)) / (len(tasks) * rounds)
     diff = same_routes(res, one_res)
     return ms, per_scene, "identical" if not diff else f"DIFFER at tasks {diff[:8]}", not diff
@@ -257,7 +263,7 @@ def load_learned_tasks(root, resolution: int, split: str, n: int | None) -> list
 
 
 def learned_in_process(tasks: list, batch_sizes: list[int], warmup: int, rounds: int, seed: int,
-                       pixel_size_m: float = 30.0) -> bool:
+                       pixel_size_m: float = 30.0, split: bool = False) -> bool:
     """The learned in-process comparison (module docstring); prints its table, returns whether
     every batched route equals the batch-one route."""
     from passage_jax.learned.batched import network_forward
@@ -280,6 +286,15 @@ def learned_in_process(tasks: list, batch_sizes: list[int], warmup: int, rounds:
         all_same &= same
         print(f"{bs:>6}{len(ms):>9}{fwd_scene:>18.2f}{_pct(ms, 50):>19.2f}{per_scene:>10.2f}"
               f"{per_scene / fwd_scene:>20.2f}{one_scene / per_scene:>19.2f}  {verdict}", flush=True)
+        sharding = resolve_sharding("auto", axes=("batch",)) if split else None
+        if sharding is not None and bs % device_count(sharding) == 0:
+            ms, split_scene, verdict, same = _batched_pass(planner, tasks, bs, warmup, rounds,
+                                                           pixel_size_m, one_res, sharding)
+            all_same &= same
+            print(f"{bs:>6}{len(ms):>9}{'':>18}{_pct(ms, 50):>19.2f}{split_scene:>10.2f}"
+                  f"{split_scene / fwd_scene:>20.2f}{one_scene / split_scene:>19.2f}  {verdict}"
+                  f"  (split over {len(sharding.device_set)} devices; one device: "
+                  f"{per_scene:.2f} ms/scene)", flush=True)
     return all_same
 
 
@@ -398,6 +413,10 @@ def main(argv=None) -> int:
     ap.add_argument("--run-batch-size", type=int, default=64)
     ap.add_argument("--session-warmup", type=int, default=16)
     ap.add_argument("--run-dir", type=Path, default=None, help="run level: a new folder for the runs")
+    ap.add_argument("--split-devices", action="store_true",
+                    help="learned part: also each batch split over this process's devices, as the "
+                         "batched procedure places it (give the CPU K devices with XLA_FLAGS="
+                         "--xla_force_host_platform_device_count=K)")
     ap.add_argument("--quick", action="store_true",
                     help="8 tasks, batch sizes 1 and 8, one round, one warm-up (both parts)")
     args = ap.parse_args(argv)
@@ -424,7 +443,8 @@ def main(argv=None) -> int:
         print(f"learned: cohort {root}: {len(tasks)} scenes of {args.resolution}x{args.resolution} "
               f"({args.split}, {tasks[0].objective}, {tasks[0].variant}); seed {args.seed}; "
               f"warm-up {args.warmup}, rounds {args.rounds}", flush=True)
-        ok &= learned_in_process(tasks, args.learned_batch_sizes, args.warmup, args.rounds, args.seed)
+        ok &= learned_in_process(tasks, args.learned_batch_sizes, args.warmup, args.rounds, args.seed,
+                                 split=args.split_devices)
     if args.run_level:
         ok &= run_level(root, args.learned_n, args.seed, args.run_batch_size, args.session_warmup,
                         args.run_dir)
