@@ -522,14 +522,18 @@ class SupervisedExecutor:
             return f"worker resident memory {total:.0f} MiB{who} passed worker_memory_mb={self.memory_mb}"
         return None
 
-    def _ready_worker(self, like, budget: BudgetSpec) -> _Worker:
-        """The current worker, or a fresh one after its untimed warm-up."""
+    def _live_worker(self) -> _Worker:
+        """The current worker, or a fresh one where there is none or it died between
+        requests (counted as a crash)."""
         w = self._worker
         if w is not None and not w.proc.is_alive():
-            self._lose_worker(w, "crashes")  # died between requests
+            self._lose_worker(w, "crashes")
             w = None
-        if w is None:
-            w = self._start_worker()
+        return w if w is not None else self._start_worker()
+
+    def _ready_worker(self, like, budget: BudgetSpec) -> _Worker:
+        """The current worker, or a fresh one after its untimed warm-up."""
+        w = self._live_worker()
         if w.warmed:
             return w
         w.warmed = True
@@ -811,12 +815,7 @@ class SupervisedSessionExecutor(SupervisedExecutor):
     def _ready_worker(self, like, budget: BudgetSpec):
         """The current worker, or a fresh one: the first warmed up, a replacement warmed up
         again only under the re-warm profile."""
-        w = self._worker
-        if w is not None and not w.proc.is_alive():
-            self._lose_worker(w, "crashes")
-            w = None
-        if w is None:
-            w = self._start_worker()
+        w = self._live_worker()
         if w.warmed:
             return w
         w.warmed = True
