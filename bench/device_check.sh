@@ -2,7 +2,7 @@
 # The GPU checks on a lent accelerator machine, in parts that each end within 8 minutes
 # there (its image: Python 3.12, jax 0.11.2 with the CUDA 13 plugin, numpy 2.5.2, flax,
 # optax, pyarrow, scipy, scikit-image, rich, pyyaml, pytest, filelock, matplotlib; not
-# zstandard, carried as a wheel in .whl/: see bench/RESULTS.md "GPU").
+# zstandard or flatbuffers, carried as wheels in .whl/: see bench/RESULTS.md "GPU").
 #
 #   bash bench/device_check.sh PART [PART...]      (default: part1)
 #   bash bench/device_check.sh --list              the parts, in order

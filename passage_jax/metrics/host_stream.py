@@ -46,7 +46,7 @@ from passage_jax.metrics.host_inputs import (
     task_table,
 )
 from passage_jax.metrics.host_numpy import RouteCostModels, host_cost_regret, route_geometry_host
-from passage_jax.metrics.kernels import score_tasks_packed
+from passage_jax.metrics.kernels import score_tasks_packed_exported
 from passage_jax.metrics.sharding import resolve_sharding
 from passage_jax.metrics.types import METRIC_KEYS, PACKED_FLOAT_KEYS, PACKED_INT_KEYS
 from passage_jax.precision import kernel_dtype, kernel_x64
@@ -188,11 +188,13 @@ class RouteStream:
         return thread
 
     def _run(self, args, pairwise: bool):
-        """One kernel call (placed on the stream's devices first)."""
+        """One kernel call (placed on the stream's devices first). Host arrays go through
+        the kernel's exported modules (:class:`~passage_jax.compilation.ExportedKernel`),
+        arrays placed on devices through the jitted kernel."""
         with kernel_x64():  # the placement too: without it float64 leaves would become float32
             if self.sharding is not None:
                 args = jax.device_put(args, self.sharding)
-            return score_tasks_packed(*args, pixel_size_m=self.pixel_size_m, geometry=pairwise)
+            return score_tasks_packed_exported(*args, pixel_size_m=self.pixel_size_m, geometry=pairwise)
 
     def add(self, candidates, tasks, c_star, request_ok, references=None) -> int:
         """Take one batch (the arguments of ``score_routes``); full calls are dispatched."""

@@ -63,13 +63,13 @@ def _same(a: dict, b: dict):
 def test_each_batch_equals_score_routes_alone_with_fewer_calls(batches, monkeypatch):
     alone = [score_routes(*b) for b in batches]
     calls = []
-    packed = host_stream.score_tasks_packed
+    packed = host_stream.score_tasks_packed_exported
 
     def spy(cand, *a, geometry=True, **kw):
         calls.append((cand.cells.shape[1], geometry, cand.cells.shape[0]))
         return packed(cand, *a, geometry=geometry, **kw)
 
-    monkeypatch.setattr(host_stream, "score_tasks_packed", spy)
+    monkeypatch.setattr(host_stream, "score_tasks_packed_exported", spy)
     stream = RouteStream()
     tickets = [stream.add(*b) for b in batches]
     assert tickets == list(range(len(batches)))

@@ -110,7 +110,7 @@ def test_unsharded_reference_is_meaningful(material):
 def test_named_sharding_matches_unsharded_and_runs_on_all_devices(material, monkeypatch):
     tasks, cands, cstar, ok, base = material
     seen = []
-    packed = host_stream.score_tasks_packed
+    packed = host_stream.score_tasks_packed_exported
 
     def spy(*args, **kw):
         res = packed(*args, **kw)
@@ -118,7 +118,7 @@ def test_named_sharding_matches_unsharded_and_runs_on_all_devices(material, monk
         seen.append((cells.shape[0], cells.sharding, res[0].sharding, res[1].sharding))
         return res
 
-    monkeypatch.setattr(host_stream, "score_tasks_packed", spy)
+    monkeypatch.setattr(host_stream, "score_tasks_packed_exported", spy)
     got = score_routes(cands, tasks, cstar, ok, sharding=batch_sharding())
     assert_same(base, got, "NamedSharding")
     assert len(seen) >= 2  # several buckets

@@ -219,7 +219,7 @@ def test_long_routes_never_pad_others_nor_reach_the_geometry(scene_task, monkeyp
     good = long_valid(task)
     bad = good[:-1]
     calls, geoms = [], []
-    kernel, geo = host_stream.score_tasks_packed, host_stream.route_geometry_host
+    kernel, geo = host_stream.score_tasks_packed_exported, host_stream.route_geometry_host
 
     def spy(cand, ref, *a, geometry=True, **kw):
         calls.append((cand.cells.shape, geometry, None if ref is None else ref.cells.shape))
@@ -229,7 +229,7 @@ def test_long_routes_never_pad_others_nor_reach_the_geometry(scene_task, monkeyp
         geoms.append(len(a))
         return geo(a, b)
 
-    monkeypatch.setattr(host_stream, "score_tasks_packed", spy)
+    monkeypatch.setattr(host_stream, "score_tasks_packed_exported", spy)
     monkeypatch.setattr(host_stream, "route_geometry_host", spy_geo)
     ref = np.asarray(task.route, np.int32)
     out = score_routes([ref, good, bad, ref[:5]], [task] * 4, [c] * 4, [True] * 4)
