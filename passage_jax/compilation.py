@@ -22,9 +22,9 @@ among them, and the seconds spent (tracing, lowering, compiling). A
 in the outputs.
 
 **Exported kernels.** A jitted kernel is traced and lowered anew in every process, even
-when its executable then comes from the persistent cache: about 0.2 s a shape, 1.6 s
-of tracing and 0.6 s of lowering for the seven shapes of a ``score`` of 2,000 scenes on
-a two-core CPU. :class:`ExportedKernel` calls a kernel through its exported module
+when its executable then comes from the persistent cache: about 0.9-1.1 s of tracing
+and 0.3 s of lowering for the seven kernel shapes of a ``score`` at 256 x 256 on a
+two-core CPU (bench/RESULTS.md). :class:`ExportedKernel` calls a kernel through its exported module
 (``jax.export``: StableHLO, serialized with the ``flatbuffers`` package) kept in
 ``exported/`` of the persistent cache's folder, one file a shape; a later process
 deserializes it and compiles it (from the persistent cache) without tracing or
@@ -373,13 +373,18 @@ def _read_exported(path: Path, avals):
 
 def _write_exported(path: Path, exp) -> None:
     """Write ``exp`` to ``path`` (atomically), then keep the folder under
-    :data:`MAX_EXPORTED_BYTES`; the exported module is an optimisation, so a write that
-    fails is ignored."""
+    :data:`MAX_EXPORTED_BYTES`; the exported module is an optimisation, so a module that
+    cannot be serialized (an output tree of a type JAX does not know how to write) or a
+    write that fails is not kept, and the calls of this process use it all the same."""
     from passage_jax.fileio import atomic_write_bytes  # noqa: PLC0415
 
     try:
+        data = bytes(exp.serialize())
+    except Exception:  # noqa: BLE001 - e.g. an output tree JAX cannot serialize: not kept
+        return
+    try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(path, bytes(exp.serialize()))
+        atomic_write_bytes(path, data)
         files = []
         for p in path.parent.iterdir():
             if p.is_file() and p.suffix == ".jaxexport":

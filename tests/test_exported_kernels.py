@@ -199,3 +199,18 @@ def test_the_score_kernel_through_its_modules_gives_the_jitted_kernels_results(m
         np.testing.assert_array_equal(through[k], jitted[k], err_msg=k)
         np.testing.assert_array_equal(again[k], jitted[k], err_msg=k)
     assert 0 < jitted["valid_path"].sum() < len(tasks)
+
+
+def test_a_module_that_cannot_be_written_is_used_all_the_same(folder):
+    """An output of a pytree type JAX cannot serialize: the module is not kept, and the
+    calls give the jitted kernel's results."""
+    from passage_jax.metrics.types import Route
+
+    def fun(x):
+        return Route(cells=x[:, :2].astype(np.int32), length=x[:, 2].astype(np.int32))
+
+    k = ExportedKernel(fun, jax.jit(fun), "route")
+    x = np.arange(12.0).reshape(4, 3)
+    _equal(k(x), k.jitted(x))
+    _equal(k(x), k.jitted(x))
+    assert not list(folder.glob("route-*.jaxexport"))
