@@ -36,23 +36,23 @@ ROUTE_STYLES = {"A": {"color": "tab:red", "lw": 4.2, "ls": "-", "alpha": 0.7, "z
 REGRET_AXIS_LABEL = "relative regret (route cost − c*) / c*  [symlog; 0 = optimal]"
 
 
-def _pyplot():
-    """matplotlib's pyplot on the file-only Agg backend."""
-    import matplotlib  # noqa: PLC0415 (optional: matplotlib only for figures)
+def _figure(**kw):
+    """A matplotlib figure on its own Agg canvas (files only), outside pyplot: no global
+    figure registry to close it from, the caller's backend left as it was, and half the
+    import time of pyplot (about 0.5 s of 1.05 s cold)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: PLC0415 (optional: figures only)
+    from matplotlib.figure import Figure  # noqa: PLC0415
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415 (optional: matplotlib only for figures)
-
-    return plt
+    fig = Figure(**kw)
+    FigureCanvasAgg(fig)
+    return fig
 
 
 def _save_figure(fig, path):
-    """Lay out, render to PNG and write atomically; closes the figure."""
-    plt = _pyplot()
+    """Lay out, render to PNG and write atomically."""
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
     atomic_write_bytes(path, buf.getvalue())
     return path
 
@@ -152,7 +152,6 @@ def _draw_task(ax, t, rr, i: int, sides: tuple) -> None:
 
 def route_figure(cmp: dict, path: Path, n_tasks: int = 4) -> Path:
     """The route figure of the comparison ``cmp`` (first seed pair), written to ``path``."""
-    plt = _pyplot()
     pair = cmp["pairs"][0]
     fa = Path(cmp["runs"]["A"]["folders"][str(pair["seed_a"])])
     fb = Path(cmp["runs"]["B"]["folders"][str(pair["seed_b"])])
@@ -161,7 +160,8 @@ def route_figure(cmp: dict, path: Path, n_tasks: int = 4) -> Path:
     chosen = choose_tasks(da.rows["regret"], db.rows["regret"], len(tasks), n_tasks)
     ncol = min(len(chosen), 2)
     nrow = int(math.ceil(len(chosen) / ncol))
-    fig, axes = plt.subplots(nrow, ncol, figsize=(6.8 * ncol, 5.6 * nrow), squeeze=False)
+    fig = _figure(figsize=(6.8 * ncol, 5.6 * nrow))
+    axes = fig.subplots(nrow, ncol, squeeze=False)
     # names and labels as written: matplotlib's ``$`` math escaped (text_safety.figure_text)
     na, nb = (figure_text(cmp["runs"][s]["method_name"]) for s in ("A", "B"))
     sides = ((da, ROUTE_STYLES["A"], f"A: {na}"), (db, ROUTE_STYLES["B"], f"B: {nb}"))
@@ -215,8 +215,8 @@ def _regret_axes(ax, linthresh: float, lowest: float) -> None:
 
 def regret_figure(cmp: dict, path: Path) -> Path:
     """The regret-distribution figure of the comparison ``cmp``, written to ``path``."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7.5, 5.0))
+    fig = _figure(figsize=(7.5, 5.0))
+    ax = fig.subplots()
     linthresh = 1e-3
     lowest = 0.0
     for side, color in (("A", "tab:red"), ("B", "tab:blue")):

@@ -140,9 +140,6 @@ def test_regret_figure_shows_a_curve_at_zero(R, tmp_path, monkeypatch):
         leg = ax.get_legend().get_window_extent()
         seen["overlap"] = leg.overlaps(ax.get_window_extent()) and \
             leg.y0 > ax.get_window_extent().y0
-        import matplotlib.pyplot as plt
-
-        plt.close(fig)
         return path
 
     monkeypatch.setattr(rep, "_save_figure", capture)
@@ -152,6 +149,28 @@ def test_regret_figure_shows_a_curve_at_zero(R, tmp_path, monkeypatch):
     left, right = seen["xlim"]
     assert left < smallest - 1e-6 * (right - left)  # ... and left of it is visible margin
     assert not seen["overlap"]
+
+
+def test_the_figures_leave_the_callers_matplotlib_alone(R, tmp_path):
+    """The report's figures draw on their own Agg canvases: a process with another
+    backend keeps it, pyplot is never imported, and the PNGs are written."""
+    import os
+    import subprocess
+    import sys
+
+    compare_runs(R["bfs"], R["exact"], tmp_path / "c.json", n_bootstrap=B)
+    code = ("import json, sys, matplotlib; from pathlib import Path; "
+            "from passage_jax.evaluate.report._figures import regret_figure, route_figure; "
+            "c = json.loads(Path(sys.argv[1]).read_text()); d = Path(sys.argv[2]); "
+            "route_figure(c, d / 'routes.png'); regret_figure(c, d / 'regret.png'); "
+            "print(matplotlib.get_backend(), 'matplotlib.pyplot' in sys.modules)")
+    env = dict(os.environ, MPLBACKEND="svg")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "c.json"), str(tmp_path)],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["svg", "False"]
+    for name in ("routes.png", "regret.png"):
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_metric_vote_refuses_unknown_metric():
