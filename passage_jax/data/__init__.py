@@ -17,7 +17,7 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "passage_jax.data.reader": (
         "DEFAULT_N_SAMPLES", "RowReport", "check_weight", "id_places", "iter_raw_rows",
         "iter_scene_batches", "iter_scenes", "load_scenes", "load_tasks", "scan_split",
-        "scene_summary",
+        "scene_summary", "scenes_at",
     ),
     "passage_jax.data.remote": ("check_revision", "resolve_dataset_root"),
     "passage_jax.data.scene": (

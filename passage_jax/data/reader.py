@@ -61,7 +61,7 @@ __all__ = [
     "DEFAULT_N_SAMPLES", "DECODE_WORKERS", "decode_workers", "READ_BATCH_ROWS", "SHIPPED", "RawRow",
     "RowReport", "dataset_root",
     "resolution_folder", "split_folder", "present_splits", "shard_files", "shipped_cohort_root",
-    "iter_raw_rows", "id_places", "map_rows", "iter_scenes", "iter_scene_batches", "load_scenes",
+    "iter_raw_rows", "id_places", "map_rows", "iter_scenes", "scenes_at", "iter_scene_batches", "load_scenes",
     "load_tasks", "check_weight", "scene_summary", "scan_split", "path_problem", "READ_ERRORS",
     "ReadAhead", "close_read_aheads",
 ]
@@ -273,6 +273,34 @@ def _validate_raw(raw, resolution: int, split: str, released_routes: bool = True
         raise DataError(f"{raw.ref}: {raw.problem}")
     with_routes = released_routes or set(REQUIRED_COLUMNS) <= raw.values.keys()
     return validate_row(raw.values, resolution, split, raw.file, raw.row, released_routes=with_routes)
+
+
+def scenes_at(root, resolution: int, split: str, indices, n_samples=None, *,
+              released_routes: bool = True) -> dict[int, Scene]:
+    """The scenes at ``indices`` (positions in the split's file order, as
+    :func:`iter_scenes` yields them, within its first ``n_samples``), validated; the rows
+    before the last of them are read but not decoded, the rows after it not read. An index
+    past the split's end is a DataError."""
+    want = sorted({int(i) for i in indices})
+    if want and want[0] < 0:
+        raise DataError(f"scene index {want[0]} is negative")
+    out: dict[int, Scene] = {}
+    if not want:
+        return out
+    rows = iter_raw_rows(root, resolution, split, n_samples, released_routes=released_routes)
+    seen = 0
+    try:
+        for raw in rows:
+            if seen == want[len(out)]:
+                out[seen] = _validate_raw(raw, resolution, split, released_routes)
+                if len(out) == len(want):
+                    return out
+            seen += 1
+    finally:
+        rows.close()
+    within = "" if n_samples is None else f" within its first {n_samples}"
+    raise DataError(f"{split_folder(root, resolution, split)}: scene {want[len(out)]} asked for; the "
+                    f"split holds {seen} scenes{within}")
 
 
 def decode_workers() -> int:

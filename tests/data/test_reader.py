@@ -303,3 +303,27 @@ def test_scenes_read_with_route_arrays_equal_scenes_read_with_python_values(tmp_
             np.testing.assert_array_equal(a.routes[k], b.routes[k])
         np.testing.assert_array_equal(a.elevation_m, b.elevation_m)
         assert (a.start, a.goal, a.metadata) == (b.start, b.goal, b.metadata)
+
+
+def test_scenes_at_are_the_streamed_scenes_and_only_they_are_decoded(monkeypatch):
+    from passage_jax.data import reader, scenes_at, shipped_cohort_root
+
+    root = shipped_cohort_root()
+    every = load_scenes(root, 64, "test", n_samples=None, workers=0)
+    decoded = []
+    real = reader._validate_raw
+    monkeypatch.setattr(reader, "_validate_raw",
+                        lambda raw, *a, **k: decoded.append(raw.row) or real(raw, *a, **k))
+    got = scenes_at(root, 64, "test", [7, 2, 7, 19])
+    assert sorted(got) == [2, 7, 19] and len(decoded) == 3
+    for i, s in got.items():
+        e = every[i]
+        assert (s.id, s.file, s.row, s.start, s.goal) == (e.id, e.file, e.row, e.start, e.goal)
+        assert (s.elevation_m == e.elevation_m).all() and (s.obstacles == e.obstacles).all()
+        assert s.routes.keys() == e.routes.keys()
+    assert scenes_at(root, 64, "test", []) == {}
+    n = len(every)
+    with pytest.raises(DataError, match=rf"scene {n} asked for; the split holds {n} scenes"):
+        scenes_at(root, 64, "test", [0, len(every)])
+    with pytest.raises(DataError, match="within its first 3"):
+        scenes_at(root, 64, "test", [3], n_samples=3)

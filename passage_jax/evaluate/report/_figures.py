@@ -18,7 +18,7 @@ import numpy as np
 
 from passage_jax.contract import FAILURE_REGRET
 from passage_jax.evaluate.attribution import format_number as _fmt
-from passage_jax.evaluate.score import load_npz, load_score, open_run_tasks, read_json
+from passage_jax.evaluate.score import chosen_run_tasks, load_npz, load_score, read_json
 from passage_jax.evaluate.text_safety import figure_text
 from passage_jax.fileio import atomic_write_bytes
 from passage_jax.protocol.records import PathsReader, unpack_routes
@@ -85,16 +85,12 @@ def _hillshade(z: np.ndarray) -> np.ndarray:
     return LightSource(azdeg=315, altdeg=45).hillshade(z, vert_exag=2.0, dx=30.0, dy=30.0)
 
 
-def _tasks_and_references(fa: Path) -> tuple[list, list]:
-    """The tasks of seed folder ``fa`` (scenes read on demand) and their reference routes."""
+def _references(fa: Path) -> tuple[list, dict]:
+    """The reference routes of seed folder ``fa`` and its tasks' ids and input hashes."""
     ref = load_npz(fa / REFERENCES)
-    ref_routes = unpack_routes(ref["route_coords"], ref["route_offsets"])
-    refs = {"sample_id": [str(s) for s in ref["sample_id"]],
-            "objective": [str(x) for x in ref["objective"]],
-            "variant": [str(x) for x in ref["variant"]],
-            "cost_weight": ref["cost_weight"], "input_sha256": [str(x) for x in ref["input_sha256"]]}
-    tasks, _, _ = open_run_tasks(read_json(fa / MANIFEST), refs, str(fa))  # read on demand
-    return tasks, ref_routes
+    return (unpack_routes(ref["route_coords"], ref["route_offsets"]),
+            {"sample_id": [str(s) for s in ref["sample_id"]],
+             "input_sha256": [str(x) for x in ref["input_sha256"]]})
 
 
 def choose_tasks(ra: np.ndarray, rb: np.ndarray, n_all: int, n_tasks: int) -> list[int]:
@@ -156,8 +152,10 @@ def route_figure(cmp: dict, path: Path, n_tasks: int = 4) -> Path:
     fa = Path(cmp["runs"]["A"]["folders"][str(pair["seed_a"])])
     fb = Path(cmp["runs"]["B"]["folders"][str(pair["seed_b"])])
     da, db = SeedRoutes.load(fa), SeedRoutes.load(fb)
-    tasks, ref_routes = _tasks_and_references(fa)
-    chosen = choose_tasks(da.rows["regret"], db.rows["regret"], len(tasks), n_tasks)
+    ref_routes, refs = _references(fa)
+    chosen = choose_tasks(da.rows["regret"], db.rows["regret"], len(refs["sample_id"]), n_tasks)
+    # only the chosen scenes are decoded, each checked against the run
+    tasks = chosen_run_tasks(read_json(fa / MANIFEST), refs, chosen, str(fa))
     ncol = min(len(chosen), 2)
     nrow = int(math.ceil(len(chosen) / ncol))
     fig = _figure(figsize=(6.8 * ncol, 5.6 * nrow))

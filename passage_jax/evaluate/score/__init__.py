@@ -53,6 +53,7 @@ from passage_jax.evaluate.score._records import (
     references_from_npz,
 )
 from passage_jax.evaluate.score._scenes import (
+    chosen_run_tasks,
     open_run_tasks,
     reload_tasks,
 )
@@ -66,7 +67,7 @@ from passage_jax.protocol.runfolder import RECEIPT, RUN_STARTED, RUN_SUMMARY
 
 __all__ = [
     "score_run", "score_folder", "load_score", "Score", "seed_folders", "timing_profile", "reload_tasks",
-    "open_run_tasks", "RecordColumns", "check_record", "RECORD_FIELDS", "is_scored",
+    "open_run_tasks", "chosen_run_tasks", "RecordColumns", "check_record", "RECORD_FIELDS", "is_scored",
     "check_seed_folder", "read_json", "read_doc", "load_npz", "references_from_npz",
     "check_numbers", "Partial", "difference_text", "first_difference", "ScoreError",
     "AlreadyScored", "DatasetNotFound", "ScoreOutdated", "RunIncomplete", "ForeignSeed",

@@ -8,13 +8,13 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from passage_jax.checks import is_int
-from passage_jax.data import DataError, open_tasks, resolve_dataset_root, shipped_cohort_root
+from passage_jax.data import DataError, open_tasks, resolve_dataset_root, scenes_at, shipped_cohort_root
 from passage_jax.evaluate.score._format import DatasetNotFound, ScoreError, short
 from passage_jax.fileio import check_sha256
 from passage_jax.protocol.records import code_hash, input_hash, package_versions
 
-__all__ = ["dataset_root", "open_run_tasks", "reload_tasks", "check_data_fields", "task_input_hash",
-           "ChunkCheck", "input_check", "INPUT_CHECKS", "DECODE_PACKAGES"]
+__all__ = ["dataset_root", "open_run_tasks", "chosen_run_tasks", "reload_tasks", "check_data_fields",
+           "task_input_hash", "ChunkCheck", "input_check", "INPUT_CHECKS", "DECODE_PACKAGES"]
 
 #: how the reloaded tasks are vouched for: ``"hash"``, each task's input hash computed
 #: and compared with the one the run recorded at admission; ``"provenance"``, the run was
@@ -227,6 +227,43 @@ class _ShardCheck:
     def all_checked(self) -> dict[str, str]:
         """{name: sha256} of every recorded shard, in the run's order."""
         return {name: self.checked.get(name) or self._check(name) for name in self.sha256}
+
+
+def chosen_run_tasks(manifest: dict, refs, indices, where: str, dataset_path=None) -> dict:
+    """The run's tasks at ``indices`` (positions in its task order), only their scenes
+    decoded (:func:`passage_jax.data.scenes_at`): for a figure of a few tasks of a large
+    run. Each is checked against the run: its id and its input hash must be the recorded
+    ones (so what is drawn is what the run's planner was given); ScoreError naming the
+    scene otherwise. ``refs`` as in :func:`open_run_tasks` (its ``sample_id`` and
+    ``input_sha256``)."""
+    data = manifest.get("data") or {}
+    if not isinstance(data, dict):
+        raise ScoreError(f"{where}: manifest field 'data' must be an object, got {type(data).__name__}")
+    for k in _DATA_KEYS:
+        if k not in data:
+            raise ScoreError(f"{where}: manifest data.{k} is missing")
+    check_data_fields(data, where)
+    ids, hashes = list(_ref(refs, "sample_id")), list(_ref(refs, "input_sha256"))
+    if list(data["sample_ids"]) != ids:
+        raise ScoreError(f"{where}: the manifest's scene ids {list(data['sample_ids'])[:3]}... differ "
+                         f"from the references' {ids[:3]}...")
+    bad = [i for i in indices if not 0 <= int(i) < len(ids)]
+    if bad:
+        raise ScoreError(f"{where}: task {bad[0]} asked for; the run has {len(ids)}")
+    res, split = int(data["resolution"]), str(data["split"])
+    try:
+        scenes = scenes_at(dataset_root(manifest, dataset_path), res, split, indices,
+                           data.get("n_samples"), released_routes=False)
+    except DataError as e:
+        raise ScoreError(f"{where}: reloading the scenes failed: {e}") from None
+    out = {}
+    for i, scene in scenes.items():
+        task = scene.task(data["cost_model"], data["task_variant"])
+        if task.id != ids[i] or task_input_hash(task) != hashes[i]:
+            raise ScoreError(f"{where}: {scene.where} is not the run's task {i} ({ids[i]}, input "
+                             f"hash {hashes[i][:12]}...): the data changed since the run")
+        out[i] = task
+    return out
 
 
 def reload_tasks(manifest: dict, refs, where: str, dataset_path=None) -> tuple:

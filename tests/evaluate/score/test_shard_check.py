@@ -80,3 +80,31 @@ def test_a_missing_shard_is_refused_before_anything_is_read(dataset):
     with pytest.raises(ScoreError, match=rf"w: shard .*{shards[2].name} is missing"):
         open_run_tasks(manifest, refs, "w", on_chunk=lambda f, ts: chunks.append(f), chunk=1)
     assert chunks == []
+
+
+def test_chosen_run_tasks_decode_only_those_and_check_them_against_the_run(dataset, monkeypatch):
+    """A figure's few tasks: the run's tasks at the given indices, equal to the streamed
+    ones, only their rows decoded, each refused by name when it is not the recorded one."""
+    from passage_jax.data import reader
+    from passage_jax.evaluate.score import chosen_run_tasks
+
+    _, manifest, refs = _run_of(dataset)
+    streamed = list(open_tasks(dataset, N, "test", "energy", "obstacles", n_samples=None))
+    decoded = []
+    real = reader._validate_raw
+    monkeypatch.setattr(reader, "_validate_raw",
+                        lambda raw, *a, **k: decoded.append(raw.row) or real(raw, *a, **k))
+    got = chosen_run_tasks(manifest, refs, [4, 1], "w")
+    assert sorted(got) == [1, 4] and len(decoded) == 2
+    for i, t in got.items():
+        s = streamed[i]
+        assert (t.id, t.input_sha256, t.objective, t.variant) == (s.id, s.input_sha256, s.objective,
+                                                                  s.variant)
+        assert (t.elevation_m == s.elevation_m).all() and (t.obstacles == s.obstacles).all()
+    assert chosen_run_tasks(manifest, refs, [], "w") == {}
+    other = dict(refs, input_sha256=list(refs["input_sha256"]))
+    other["input_sha256"][1] = "0" * 64
+    with pytest.raises(ScoreError, match=rf"w: .*scene {refs['sample_id'][1]} is not the run's task 1"):
+        chosen_run_tasks(manifest, other, [1], "w")
+    with pytest.raises(ScoreError, match=r"task 5 asked for; the run has 5"):
+        chosen_run_tasks(manifest, refs, [5], "w")
