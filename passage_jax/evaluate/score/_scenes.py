@@ -267,7 +267,8 @@ def chosen_run_tasks(manifest: dict, refs, indices, where: str, dataset_path=Non
 
 
 def reload_tasks(manifest: dict, refs, where: str, dataset_path=None) -> tuple:
-    """Tasks of the run in memory, reloaded and checked; returns (tasks, root, shard
-    hashes). For a few tasks (figures); scoring streams them (:func:`open_run_tasks`)."""
+    """Every task of the run in memory, reloaded and checked; returns (tasks, root, shard
+    hashes). Scoring streams them (:func:`open_run_tasks`); a few of them (a figure's) come
+    from :func:`chosen_run_tasks`, which decodes only those."""
     tasks, root, shard_hashes = open_run_tasks(manifest, refs, where, dataset_path)
     return list(tasks), root, shard_hashes
