@@ -7,6 +7,7 @@ Each fault planner writes the pids it started to ``<pid_dir>/<sample_id>.pids``;
 a pid counts as gone when ``/proc/<pid>`` is missing or the process is a zombie.
 """
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -83,7 +84,15 @@ def test_children_die_with_a_killed_or_dead_worker(tasks, tmp_path, children, th
         rec, _ = ex.execute(t, BudgetSpec(wall_time_ms=400 if then == "hang" else 20_000))
         pids = _pids(tmp_path, t)
         assert rec["status"] == status, rec
-        assert note in rec["error"], rec["error"]
+        if then == "exit":
+            # the dead worker's own watchdog may sweep some or all of its processes before
+            # the parent does (a busy machine): the record counts those the parent killed,
+            # and every one is gone all the same (below)
+            m = re.fullmatch(r"worker process \d+ died during the request \(exit code 3\)"
+                             r"(?:; the (\d+) process(?:es)? it started killed \(SIGKILL\))?", rec["error"])
+            assert m and int(m.group(1) or 0) <= len(children), rec["error"]
+        else:
+            assert note in rec["error"], rec["error"]
         assert str(rec["worker"]["pid"]) in rec["error"]
         assert _wait_gone(pids) == [], f"{children}/{then}: still running"
         assert _wait_gone([rec["worker"]["pid"], watchdog]) == []
