@@ -151,6 +151,27 @@ class ChunkCheck:
                                  f"differ from the run's references")
 
 
+def _run_data(manifest: dict, where: str) -> dict:
+    """The manifest's ``data`` block, its required fields present and well formed."""
+    data = manifest.get("data") or {}
+    if not isinstance(data, dict):
+        raise ScoreError(f"{where}: manifest field 'data' must be an object, got {type(data).__name__}")
+    for k in _DATA_KEYS:
+        if k not in data:
+            raise ScoreError(f"{where}: manifest data.{k} is missing")
+    check_data_fields(data, where)
+    return data
+
+
+def _run_ids(data: dict, refs, where: str) -> list:
+    """The run's scene ids, which must be its references' (in order)."""
+    run_ids, ref_ids = list(data["sample_ids"]), list(_ref(refs, "sample_id"))
+    if run_ids != ref_ids:
+        raise ScoreError(f"{where}: the manifest's scene ids {run_ids[:3]}... differ from the "
+                         f"references' {ref_ids[:3]}...")
+    return run_ids
+
+
 def open_run_tasks(manifest: dict, refs, where: str, dataset_path=None, on_chunk=None, *,
                    chunk: int | None = None, on_read=None, check: str = "hash") -> tuple:
     """The run's tasks as a :class:`~passage_jax.data.TaskStream`, read once in chunks and
@@ -162,21 +183,11 @@ def open_run_tasks(manifest: dict, refs, where: str, dataset_path=None, on_chunk
     ``refs`` is the run's :class:`~passage_jax.evaluate.score._records.References` (or a mapping
     of ``sample_id``, ``input_sha256``, ``objective``, ``variant``, ``cost_weight``).
     Returns (tasks, root, shard hashes)."""
-    data = manifest.get("data") or {}
-    if not isinstance(data, dict):
-        raise ScoreError(f"{where}: manifest field 'data' must be an object, got {type(data).__name__}")
-    for k in _DATA_KEYS:
-        if k not in data:
-            raise ScoreError(f"{where}: manifest data.{k} is missing")
-    check_data_fields(data, where)
+    data = _run_data(manifest, where)
     root = dataset_root(manifest, dataset_path)
     res, split = int(data["resolution"]), str(data["split"])
     shards = _ShardCheck(root / f"{res}x{res}" / split, data["shards"], where)
-    run_ids = list(data["sample_ids"])
-    ref_ids = _ref(refs, "sample_id")
-    if run_ids != list(ref_ids):
-        raise ScoreError(f"{where}: the manifest's scene ids {run_ids[:3]}... differ from the "
-                         f"references' {ref_ids[:3]}...")
+    run_ids = _run_ids(data, refs, where)
     if check not in INPUT_CHECKS:
         raise ValueError(f"check must be one of {list(INPUT_CHECKS)}, got {check!r}")
     hashes = check == "hash"
@@ -236,17 +247,8 @@ def chosen_run_tasks(manifest: dict, refs, indices, where: str, dataset_path=Non
     ones (so what is drawn is what the run's planner was given); ScoreError naming the
     scene otherwise. ``refs`` as in :func:`open_run_tasks` (its ``sample_id`` and
     ``input_sha256``)."""
-    data = manifest.get("data") or {}
-    if not isinstance(data, dict):
-        raise ScoreError(f"{where}: manifest field 'data' must be an object, got {type(data).__name__}")
-    for k in _DATA_KEYS:
-        if k not in data:
-            raise ScoreError(f"{where}: manifest data.{k} is missing")
-    check_data_fields(data, where)
-    ids, hashes = list(_ref(refs, "sample_id")), list(_ref(refs, "input_sha256"))
-    if list(data["sample_ids"]) != ids:
-        raise ScoreError(f"{where}: the manifest's scene ids {list(data['sample_ids'])[:3]}... differ "
-                         f"from the references' {ids[:3]}...")
+    data = _run_data(manifest, where)
+    ids, hashes = _run_ids(data, refs, where), list(_ref(refs, "input_sha256"))
     bad = [i for i in indices if not 0 <= int(i) < len(ids)]
     if bad:
         raise ScoreError(f"{where}: task {bad[0]} asked for; the run has {len(ids)}")
